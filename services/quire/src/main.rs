@@ -1,0 +1,38 @@
+//! `quire`: the operator's command line.
+//!
+//! Today: certificate tooling (`quire certs init|issue`) and two probes of any
+//! quire server over QUIC with mTLS (`quire ping`, `quire server-info`). The
+//! shell commands over ledgers and bookies arrive with the services they drive.
+
+mod certs;
+mod probe;
+
+use clap::{Parser, Subcommand};
+
+/// The quire operator CLI.
+#[derive(Debug, Parser)]
+#[command(name = "quire", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Create and issue cluster certificates.
+    #[command(subcommand)]
+    Certs(certs::CertsCmd),
+    /// Round-trip a Ping to a quire server and print the latency.
+    Ping(probe::PingArgs),
+    /// Ask a quire server who it is (role, id, instance id, version, uptime).
+    ServerInfo(probe::InfoArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Certs(c) => certs::run(c),
+        Cmd::Ping(a) => probe::ping(a),
+        Cmd::ServerInfo(a) => probe::info(a),
+    }
+}

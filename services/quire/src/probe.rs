@@ -1,0 +1,138 @@
+//! `quire ping` and `quire server-info`: probes of any quire server.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use clap::Args;
+use quire_proto::v1::{PingRequest, ServerInfoRequest};
+use quire_proto::Role;
+use quire_rpc::{ClientOptions, Credentials, RpcClient, TlsFiles};
+
+#[derive(Debug, Args)]
+pub struct Target {
+    /// The server's address, host:port.
+    #[arg(long)]
+    addr: String,
+    /// The role the server's certificate must name.
+    #[arg(long)]
+    role: Role,
+    /// Directory with ca.pem and the caller's certificate.
+    #[arg(long, env = "QUIRE_CERTS_DIR")]
+    certs_dir: PathBuf,
+    /// The caller's certificate: <as-role>-<as-id>.pem in --certs-dir.
+    #[arg(long, default_value = "admin")]
+    as_role: Role,
+    /// See --as-role.
+    #[arg(long, default_value = "1")]
+    as_id: String,
+    /// Per-request timeout in milliseconds.
+    #[arg(long, default_value_t = 5000)]
+    timeout_ms: u64,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PingArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Number of pings, one at a time.
+    #[arg(long, default_value_t = 1)]
+    count: u32,
+    /// Payload size in bytes.
+    #[arg(long, default_value_t = 0)]
+    size: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct InfoArgs {
+    #[command(flatten)]
+    target: Target,
+}
+
+fn client(t: &Target) -> anyhow::Result<RpcClient> {
+    let creds = Credentials::load(&TlsFiles::in_dir(&t.certs_dir, t.as_role, &t.as_id)).context("load credentials")?;
+    let opts = ClientOptions {
+        request_timeout: Duration::from_millis(t.timeout_ms),
+        connect_timeout: Duration::from_millis(t.timeout_ms),
+        ..ClientOptions::default()
+    };
+    Ok(RpcClient::new(&creds, opts)?)
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+}
+
+pub fn ping(a: PingArgs) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        // quinn binds its socket on the runtime, so the client is made inside it.
+        let rpc = client(&a.target)?;
+        let peer = rpc.peer(&a.target.addr, a.target.role, None);
+        let payload = Bytes::from(vec![0x5a; a.size]);
+        let mut rtts_us = Vec::new();
+        for _ in 0..a.count.max(1) {
+            let t = Instant::now();
+            let r = peer
+                .call(PingRequest {
+                    payload: payload.clone(),
+                })
+                .await
+                .with_context(|| format!("ping {}", a.target.addr))?;
+            anyhow::ensure!(r.payload == payload, "server echoed a different payload");
+            rtts_us.push(t.elapsed().as_micros() as u64);
+        }
+        rpc.close(Duration::from_millis(200)).await;
+        if a.target.json {
+            println!("{}", serde_json::json!({"addr": a.target.addr, "rtt_us": rtts_us}));
+        } else {
+            for r in &rtts_us {
+                println!("pong from {}: {} us", a.target.addr, r);
+            }
+        }
+        Ok(())
+    })
+}
+
+pub fn info(a: InfoArgs) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        // quinn binds its socket on the runtime, so the client is made inside it.
+        let rpc = client(&a.target)?;
+        let peer = rpc.peer(&a.target.addr, a.target.role, None);
+        let r = peer
+            .call(ServerInfoRequest {})
+            .await
+            .with_context(|| format!("server-info {}", a.target.addr))?;
+        rpc.close(Duration::from_millis(200)).await;
+        let role = quire_proto::v1::Role::try_from(r.role)
+            .ok()
+            .and_then(Role::from_wire)
+            .map(|r| r.as_str())
+            .unwrap_or("unknown");
+        let caller = quire_proto::v1::Role::try_from(r.caller_role)
+            .ok()
+            .and_then(Role::from_wire)
+            .map(|r| r.as_str())
+            .unwrap_or("unknown");
+        if a.target.json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "role": role, "id": r.id, "instance_id": r.instance_id, "version": r.version,
+                    "uptime_ms": r.uptime_ms, "caller": format!("{caller}/{}", r.caller_id),
+                })
+            );
+        } else {
+            println!("role:        {role}");
+            println!("id:          {}", r.id);
+            println!("instance id: {}", r.instance_id);
+            println!("version:     {}", r.version);
+            println!("uptime:      {} ms", r.uptime_ms);
+            println!("you are:     {caller}/{}", r.caller_id);
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,123 @@
+//! Which RPC a frame carries, and the typed pairing of requests with responses.
+
+use crate::v1::{self, request_frame::Body as Req, response_frame::Body as Resp};
+
+macro_rules! methods {
+    ($( $variant:ident => $req:ident, $resp:ident, $name:literal ;)*) => {
+        /// Every RPC of protocol version 1.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Method {
+            $(
+                #[doc = concat!("`", $name, "`")]
+                $variant,
+            )*
+        }
+
+        impl Method {
+            /// Every method, for tables and tests.
+            pub const ALL: &'static [Method] = &[$(Method::$variant,)*];
+
+            /// The method a request body invokes.
+            pub fn of_request(body: &Req) -> Method {
+                match body {
+                    $( Req::$variant(_) => Method::$variant, )*
+                }
+            }
+
+            /// The method a response body answers.
+            pub fn of_response(body: &Resp) -> Method {
+                match body {
+                    $( Resp::$variant(_) => Method::$variant, )*
+                }
+            }
+
+            /// A stable name for logs, spans and metrics.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $( Method::$variant => $name, )*
+                }
+            }
+        }
+
+        $(
+            impl Call for v1::$req {
+                type Response = v1::$resp;
+                const METHOD: Method = Method::$variant;
+                fn into_body(self) -> Req {
+                    Req::$variant(self)
+                }
+                fn from_body(body: Resp) -> Result<Self::Response, Resp> {
+                    match body {
+                        Resp::$variant(r) => Ok(r),
+                        other => Err(other),
+                    }
+                }
+            }
+
+            impl From<v1::$resp> for Resp {
+                fn from(r: v1::$resp) -> Resp {
+                    Resp::$variant(r)
+                }
+            }
+        )*
+    };
+}
+
+/// A request message together with the response message it expects.
+pub trait Call: Sized {
+    /// The message a successful call returns.
+    type Response;
+    /// The RPC this request invokes.
+    const METHOD: Method;
+    /// Wraps the request for a frame.
+    fn into_body(self) -> Req;
+    /// Unwraps the matching response, or gives back a mismatched body.
+    fn from_body(body: Resp) -> Result<Self::Response, Resp>;
+}
+
+methods! {
+    Ping => PingRequest, PingResponse, "ping";
+    ServerInfo => ServerInfoRequest, ServerInfoResponse, "server_info";
+    AddEntry => AddEntryRequest, AddEntryResponse, "add_entry";
+    ReadEntry => ReadEntryRequest, ReadEntryResponse, "read_entry";
+    ReadLac => ReadLacRequest, ReadLacResponse, "read_lac";
+    WaitLac => WaitLacRequest, WaitLacResponse, "wait_lac";
+    WriteLac => WriteLacRequest, WriteLacResponse, "write_lac";
+    FenceLedger => FenceLedgerRequest, FenceLedgerResponse, "fence_ledger";
+    BookieInfo => BookieInfoRequest, BookieInfoResponse, "bookie_info";
+    CreateLedger => CreateLedgerRequest, CreateLedgerResponse, "create_ledger";
+    GetLedger => GetLedgerRequest, GetLedgerResponse, "get_ledger";
+    UpdateLedger => UpdateLedgerRequest, UpdateLedgerResponse, "update_ledger";
+    DeleteLedger => DeleteLedgerRequest, DeleteLedgerResponse, "delete_ledger";
+    ListLedgers => ListLedgersRequest, ListLedgersResponse, "list_ledgers";
+    WatchLedger => WatchLedgerRequest, WatchLedgerResponse, "watch_ledger";
+    RegisterBookie => RegisterBookieRequest, RegisterBookieResponse, "register_bookie";
+    RenewLease => RenewLeaseRequest, RenewLeaseResponse, "renew_lease";
+    ListBookies => ListBookiesRequest, ListBookiesResponse, "list_bookies";
+    WatchBookies => WatchBookiesRequest, WatchBookiesResponse, "watch_bookies";
+    Raft => RaftRequest, RaftResponse, "raft";
+}
+
+/// The service a method belongs to; a server hosts the control service plus one other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceKind {
+    /// Ping and ServerInfo, hosted by every server.
+    Control,
+    /// Entries, LAC and fencing.
+    Bookie,
+    /// Ledger metadata, the bookie registry and Raft.
+    Metadata,
+}
+
+impl Method {
+    /// The service that serves this method.
+    pub fn service(self) -> ServiceKind {
+        use Method::*;
+        match self {
+            Ping | ServerInfo => ServiceKind::Control,
+            AddEntry | ReadEntry | ReadLac | WaitLac | WriteLac | FenceLedger | BookieInfo => ServiceKind::Bookie,
+            CreateLedger | GetLedger | UpdateLedger | DeleteLedger | ListLedgers | WatchLedger | RegisterBookie
+            | RenewLease | ListBookies | WatchBookies | Raft => ServiceKind::Metadata,
+        }
+    }
+}

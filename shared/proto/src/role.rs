@@ -1,0 +1,168 @@
+//! Certificate roles and the authorisation table.
+//!
+//! A certificate names its holder as the SAN URI `quire://<role>/<id>`. Servers
+//! authorise every request by the caller's role with [`allowed`]; the table is
+//! reproduced in ARCHITECTURE.md and a test keeps the two in step.
+
+use crate::method::Method;
+use crate::v1;
+
+/// The role a certificate grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Role {
+    /// A storage node.
+    Bookie,
+    /// A metadata replica.
+    Metadata,
+    /// The auditor.
+    Auditor,
+    /// A re-replication worker.
+    ReplicationWorker,
+    /// The HTTP gateway.
+    Gateway,
+    /// An application embedding the client library.
+    Client,
+    /// The operator CLI.
+    Admin,
+}
+
+/// A role name that is not one of quire's.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown role {0:?}; expected one of bookie, metadata, auditor, replication-worker, gateway, client, admin")]
+pub struct UnknownRole(pub String);
+
+impl Role {
+    /// Every role.
+    pub const ALL: &'static [Role] = &[
+        Role::Bookie,
+        Role::Metadata,
+        Role::Auditor,
+        Role::ReplicationWorker,
+        Role::Gateway,
+        Role::Client,
+        Role::Admin,
+    ];
+
+    /// The name used in certificates, file names and flags.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Bookie => "bookie",
+            Role::Metadata => "metadata",
+            Role::Auditor => "auditor",
+            Role::ReplicationWorker => "replication-worker",
+            Role::Gateway => "gateway",
+            Role::Client => "client",
+            Role::Admin => "admin",
+        }
+    }
+
+    /// The TLS server name a server of this role presents and its callers verify
+    /// (a DNS SAN in its certificate). Addresses change; the name does not.
+    pub fn server_name(self) -> String {
+        format!("{}.quire", self.as_str())
+    }
+
+    /// The wire enum.
+    pub fn to_wire(self) -> v1::Role {
+        match self {
+            Role::Bookie => v1::Role::Bookie,
+            Role::Metadata => v1::Role::Metadata,
+            Role::Auditor => v1::Role::Auditor,
+            Role::ReplicationWorker => v1::Role::ReplicationWorker,
+            Role::Gateway => v1::Role::Gateway,
+            Role::Client => v1::Role::Client,
+            Role::Admin => v1::Role::Admin,
+        }
+    }
+
+    /// From the wire enum; `None` for ROLE_UNSPECIFIED.
+    pub fn from_wire(r: v1::Role) -> Option<Role> {
+        Some(match r {
+            v1::Role::Unspecified => return None,
+            v1::Role::Bookie => Role::Bookie,
+            v1::Role::Metadata => Role::Metadata,
+            v1::Role::Auditor => Role::Auditor,
+            v1::Role::ReplicationWorker => Role::ReplicationWorker,
+            v1::Role::Gateway => Role::Gateway,
+            v1::Role::Client => Role::Client,
+            v1::Role::Admin => Role::Admin,
+        })
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = UnknownRole;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Role::ALL
+            .iter()
+            .copied()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| UnknownRole(s.to_string()))
+    }
+}
+
+/// Whether a caller holding `role` may invoke `method`.
+///
+/// The principle: a role gets exactly what its service's work needs. Writers
+/// (gateway, client, replication-worker, admin) may add and fence; anything
+/// that reads ledgers may read entries; only bookies hold registry leases; only
+/// metadata replicas speak Raft.
+pub fn allowed(role: Role, method: Method) -> bool {
+    use Method::*;
+    use Role::*;
+    let writer = matches!(role, Gateway | Client | ReplicationWorker | Admin);
+    match method {
+        Ping | ServerInfo | BookieInfo => true,
+        AddEntry | WriteLac | FenceLedger => writer,
+        // Bookies read from their peers to refill entries they lost (integrity check).
+        ReadEntry | ReadLac | WaitLac => writer || matches!(role, Auditor | Bookie),
+        CreateLedger | DeleteLedger => writer,
+        UpdateLedger => writer,
+        // Bookies read ledger state (first add of an unknown ledger, GC) and the registry.
+        GetLedger | ListLedgers | WatchLedger | ListBookies | WatchBookies => true,
+        RegisterBookie | RenewLease => role == Bookie,
+        Raft => role == Metadata,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn role_names_round_trip() {
+        for r in Role::ALL {
+            assert_eq!(r.as_str().parse::<Role>().unwrap(), *r);
+            assert_eq!(Role::from_wire(r.to_wire()), Some(*r));
+        }
+        assert!("root".parse::<Role>().is_err());
+    }
+
+    #[test]
+    fn sensitive_methods_are_narrow() {
+        assert!(!allowed(Role::Bookie, Method::AddEntry));
+        assert!(!allowed(Role::Auditor, Method::AddEntry));
+        assert!(!allowed(Role::Gateway, Method::Raft));
+        assert!(allowed(Role::Metadata, Method::Raft));
+        assert!(!allowed(Role::Gateway, Method::RegisterBookie));
+        assert!(allowed(Role::Bookie, Method::RegisterBookie));
+        assert!(allowed(Role::ReplicationWorker, Method::AddEntry));
+    }
+
+    /// ARCHITECTURE.md carries this table; regenerate it from here when it changes.
+    #[test]
+    fn architecture_md_role_table_matches() {
+        let doc = include_str!("../../../ARCHITECTURE.md");
+        for m in Method::ALL {
+            let roles: Vec<&str> = Role::ALL.iter().filter(|r| allowed(**r, *m)).map(|r| r.as_str()).collect();
+            let line = format!("| `{}` | {} |", m.name(), roles.join(", "));
+            assert!(doc.contains(&line), "ARCHITECTURE.md lacks the role table row:\n{line}");
+        }
+    }
+}

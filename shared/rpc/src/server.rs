@@ -1,0 +1,501 @@
+//! The server side: accept connections and lanes, authorise, dispatch, answer.
+//!
+//! Per connection: the peer's identity is read once from its certificate.
+//! Per lane: frames are read in order; for each request the server checks the
+//! method is served and the caller's role may call it, takes an in-flight slot
+//! (when the connection is at its bound the lane stops reading, and QUIC flow
+//! control pushes back on the caller), then calls the handler. The handler's
+//! synchronous part runs in arrival order; its future runs concurrently under
+//! the request's deadline, and its response joins the lane's write queue.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use prost::Message;
+use quire_proto::codec::FrameError;
+use quire_proto::method::ServiceKind;
+use quire_proto::role::allowed;
+use quire_proto::v1::{self, request_frame::Body as Req, response_frame::Body as Resp, ErrorCode, RequestFrame, ResponseFrame};
+use quire_proto::{Method, MAX_FRAME_BYTES_DEFAULT};
+use tokio::sync::{mpsc, Semaphore};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn, Instrument};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use crate::error::ServiceError;
+use crate::identity::PeerIdentity;
+use crate::lane::{write_frames, FrameReader, LaneError, LANE_ERROR_FRAMING, LANE_ERROR_SHUTDOWN};
+use crate::tls::{Credentials, TlsError};
+use crate::trace;
+
+/// A handler's pending answer.
+pub type ServiceFuture = Pin<Box<dyn Future<Output = Result<Resp, ServiceError>> + Send>>;
+
+/// A service a server hosts besides the control service (Ping, ServerInfo).
+pub trait Service: Send + Sync + 'static {
+    /// Whether this service handles `method`; others answer UNKNOWN_METHOD.
+    fn serves(&self, method: Method) -> bool;
+
+    /// Handles one authorised request. The synchronous part of this call runs
+    /// in the order requests arrived on their lane (use it to enqueue work that
+    /// must keep that order); the returned future runs concurrently, under the
+    /// request's deadline.
+    fn call(&self, ctx: RequestContext, body: Req) -> ServiceFuture;
+}
+
+/// A server hosting only the control service.
+pub struct ControlOnly;
+
+impl Service for ControlOnly {
+    fn serves(&self, _: Method) -> bool {
+        false
+    }
+    fn call(&self, _: RequestContext, _: Req) -> ServiceFuture {
+        Box::pin(async { Err(ServiceError::new(ErrorCode::UnknownMethod, "control service only")) })
+    }
+}
+
+/// What a handler knows about its request.
+#[derive(Debug, Clone)]
+pub struct RequestContext {
+    /// The caller, from its certificate.
+    pub peer: PeerIdentity,
+    /// The caller's address.
+    pub remote_addr: SocketAddr,
+    /// The caller's request id.
+    pub request_id: u64,
+    /// The RPC.
+    pub method: Method,
+    /// When the caller stops waiting; the server drops the work then.
+    pub deadline: Instant,
+    /// The W3C trace id of the caller's span, lower-case hex, when it sent one.
+    pub trace_id: Option<String>,
+}
+
+/// Facts a server states about itself in ServerInfo and every response.
+#[derive(Debug, Clone)]
+pub struct ServerIdentity {
+    /// Changes whenever the server's state is not the one a caller talked to
+    /// before (a bookie's data directories, a fresh process).
+    pub instance_id: String,
+    /// The software version.
+    pub version: String,
+}
+
+/// Bounds and timeouts of a server.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Connections beyond this are refused at the handshake.
+    pub max_connections: usize,
+    /// Requests executing at once per connection; beyond it the lanes stop reading.
+    pub max_in_flight_per_connection: usize,
+    /// The largest frame accepted.
+    pub max_frame_bytes: usize,
+    /// Responses queued per lane before handlers wait for the writer.
+    pub lane_queue: usize,
+    /// Deadline of a request that states none; also the cap on stated deadlines.
+    pub request_timeout_max: Duration,
+    /// A connection with no traffic (keep-alives included) for this long is dropped.
+    pub idle_timeout: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            max_connections: 1024,
+            max_in_flight_per_connection: 4096,
+            max_frame_bytes: MAX_FRAME_BYTES_DEFAULT,
+            lane_queue: 1024,
+            request_timeout_max: Duration::from_secs(300),
+            idle_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Counters of what a server accepted and refused.
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    /// Connections that completed the handshake with a valid identity.
+    pub connections_accepted: AtomicU64,
+    /// Handshakes that failed: no certificate, unknown CA, expired, bad ALPN...
+    pub handshakes_refused: AtomicU64,
+    /// Connections refused for the connection bound.
+    pub connections_over_limit: AtomicU64,
+    /// Requests dispatched to a handler.
+    pub requests: AtomicU64,
+    /// Requests refused because the caller's role may not call the method.
+    pub permission_denied: AtomicU64,
+    /// Frames that were oversized or did not decode.
+    pub bad_frames: AtomicU64,
+}
+
+/// Why a server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    /// The TLS configuration could not be built.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// The UDP socket could not be bound.
+    #[error("bind {addr}: {source}")]
+    Io {
+        /// The address.
+        addr: SocketAddr,
+        /// The socket error.
+        source: std::io::Error,
+    },
+}
+
+struct Shared {
+    me: PeerIdentity,
+    info: ServerIdentity,
+    service: Arc<dyn Service>,
+    opts: ServerOptions,
+    stats: ServerStats,
+    started: std::time::Instant,
+    shutting_down: AtomicBool,
+    stop_accepting: CancellationToken,
+    /// Request handler tasks: awaited at shutdown so in-flight requests finish.
+    requests: TaskTracker,
+    /// Lane tasks: awaited after requests so their responses get written.
+    lanes: TaskTracker,
+    conns: Mutex<HashMap<usize, quinn::Connection>>,
+}
+
+/// Starts servers.
+pub struct Server;
+
+/// A running server.
+pub struct ServerHandle {
+    endpoint: quinn::Endpoint,
+    local_addr: SocketAddr,
+    shared: Arc<Shared>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// Binds `addr` and serves the control service plus `service`.
+    pub fn bind(
+        addr: SocketAddr,
+        creds: &Credentials,
+        info: ServerIdentity,
+        service: Arc<dyn Service>,
+        opts: ServerOptions,
+    ) -> Result<ServerHandle, BindError> {
+        let config = creds.server_config(opts.idle_timeout)?;
+        let endpoint = quinn::Endpoint::server(config, addr).map_err(|source| BindError::Io { addr, source })?;
+        let local_addr = endpoint.local_addr().map_err(|source| BindError::Io { addr, source })?;
+        let shared = Arc::new(Shared {
+            me: creds.identity().clone(),
+            info,
+            service,
+            opts,
+            stats: ServerStats::default(),
+            started: std::time::Instant::now(),
+            shutting_down: AtomicBool::new(false),
+            stop_accepting: CancellationToken::new(),
+            requests: TaskTracker::new(),
+            lanes: TaskTracker::new(),
+            conns: Mutex::new(HashMap::new()),
+        });
+        info!(%local_addr, identity = %shared.me, instance_id = %shared.info.instance_id, "serving QUIC with mTLS");
+        let accept = tokio::spawn(accept_loop(endpoint.clone(), shared.clone()));
+        Ok(ServerHandle {
+            endpoint,
+            local_addr,
+            shared,
+            accept,
+        })
+    }
+}
+
+impl ServerHandle {
+    /// The bound address (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The server's counters.
+    pub fn stats(&self) -> &ServerStats {
+        &self.shared.stats
+    }
+
+    /// Stops accepting, lets in-flight requests finish and their responses be
+    /// written (up to `grace`), then closes every connection.
+    pub async fn shutdown(self, grace: Duration) {
+        let s = &self.shared;
+        s.shutting_down.store(true, Ordering::SeqCst);
+        s.stop_accepting.cancel();
+        let _ = self.accept.await;
+        let deadline = Instant::now() + grace;
+        s.requests.close();
+        if tokio::time::timeout_at(deadline, s.requests.wait()).await.is_err() {
+            warn!("shutdown grace ran out with requests still in flight");
+        }
+        s.lanes.close();
+        let _ = tokio::time::timeout_at(deadline, s.lanes.wait()).await;
+        let conns: Vec<_> = s.conns.lock().expect("conns lock").drain().map(|(_, c)| c).collect();
+        for c in conns {
+            c.close(quinn::VarInt::from_u32(LANE_ERROR_SHUTDOWN), b"server shutting down");
+        }
+        let _ = tokio::time::timeout_at(deadline + Duration::from_secs(1), self.endpoint.wait_idle()).await;
+        info!(local_addr = %self.local_addr, "server stopped");
+    }
+}
+
+async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>) {
+    loop {
+        let incoming = tokio::select! {
+            _ = shared.stop_accepting.cancelled() => break,
+            inc = endpoint.accept() => match inc {
+                Some(i) => i,
+                None => break,
+            },
+        };
+        if shared.conns.lock().expect("conns lock").len() >= shared.opts.max_connections {
+            shared.stats.connections_over_limit.fetch_add(1, Ordering::Relaxed);
+            warn!(remote = %incoming.remote_address(), max = shared.opts.max_connections, "refusing connection: at the connection limit");
+            incoming.refuse();
+            continue;
+        }
+        tokio::spawn(serve_connection(shared.clone(), incoming));
+    }
+    // No new connections; existing ones finish their lanes.
+    endpoint.set_server_config(None);
+}
+
+async fn serve_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
+    let remote = incoming.remote_address();
+    let conn = match incoming.await {
+        Ok(c) => c,
+        Err(e) => {
+            shared.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
+            warn!(%remote, error = %e, "refused connection: TLS handshake failed");
+            return;
+        }
+    };
+    let peer = match PeerIdentity::of_connection(&conn) {
+        Ok(p) => p,
+        Err(e) => {
+            shared.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
+            warn!(%remote, error = %e, "refused connection: certificate names no quire identity");
+            conn.close(quinn::VarInt::from_u32(LANE_ERROR_FRAMING), b"certificate names no quire identity");
+            return;
+        }
+    };
+    shared.stats.connections_accepted.fetch_add(1, Ordering::Relaxed);
+    debug!(%remote, %peer, "connection accepted");
+    let key = conn.stable_id();
+    shared.conns.lock().expect("conns lock").insert(key, conn.clone());
+    let inflight = Arc::new(Semaphore::new(shared.opts.max_in_flight_per_connection));
+    loop {
+        let (send, recv) = tokio::select! {
+            _ = shared.stop_accepting.cancelled() => break,
+            s = conn.accept_bi() => match s {
+                Ok(s) => s,
+                Err(e) => {
+                    debug!(%remote, %peer, reason = %e, "connection ended");
+                    break;
+                }
+            },
+        };
+        let lane = serve_lane(shared.clone(), peer.clone(), remote, inflight.clone(), send, recv);
+        shared.lanes.spawn(lane);
+    }
+    shared.conns.lock().expect("conns lock").remove(&key);
+}
+
+fn error_frame(request_id: u64, instance_id: &str, err: ServiceError) -> ResponseFrame {
+    ResponseFrame {
+        request_id,
+        code: err.code as i32,
+        message: err.message,
+        instance_id: instance_id.to_string(),
+        leader_hint: err.leader_hint.unwrap_or_default(),
+        body: None,
+    }
+}
+
+async fn serve_lane(
+    shared: Arc<Shared>,
+    peer: PeerIdentity,
+    remote: SocketAddr,
+    inflight: Arc<Semaphore>,
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+) {
+    let (tx, rx) = mpsc::channel::<ResponseFrame>(shared.opts.lane_queue);
+    let writer = tokio::spawn(write_frames(send, rx));
+    let mut reader = FrameReader::new(recv, shared.opts.max_frame_bytes);
+    let instance = shared.info.instance_id.as_str();
+    loop {
+        let next = tokio::select! {
+            _ = shared.stop_accepting.cancelled() => break,
+            n = reader.next() => n,
+        };
+        let frame = match next {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(LaneError::Frame(e)) => {
+                shared.stats.bad_frames.fetch_add(1, Ordering::Relaxed);
+                warn!(%remote, %peer, error = %e, "closing lane: broken framing");
+                let code = match e {
+                    FrameError::TooLarge { .. } => ErrorCode::FrameTooLarge,
+                    FrameError::Truncated { .. } => ErrorCode::BadRequest,
+                };
+                let _ = tx.send(error_frame(0, instance, ServiceError::new(code, e.to_string()))).await;
+                reader.stop(LANE_ERROR_FRAMING);
+                break;
+            }
+            Err(LaneError::Read(e)) => {
+                debug!(%remote, %peer, reason = %e, "lane ended");
+                break;
+            }
+        };
+        let req = match RequestFrame::decode(frame) {
+            Ok(r) => r,
+            Err(e) => {
+                shared.stats.bad_frames.fetch_add(1, Ordering::Relaxed);
+                warn!(%remote, %peer, error = %e, "undecodable request frame");
+                let err = ServiceError::bad_request(format!("undecodable request frame: {e}"));
+                if tx.send(error_frame(0, instance, err)).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+        };
+        let id = req.request_id;
+        let refuse = |err: ServiceError| error_frame(id, instance, err);
+        let Some(body) = req.body else {
+            let err = ServiceError::new(ErrorCode::UnknownMethod, "request has no body this server understands");
+            if tx.send(refuse(err)).await.is_err() {
+                break;
+            }
+            continue;
+        };
+        let method = Method::of_request(&body);
+        if let Some(err) = admit(&shared, &peer, method) {
+            if tx.send(refuse(err)).await.is_err() {
+                break;
+            }
+            continue;
+        }
+        let Ok(permit) = inflight.clone().acquire_owned().await else {
+            break;
+        };
+        shared.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let cap = shared.opts.request_timeout_max;
+        let timeout = match req.timeout_ms {
+            0 => cap,
+            ms => Duration::from_millis(ms.into()).min(cap),
+        };
+        let remote_sc = trace::parse_traceparent(&req.traceparent, &req.tracestate);
+        let span = tracing::info_span!("rpc.server", method = method.name(), %peer, request_id = id);
+        if let Some(sc) = &remote_sc {
+            let _ = span.set_parent(trace::remote_context(sc.clone()));
+        }
+        let ctx = RequestContext {
+            peer: peer.clone(),
+            remote_addr: remote,
+            request_id: id,
+            method,
+            deadline: Instant::now() + timeout,
+            trace_id: remote_sc.map(|sc| sc.trace_id().to_string()),
+        };
+        let deadline = ctx.deadline;
+        let fut = {
+            let _enter = span.enter();
+            if method.service() == ServiceKind::Control {
+                control(&shared, ctx, body)
+            } else {
+                shared.service.call(ctx, body)
+            }
+        };
+        let tx = tx.clone();
+        let shared2 = shared.clone();
+        shared.requests.spawn(
+            async move {
+                let result = tokio::time::timeout_at(deadline, fut).await;
+                let instance = shared2.info.instance_id.as_str();
+                let resp = match result {
+                    Ok(Ok(body)) => ResponseFrame {
+                        request_id: id,
+                        code: ErrorCode::Ok as i32,
+                        instance_id: instance.to_string(),
+                        body: Some(body),
+                        ..Default::default()
+                    },
+                    Ok(Err(err)) => error_frame(id, instance, err),
+                    Err(_) => error_frame(
+                        id,
+                        instance,
+                        ServiceError::new(ErrorCode::Timeout, format!("{} exceeded its deadline", method.name())),
+                    ),
+                };
+                // The lane may be gone (caller disconnected); nobody is left to answer.
+                let _ = tx.send(resp).await;
+                drop(permit);
+            }
+            .instrument(span),
+        );
+    }
+    drop(tx);
+    match writer.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => debug!(%remote, %peer, reason = %e, "lane writer stopped"),
+        Err(e) => warn!(%remote, %peer, error = %e, "lane writer panicked"),
+    }
+}
+
+/// Refuses a request the server will not run, with the reason.
+fn admit(shared: &Shared, peer: &PeerIdentity, method: Method) -> Option<ServiceError> {
+    if shared.shutting_down.load(Ordering::Relaxed) {
+        return Some(ServiceError::new(ErrorCode::ShuttingDown, "server is shutting down"));
+    }
+    if method.service() != ServiceKind::Control && !shared.service.serves(method) {
+        return Some(ServiceError::new(
+            ErrorCode::UnknownMethod,
+            format!("{} is not served by this {} server", method.name(), shared.me.role),
+        ));
+    }
+    if !allowed(peer.role, method) {
+        shared.stats.permission_denied.fetch_add(1, Ordering::Relaxed);
+        warn!(%peer, method = method.name(), "refused request: role not permitted");
+        return Some(ServiceError::new(
+            ErrorCode::PermissionDenied,
+            format!("role {} may not call {}", peer.role, method.name()),
+        ));
+    }
+    None
+}
+
+fn control(shared: &Arc<Shared>, ctx: RequestContext, body: Req) -> ServiceFuture {
+    let resp: Result<Resp, ServiceError> = match body {
+        Req::Ping(p) => Ok(v1::PingResponse {
+            payload: p.payload,
+            trace_id: ctx.trace_id.unwrap_or_default(),
+        }
+        .into()),
+        Req::ServerInfo(_) => Ok(v1::ServerInfoResponse {
+            role: shared.me.role.to_wire() as i32,
+            id: shared.me.id.clone(),
+            instance_id: shared.info.instance_id.clone(),
+            version: shared.info.version.clone(),
+            uptime_ms: shared.started.elapsed().as_millis() as u64,
+            caller_role: ctx.peer.role.to_wire() as i32,
+            caller_id: ctx.peer.id,
+        }
+        .into()),
+        other => Err(ServiceError::internal(format!(
+            "{} routed to the control service",
+            Method::of_request(&other).name()
+        ))),
+    };
+    Box::pin(std::future::ready(resp))
+}

@@ -1,0 +1,196 @@
+//! A service's TLS credentials and the QUIC crypto configs built from them.
+//!
+//! Both ends use TLS 1.3 only (QUIC requires it), the ring provider only (one
+//! provider in the binary: see ../shared/DEPENDENCIES.md's "two crypto
+//! providers" trap), ALPN `quire/1`, and the cluster CA as the only trust root.
+//! Servers require a client certificate from that CA; clients verify the
+//! server's certificate names the role they meant to reach (`<role>.quire`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use quire_proto::{Role, ALPN_V1};
+use rustls::server::WebPkiClientVerifier;
+use rustls::RootCertStore;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::identity::{IdentityError, PeerIdentity};
+use crate::transport::transport_config;
+
+/// Why credentials could not be loaded or a config built.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A PEM file could not be read or holds no usable item.
+    #[error("{path}: {detail}")]
+    Pem {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong.
+        detail: String,
+    },
+    /// The service's own certificate names no quire identity.
+    #[error("own certificate: {0}")]
+    Identity(#[from] IdentityError),
+    /// rustls refused the configuration.
+    #[error("TLS configuration: {0}")]
+    Rustls(#[from] rustls::Error),
+    /// The client verifier could not be built (e.g. no roots).
+    #[error("client verifier: {0}")]
+    Verifier(String),
+    /// quinn refused the rustls config (e.g. no TLS 1.3 initial cipher suite).
+    #[error("QUIC crypto: {0}")]
+    Quic(String),
+}
+
+/// Paths of a service's CA certificate, certificate chain and private key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The cluster CA certificate (the only trust root).
+    pub ca: PathBuf,
+    /// This service's certificate (chain), PEM.
+    pub cert: PathBuf,
+    /// This service's private key, PEM.
+    pub key: PathBuf,
+}
+
+impl TlsFiles {
+    /// The files `quire certs init` writes into `dir` for `role`/`id`.
+    pub fn in_dir(dir: &Path, role: Role, id: &str) -> TlsFiles {
+        TlsFiles {
+            ca: dir.join("ca.pem"),
+            cert: dir.join(format!("{role}-{id}.pem")),
+            key: dir.join(format!("{role}-{id}.key")),
+        }
+    }
+}
+
+/// A service's loaded credentials.
+#[derive(Clone)]
+pub struct Credentials {
+    roots: Arc<RootCertStore>,
+    chain: Vec<CertificateDer<'static>>,
+    key: Arc<PrivateKeyDer<'static>>,
+    identity: PeerIdentity,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials").field("identity", &self.identity).finish_non_exhaustive()
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn pem_err(path: &Path, detail: impl ToString) -> TlsError {
+    TlsError::Pem {
+        path: path.to_path_buf(),
+        detail: detail.to_string(),
+    }
+}
+
+fn roots_from_pem(path: &Path, pem: &[u8]) -> Result<RootCertStore, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        roots.add(cert.map_err(|e| pem_err(path, e))?).map_err(|e| pem_err(path, e))?;
+    }
+    if roots.is_empty() {
+        return Err(pem_err(path, "no CA certificate in file"));
+    }
+    Ok(roots)
+}
+
+impl Credentials {
+    /// Reads the three PEM files.
+    pub fn load(files: &TlsFiles) -> Result<Credentials, TlsError> {
+        let read = |p: &Path| std::fs::read(p).map_err(|e| pem_err(p, e));
+        Self::from_pem_named(
+            (&files.ca, &read(&files.ca)?),
+            (&files.cert, &read(&files.cert)?),
+            (&files.key, &read(&files.key)?),
+        )
+    }
+
+    /// From PEM text held in memory (tests, generated clusters).
+    pub fn from_pem(ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<Credentials, TlsError> {
+        let mem = Path::new("<memory>");
+        Self::from_pem_named(
+            (mem, ca_pem.as_bytes()),
+            (mem, cert_pem.as_bytes()),
+            (mem, key_pem.as_bytes()),
+        )
+    }
+
+    fn from_pem_named(ca: (&Path, &[u8]), cert: (&Path, &[u8]), key: (&Path, &[u8])) -> Result<Credentials, TlsError> {
+        let roots = roots_from_pem(ca.0, ca.1)?;
+        let chain = CertificateDer::pem_slice_iter(cert.1)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| pem_err(cert.0, e))?;
+        let leaf = chain.first().ok_or_else(|| pem_err(cert.0, "no certificate in file"))?;
+        let identity = PeerIdentity::from_cert(leaf)?;
+        let key = PrivateKeyDer::from_pem_slice(key.1).map_err(|e| pem_err(key.0, e))?;
+        Ok(Credentials {
+            roots: Arc::new(roots),
+            chain,
+            key: Arc::new(key),
+            identity,
+        })
+    }
+
+    /// The identity this service's own certificate names.
+    pub fn identity(&self) -> &PeerIdentity {
+        &self.identity
+    }
+
+    /// The QUIC server config: client certificates from the cluster CA required.
+    pub fn server_config(&self, idle_timeout: Duration) -> Result<quinn::ServerConfig, TlsError> {
+        let p = provider();
+        let verifier = WebPkiClientVerifier::builder_with_provider(self.roots.clone(), p.clone())
+            .build()
+            .map_err(|e| TlsError::Verifier(e.to_string()))?;
+        let mut cfg = rustls::ServerConfig::builder_with_provider(p)
+            .with_protocol_versions(&[&rustls::version::TLS13])?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(self.chain.clone(), self.key.clone_key())?;
+        cfg.alpn_protocols = vec![ALPN_V1.to_vec()];
+        let quic = quinn::crypto::rustls::QuicServerConfig::try_from(cfg).map_err(|e| TlsError::Quic(e.to_string()))?;
+        let mut sc = quinn::ServerConfig::with_crypto(Arc::new(quic));
+        sc.transport_config(transport_config(idle_timeout, idle_timeout / 3));
+        Ok(sc)
+    }
+
+    /// The QUIC client config presenting this service's certificate.
+    pub fn client_config(&self, idle_timeout: Duration) -> Result<quinn::ClientConfig, TlsError> {
+        client_config(&self.roots, Some((self.chain.clone(), self.key.clone_key())), idle_timeout)
+    }
+}
+
+/// A client config that verifies servers against `ca_pem` but presents no
+/// certificate of its own. quire servers refuse such clients; this exists to
+/// probe a server's certificate and to test that refusal.
+pub fn anonymous_client_config(ca_pem: &str, idle_timeout: Duration) -> Result<quinn::ClientConfig, TlsError> {
+    let roots = roots_from_pem(Path::new("<memory>"), ca_pem.as_bytes())?;
+    client_config(&roots, None, idle_timeout)
+}
+
+fn client_config(
+    roots: &RootCertStore,
+    auth: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+    idle_timeout: Duration,
+) -> Result<quinn::ClientConfig, TlsError> {
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_root_certificates(roots.clone());
+    let mut cfg = match auth {
+        Some((chain, key)) => builder.with_client_auth_cert(chain, key)?,
+        None => builder.with_no_client_auth(),
+    };
+    cfg.alpn_protocols = vec![ALPN_V1.to_vec()];
+    let quic = quinn::crypto::rustls::QuicClientConfig::try_from(cfg).map_err(|e| TlsError::Quic(e.to_string()))?;
+    let mut cc = quinn::ClientConfig::new(Arc::new(quic));
+    cc.transport_config(transport_config(idle_timeout, idle_timeout / 3));
+    Ok(cc)
+}

@@ -1,0 +1,157 @@
+//! Options every service takes, and the start and stop of its QUIC server.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use quire_proto::Role;
+use quire_rpc::server::ServerOptions;
+use quire_rpc::{Credentials, Server, ServerHandle, ServerIdentity, Service, TlsFiles};
+use tracing::info;
+
+use crate::logging::LogFormat;
+
+/// Options shared by every service.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CommonArgs {
+    /// TOML file supplying defaults for any option (keys are option names, e.g. `listen = "0.0.0.0:3181"`).
+    #[arg(long, env = "QUIRE_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// Directory written by `quire certs init`: ca.pem and <role>-<id>.pem/.key.
+    #[arg(long, env = "QUIRE_CERTS_DIR")]
+    pub certs_dir: Option<PathBuf>,
+
+    /// This instance's id; with --certs-dir it picks the certificate <role>-<id>.pem.
+    #[arg(long, env = "QUIRE_ID", default_value = "1")]
+    pub id: String,
+
+    /// The cluster CA certificate (overrides --certs-dir).
+    #[arg(long, env = "QUIRE_CA")]
+    pub ca: Option<PathBuf>,
+
+    /// This service's certificate (overrides --certs-dir).
+    #[arg(long, env = "QUIRE_CERT")]
+    pub cert: Option<PathBuf>,
+
+    /// This service's private key (overrides --certs-dir).
+    #[arg(long, env = "QUIRE_KEY")]
+    pub key: Option<PathBuf>,
+
+    /// Log filter in RUST_LOG syntax, e.g. `info,quire_rpc=debug`.
+    #[arg(long, env = "QUIRE_LOG", default_value = "info")]
+    pub log: String,
+
+    /// Log line format.
+    #[arg(long, env = "QUIRE_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+
+    /// Once serving, write the bound address to this file (for supervisors and tests).
+    #[arg(long, env = "QUIRE_READY_FILE")]
+    pub ready_file: Option<PathBuf>,
+
+    /// How long a graceful shutdown waits for requests in flight, in milliseconds.
+    #[arg(long, env = "QUIRE_SHUTDOWN_GRACE_MS", default_value_t = 5000)]
+    pub shutdown_grace_ms: u64,
+}
+
+impl CommonArgs {
+    /// The TLS files for `role`, from explicit paths or the certificate directory.
+    pub fn tls_files(&self, role: Role) -> anyhow::Result<TlsFiles> {
+        let from_dir = self.certs_dir.as_ref().map(|d| TlsFiles::in_dir(d, role, &self.id));
+        let pick = |explicit: &Option<PathBuf>, dir: Option<PathBuf>, what: &str| -> anyhow::Result<PathBuf> {
+            match (explicit, dir) {
+                (Some(p), _) => Ok(p.clone()),
+                (None, Some(p)) => Ok(p),
+                (None, None) => bail!("no {what}: give --certs-dir or --{what}"),
+            }
+        };
+        Ok(TlsFiles {
+            ca: pick(&self.ca, from_dir.as_ref().map(|f| f.ca.clone()), "ca")?,
+            cert: pick(&self.cert, from_dir.as_ref().map(|f| f.cert.clone()), "cert")?,
+            key: pick(&self.key, from_dir.as_ref().map(|f| f.key.clone()), "key")?,
+        })
+    }
+
+    /// Loads the credentials and checks the certificate is for `role`.
+    pub fn credentials(&self, role: Role) -> anyhow::Result<Credentials> {
+        let files = self.tls_files(role)?;
+        let creds = Credentials::load(&files).context("load TLS credentials")?;
+        if creds.identity().role != role {
+            bail!(
+                "certificate {} names {}, but this is a {role} service",
+                files.cert.display(),
+                creds.identity()
+            );
+        }
+        Ok(creds)
+    }
+}
+
+/// A random 128-bit id, hex. Instance ids need uniqueness, not secrecy.
+pub fn new_instance_id() -> String {
+    let a = RandomState::new().build_hasher().finish();
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(a);
+    format!("{a:016x}{:016x}", h.finish())
+}
+
+/// A service's running QUIC server.
+pub struct RunningService {
+    /// The server.
+    pub server: ServerHandle,
+    grace: Duration,
+}
+
+impl RunningService {
+    /// Loads credentials for `role`, binds `listen`, serves `service` and
+    /// writes the ready file.
+    pub fn start(
+        role: Role,
+        common: &CommonArgs,
+        listen: SocketAddr,
+        instance_id: String,
+        service: Arc<dyn Service>,
+        opts: ServerOptions,
+    ) -> anyhow::Result<RunningService> {
+        let creds = common.credentials(role)?;
+        let info = ServerIdentity {
+            instance_id,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        };
+        let server = Server::bind(listen, &creds, info, service, opts).context("start QUIC server")?;
+        if let Some(path) = &common.ready_file {
+            // Written whole, then renamed: a reader never sees a partial address.
+            let tmp = path.with_extension("tmp");
+            std::fs::write(&tmp, server.local_addr().to_string()).with_context(|| format!("write {}", tmp.display()))?;
+            std::fs::rename(&tmp, path).with_context(|| format!("write {}", path.display()))?;
+        }
+        Ok(RunningService {
+            server,
+            grace: Duration::from_millis(common.shutdown_grace_ms),
+        })
+    }
+
+    /// Waits for SIGTERM or SIGINT, then shuts the server down gracefully.
+    pub async fn run_until_signal(self) -> anyhow::Result<()> {
+        let sig = wait_for_shutdown_signal().await?;
+        info!(signal = sig, "shutting down");
+        self.server.shutdown(self.grace).await;
+        Ok(())
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT with the signal's name.
+pub async fn wait_for_shutdown_signal() -> anyhow::Result<&'static str> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
+    Ok(tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    })
+}

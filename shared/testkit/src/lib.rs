@@ -1,0 +1,109 @@
+//! Test support shared by the workspace's integration tests.
+//!
+//! - [`bin_path`]: the path of a workspace binary built beside the test.
+//! - [`Process`]: a child process that is killed (SIGKILL) when dropped, so a
+//!   failing test never leaves services running.
+//! - [`wait_until`]: poll a condition until a deadline; the way tests wait for
+//!   another process, never a bare sleep.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+/// The path of workspace binary `name` in the same target profile directory as
+/// the running test executable (`target/<profile>/deps/<test>` -> `target/<profile>/<name>`).
+pub fn bin_path(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut dir = exe.parent().expect("test binary has a directory").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let p = dir.join(name);
+    assert!(
+        p.exists(),
+        "{} not built; run `cargo build --release --workspace --bins` (make test does)",
+        p.display()
+    );
+    p
+}
+
+/// Polls `cond` every few milliseconds until it returns `Some` or `timeout` passes.
+pub fn wait_until<T>(timeout: Duration, what: &str, mut cond: impl FnMut() -> Option<T>) -> anyhow::Result<T> {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(2);
+    loop {
+        if let Some(v) = cond() {
+            return Ok(v);
+        }
+        if Instant::now() >= deadline {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::park_timeout(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+/// A child process killed on drop.
+pub struct Process {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Process {
+    /// Starts `bin` with `args`; stdout and stderr go to `<log_dir>/<name>.log`.
+    pub fn spawn(name: &str, bin: &Path, args: &[&str], log_dir: &Path) -> anyhow::Result<Process> {
+        let log = log_dir.join(format!("{name}.log"));
+        let out = std::fs::File::create(&log).with_context(|| format!("create {}", log.display()))?;
+        let err = out.try_clone()?;
+        let child = Command::new(bin)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .with_context(|| format!("spawn {}", bin.display()))?;
+        Ok(Process {
+            name: name.to_string(),
+            child,
+            log,
+        })
+    }
+
+    /// Waits for the process to write its bound address to `ready_file`.
+    pub fn wait_ready(&mut self, ready_file: &Path, timeout: Duration) -> anyhow::Result<String> {
+        let name = self.name.clone();
+        let log = self.log.clone();
+        wait_until(timeout, &format!("{name} to become ready"), || {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(Err(anyhow::anyhow!(
+                    "{name} exited with {status} before becoming ready; log:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                )));
+            }
+            std::fs::read_to_string(ready_file).ok().filter(|s| !s.is_empty()).map(Ok)
+        })?
+    }
+
+    /// The process's output so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits for the exit status, at most `timeout`.
+    pub fn terminate(&mut self, timeout: Duration) -> anyhow::Result<std::process::ExitStatus> {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().context("run kill")?;
+        let name = self.name.clone();
+        wait_until(timeout, &format!("{name} to exit"), || self.child.try_wait().ok().flatten())
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
