@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use prost::Message;
@@ -223,6 +223,10 @@ impl Backoff {
 
 struct Conn {
     connection: quinn::Connection,
+    /// The first reason any lane saw the connection fail. Lanes close the
+    /// connection locally after a failure, so later lanes would otherwise only
+    /// see "closed" and hide the cause (a TLS alert, say).
+    failure: Arc<OnceLock<String>>,
     lanes: Vec<Lane>,
     next_lane: AtomicUsize,
     next_id: AtomicU64,
@@ -291,13 +295,13 @@ impl PeerClient {
         // Either the reader's drain saw our waiter, or we see `dead` here.
         if lane.state.dead.load(Ordering::SeqCst) {
             lane.state.pending.lock().expect("pending lock").remove(&id);
-            return Err(lost(&close_reason(&conn.connection)));
+            return Err(lost(&conn.failure_reason()));
         }
         match tokio::time::timeout_at(deadline, lane.tx.send(frame)).await {
             Ok(Ok(())) => {}
             Ok(Err(_)) => {
                 lane.state.pending.lock().expect("pending lock").remove(&id);
-                return Err(lost(&close_reason(&conn.connection)));
+                return Err(lost(&conn.failure_reason()));
             }
             Err(_) => {
                 lane.state.pending.lock().expect("pending lock").remove(&id);
@@ -313,6 +317,10 @@ impl PeerClient {
             }
         };
         let code = ErrorCode::try_from(resp.code).unwrap_or(ErrorCode::Internal);
+        if code == ErrorCode::Timeout {
+            // The server's copy of our deadline fired first: the same outcome.
+            return Err(timed_out());
+        }
         if code != ErrorCode::Ok {
             return Err(RpcError::Remote {
                 peer: self.inner.addr.clone(),
@@ -440,12 +448,19 @@ impl PeerInner {
                 actual: peer.to_string(),
             });
         }
-        let mut lanes = Vec::with_capacity(self.opts.lanes.max(1));
+        // Open every lane before any reader runs: a reader that sees the
+        // connection fail closes it, which would mask the cause here.
+        let mut streams = Vec::with_capacity(self.opts.lanes.max(1));
         for _ in 0..self.opts.lanes.max(1) {
-            let (send, recv) = connection
+            let s = connection
                 .open_bi()
                 .await
                 .map_err(|e| unavailable(format!("open lane: {}", describe(&e))))?;
+            streams.push(s);
+        }
+        let failure = Arc::new(OnceLock::new());
+        let mut lanes = Vec::with_capacity(streams.len());
+        for (send, recv) in streams {
             let (tx, rx) = mpsc::channel(self.opts.lane_queue);
             let state = Arc::new(LaneState {
                 pending: Mutex::new(HashMap::new()),
@@ -457,12 +472,14 @@ impl PeerInner {
                 FrameReader::new(recv, self.opts.max_frame_bytes),
                 state.clone(),
                 connection.clone(),
+                failure.clone(),
             ));
             lanes.push(Lane { tx, state });
         }
         debug!(peer = %self.addr, identity = %peer, "connected");
         Ok(Arc::new(Conn {
             connection,
+            failure,
             lanes,
             next_lane: AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
@@ -471,7 +488,13 @@ impl PeerInner {
     }
 }
 
-async fn read_lane(peer: String, mut reader: FrameReader, state: Arc<LaneState>, connection: quinn::Connection) {
+async fn read_lane(
+    peer: String,
+    mut reader: FrameReader,
+    state: Arc<LaneState>,
+    connection: quinn::Connection,
+    failure: Arc<OnceLock<String>>,
+) {
     let reason = loop {
         match reader.next().await {
             Ok(Some(frame)) => match ResponseFrame::decode(frame) {
@@ -496,10 +519,12 @@ async fn read_lane(peer: String, mut reader: FrameReader, state: Arc<LaneState>,
         }
     };
     state.dead.store(true, Ordering::SeqCst);
-    let reason = match connection.close_reason() {
-        Some(r) => describe(&r),
-        None => reason,
-    };
+    let reason = failure
+        .get_or_init(|| match connection.close_reason() {
+            Some(r) if !matches!(r, quinn::ConnectionError::LocallyClosed) => describe(&r),
+            _ => reason,
+        })
+        .clone();
     let waiters: Vec<Waiter> = state.pending.lock().expect("pending lock").drain().map(|(_, w)| w).collect();
     if !waiters.is_empty() || !is_local_close(&connection) {
         warn!(%peer, %reason, in_flight = waiters.len(), "connection lost");
@@ -518,8 +543,17 @@ fn is_local_close(c: &quinn::Connection) -> bool {
     matches!(c.close_reason(), Some(quinn::ConnectionError::LocallyClosed))
 }
 
-fn close_reason(c: &quinn::Connection) -> String {
-    c.close_reason().map(|r| describe(&r)).unwrap_or_else(|| "lane closed".into())
+impl Conn {
+    fn failure_reason(&self) -> String {
+        match self.failure.get() {
+            Some(r) => r.clone(),
+            None => self
+                .connection
+                .close_reason()
+                .map(|r| describe(&r))
+                .unwrap_or_else(|| "lane closed".into()),
+        }
+    }
 }
 
 /// A connection error in words, naming the TLS alert when the handshake failed
@@ -541,6 +575,7 @@ pub fn describe(e: &quinn::ConnectionError) -> String {
                 45 => "certificate_expired",
                 46 => "certificate_unknown",
                 48 => "unknown_ca (certificate from another CA)",
+                51 => "decrypt_error (signature does not verify: another CA of the same name?)",
                 49 => "access_denied",
                 116 => "certificate_required (no client certificate presented)",
                 120 => "no_application_protocol (ALPN mismatch)",

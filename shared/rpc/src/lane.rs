@@ -79,6 +79,10 @@ pub async fn write_frames<M: Message>(mut send: quinn::SendStream, mut rx: mpsc:
         send.write_all(&buf).await?;
     }
     // The stream may already be reset by the peer; then there is nothing to finish.
-    let _ = send.finish();
+    if send.finish().is_ok() {
+        // Written is not delivered: wait until the peer has read to the end (or the
+        // connection is gone), so that closing the connection next loses nothing.
+        let _ = send.stopped().await;
+    }
     Ok(())
 }

@@ -1,0 +1,319 @@
+//! The RPC layer's promises: pipelining on one connection, per-key order,
+//! deadlines, bounded in-flight requests, bad frames answered without harm,
+//! reconnects, and graceful shutdown.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use common::*;
+use futures_util::future::join_all;
+use prost::Message;
+use quire_proto::codec::{encode_frame, FrameDecoder};
+use quire_proto::v1::{self, ErrorCode, PingRequest, ReadLacRequest, RequestFrame, ResponseFrame, WaitLacRequest};
+use quire_proto::Role;
+use quire_rpc::server::ControlOnly;
+use quire_rpc::{CallOptions, ClientOptions, RpcError};
+use quire_testkit::wait_until;
+
+/// Runs futures concurrently, polling them in index order. A call is ordered by
+/// when it is first polled (that is when it joins its lane's queue); `join_all`
+/// over many futures makes no promise about that order.
+async fn poll_in_order<F: std::future::Future<Output = ()>>(futs: Vec<F>) {
+    let mut futs: Vec<_> = futs.into_iter().map(|f| Some(Box::pin(f))).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for slot in futs.iter_mut() {
+            if let Some(f) = slot {
+                if f.as_mut().poll(cx).is_ready() {
+                    *slot = None;
+                } else {
+                    pending = true;
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await
+}
+
+fn add(ledger: u64, entry: u64, delay_ms: u8) -> v1::AddEntryRequest {
+    v1::AddEntryRequest {
+        entry: Some(v1::Entry::sealed(ledger, entry, -1, Bytes::from(vec![delay_ms; 16]))),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_requests_pipeline_on_one_connection() {
+    let pki = Pki::new();
+    let server = serve(&pki.creds(Role::Bookie, "1"), Arc::new(ControlOnly));
+    let addr = server.local_addr().to_string();
+    let c = client(&pki.creds(Role::Client, "1"));
+    let peer = c.peer(&addr, Role::Bookie, None);
+    let calls = (0..2000u32).map(|i| {
+        let peer = peer.clone();
+        async move {
+            let payload = Bytes::from(i.to_be_bytes().to_vec());
+            let r = peer.call(PingRequest { payload: payload.clone() }).await.unwrap();
+            assert_eq!(r.payload, payload, "response matched to the wrong request");
+        }
+    });
+    join_all(calls).await;
+    assert_eq!(server.stats().connections_accepted.load(Ordering::Relaxed), 1);
+    assert_eq!(server.stats().requests.load(Ordering::Relaxed), 2000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_with_one_order_key_arrive_in_order_and_complete_out_of_order() {
+    let pki = Pki::new();
+    let bookie = FakeBookie::new();
+    let server = serve(&pki.creds(Role::Bookie, "1"), bookie.clone());
+    let addr = server.local_addr().to_string();
+    let c = client(&pki.creds(Role::Gateway, "1"));
+    let peer = c.peer(&addr, Role::Bookie, None);
+    // Warm the connection so every call below is issued on it in creation order.
+    peer.call(PingRequest::default()).await.unwrap();
+    // Later entries are faster: responses come back reversed.
+    let calls = (0..300u64).map(|e| {
+        let peer = peer.clone();
+        async move {
+            let r = peer
+                .call_full(add(7, e, (30 - e / 10) as u8), CallOptions::ordered(7))
+                .await
+                .unwrap();
+            assert_eq!(r.body.entry_id, e);
+            assert_eq!(r.instance_id, "instance-a");
+        }
+    });
+    poll_in_order(calls.collect()).await;
+    let arrivals = bookie.arrivals.lock().unwrap().clone();
+    assert_eq!(arrivals, (0..300).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_its_deadline_times_out_and_the_connection_lives_on() {
+    let pki = Pki::new();
+    let server = serve(&pki.creds(Role::Bookie, "1"), FakeBookie::new());
+    let addr = server.local_addr().to_string();
+    let c = client(&pki.creds(Role::Gateway, "1"));
+    let peer = c.peer(&addr, Role::Bookie, None);
+    let t = std::time::Instant::now();
+    let err = peer
+        .call_full(
+            WaitLacRequest {
+                ledger_id: 1,
+                after: 5,
+                timeout_ms: 0,
+            },
+            CallOptions::timeout(Duration::from_millis(200)),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RpcError::Timeout { .. }), "{err:?}");
+    assert!(t.elapsed() < Duration::from_secs(3), "deadline not enforced: {:?}", t.elapsed());
+    peer.call(PingRequest::default()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_flight_requests_are_bounded() {
+    let pki = Pki::new();
+    let bookie = FakeBookie::new();
+    let server = serve(&pki.creds(Role::Bookie, "1"), bookie.clone());
+    let addr = server.local_addr().to_string();
+    let opts = ClientOptions {
+        max_in_flight: 4,
+        ..quick_options()
+    };
+    let c = client_with(&pki.creds(Role::Gateway, "1"), opts);
+    let peer = c.peer(&addr, Role::Bookie, None);
+    let held: Vec<_> = (0..4)
+        .map(|_| {
+            let peer = peer.clone();
+            tokio::spawn(async move { peer.call(ReadLacRequest { ledger_id: 1 }).await })
+        })
+        .collect();
+    wait_until(Duration::from_secs(5), "4 requests in flight at the server", || {
+        (server.stats().requests.load(Ordering::Relaxed) == 4).then_some(())
+    })
+    .unwrap();
+    // A fifth call waits for a slot and times out without reaching the server.
+    let err = peer
+        .call_full(PingRequest::default(), CallOptions::timeout(Duration::from_millis(150)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RpcError::Timeout { .. }), "{err:?}");
+    assert_eq!(server.stats().requests.load(Ordering::Relaxed), 4);
+    bookie.gate.add_permits(4);
+    for h in held {
+        assert_eq!(h.await.unwrap().unwrap().last_add_confirmed, 41);
+    }
+    peer.call(PingRequest::default()).await.unwrap();
+}
+
+/// Opens a raw lane with valid credentials and sends hand-made bytes.
+async fn raw_lane(pki: &Pki, addr: std::net::SocketAddr) -> (quinn::Endpoint, quinn::Connection, quinn::SendStream, quinn::RecvStream) {
+    let creds = pki.creds(Role::Client, "raw");
+    let cfg = creds.client_config(Duration::from_secs(5)).unwrap();
+    let ep = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    let conn = ep.connect_with(cfg, addr, "bookie.quire").unwrap().await.unwrap();
+    let (send, recv) = conn.open_bi().await.unwrap();
+    (ep, conn, send, recv)
+}
+
+async fn read_response(recv: &mut quinn::RecvStream, dec: &mut FrameDecoder) -> Option<ResponseFrame> {
+    loop {
+        if let Some(f) = dec.next_frame().unwrap() {
+            return Some(ResponseFrame::decode(f).unwrap());
+        }
+        match recv.read_chunk(65536, true).await {
+            Ok(Some(c)) => dec.push(&c.bytes),
+            _ => return None,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_and_oversized_frames_get_errors_not_crashes() {
+    let pki = Pki::new();
+    let server = serve(&pki.creds(Role::Bookie, "1"), FakeBookie::new());
+    let (_ep, conn, mut send, mut recv) = raw_lane(&pki, server.local_addr()).await;
+    let mut dec = FrameDecoder::new(1 << 20);
+
+    // Well framed, not protobuf: answered BAD_REQUEST, the lane stays open.
+    send.write_all(&[0, 0, 0, 3, 0xff, 0xff, 0xff]).await.unwrap();
+    let r = read_response(&mut recv, &mut dec).await.unwrap();
+    assert_eq!((r.request_id, r.code), (0, ErrorCode::BadRequest as i32), "{r:?}");
+
+    // A frame with no body (or a method from the future): UNKNOWN_METHOD, same id.
+    let mut buf = BytesMut::new();
+    encode_frame(
+        &RequestFrame {
+            request_id: 9,
+            ..Default::default()
+        },
+        &mut buf,
+    );
+    send.write_all(&buf).await.unwrap();
+    let r = read_response(&mut recv, &mut dec).await.unwrap();
+    assert_eq!((r.request_id, r.code), (9, ErrorCode::UnknownMethod as i32), "{r:?}");
+
+    // An add whose entry is absent is still routed: the lane keeps working.
+    let mut buf = BytesMut::new();
+    let ping = RequestFrame {
+        request_id: 10,
+        body: Some(v1::request_frame::Body::Ping(PingRequest {
+            payload: Bytes::from_static(b"ok"),
+        })),
+        ..Default::default()
+    };
+    encode_frame(&ping, &mut buf);
+    send.write_all(&buf).await.unwrap();
+    let r = read_response(&mut recv, &mut dec).await.unwrap();
+    assert_eq!((r.request_id, r.code), (10, 0), "{r:?}");
+
+    // A length prefix of 4 GiB: FRAME_TOO_LARGE, then the lane is closed.
+    send.write_all(&[0xff, 0xff, 0xff, 0xff, 1, 2, 3]).await.unwrap();
+    let r = read_response(&mut recv, &mut dec).await.unwrap();
+    assert_eq!((r.request_id, r.code), (0, ErrorCode::FrameTooLarge as i32), "{r:?}");
+    assert!(read_response(&mut recv, &mut dec).await.is_none(), "lane must end after broken framing");
+    assert_eq!(server.stats().bad_frames.load(Ordering::Relaxed), 2);
+
+    // The connection and the server live on: a new lane is served.
+    let (mut send2, mut recv2) = conn.open_bi().await.unwrap();
+    let mut buf = BytesMut::new();
+    encode_frame(&ping, &mut buf);
+    send2.write_all(&buf).await.unwrap();
+    let mut dec2 = FrameDecoder::new(1 << 20);
+    let r = read_response(&mut recv2, &mut dec2).await.unwrap();
+    assert_eq!((r.request_id, r.code), (10, 0), "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_server_is_reconnected_and_shows_a_new_instance_id() {
+    let pki = Pki::new();
+    let creds = pki.creds(Role::Bookie, "1");
+    let first = serve_at("127.0.0.1:0".parse().unwrap(), &creds, Arc::new(ControlOnly), "instance-a");
+    let addr = first.local_addr();
+    let c = client(&pki.creds(Role::Gateway, "1"));
+    let peer = c.peer(&addr.to_string(), Role::Bookie, Some("1"));
+    let r = peer.call_full(PingRequest::default(), CallOptions::default()).await.unwrap();
+    assert_eq!(r.instance_id, "instance-a");
+
+    first.shutdown(Duration::from_secs(1)).await;
+    let err = peer
+        .call_full(PingRequest::default(), CallOptions::timeout(Duration::from_millis(500)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RpcError::ConnectionLost { .. } | RpcError::Unavailable { .. } | RpcError::Timeout { .. }
+        ),
+        "{err:?}"
+    );
+
+    // A fresh process at the same address: the client reconnects (after its
+    // backoff) and can tell it is not the server it talked to before.
+    let second = serve_at(addr, &creds, Arc::new(ControlOnly), "instance-b");
+    let mut seen = None;
+    for _ in 0..100 {
+        match peer.call_full(PingRequest::default(), CallOptions::timeout(Duration::from_millis(500))).await {
+            Ok(r) => {
+                seen = Some(r.instance_id);
+                break;
+            }
+            Err(RpcError::Unavailable { .. } | RpcError::ConnectionLost { .. } | RpcError::Timeout { .. }) => {
+                tokio::task::yield_now().await
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert_eq!(seen.as_deref(), Some("instance-b"));
+    second.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_requests_in_flight_finish() {
+    let pki = Pki::new();
+    let bookie = FakeBookie::new();
+    let server = serve(&pki.creds(Role::Bookie, "1"), bookie.clone());
+    let addr = server.local_addr().to_string();
+    let c = client(&pki.creds(Role::Gateway, "1"));
+    let peer = c.peer(&addr, Role::Bookie, None);
+    let inflight = {
+        let peer = peer.clone();
+        tokio::spawn(async move { peer.call(ReadLacRequest { ledger_id: 3 }).await })
+    };
+    wait_until(Duration::from_secs(5), "the request to reach the server", || {
+        (server.stats().requests.load(Ordering::Relaxed) == 1).then_some(())
+    })
+    .unwrap();
+    let stopping = tokio::spawn(server.shutdown(Duration::from_secs(5)));
+    // Let the held request finish while the server is draining.
+    bookie.gate.add_permits(1);
+    assert_eq!(inflight.await.unwrap().unwrap().last_add_confirmed, 41);
+    stopping.await.unwrap();
+    let err = peer
+        .call_full(PingRequest::default(), CallOptions::timeout(Duration::from_millis(300)))
+        .await
+        .unwrap_err();
+    assert!(!matches!(err, RpcError::Remote { .. }), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_method_the_server_does_not_host_is_unknown() {
+    let pki = Pki::new();
+    let server = serve(&pki.creds(Role::Bookie, "1"), Arc::new(ControlOnly));
+    let addr = server.local_addr().to_string();
+    let c = client(&pki.creds(Role::Gateway, "1"));
+    let err = c.peer(&addr, Role::Bookie, None).call(add(1, 0, 0)).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::UnknownMethod), "{err}");
+}
