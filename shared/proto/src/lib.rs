@@ -11,6 +11,8 @@
 
 pub mod codec;
 pub mod digest;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod method;
 pub mod role;
 

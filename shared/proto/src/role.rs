@@ -155,14 +155,23 @@ mod tests {
         assert!(allowed(Role::ReplicationWorker, Method::AddEntry));
     }
 
-    /// ARCHITECTURE.md carries this table; regenerate it from here when it changes.
+    /// ARCHITECTURE.md carries this table; on a mismatch the test prints the
+    /// table to paste there.
     #[test]
     fn architecture_md_role_table_matches() {
         let doc = include_str!("../../../ARCHITECTURE.md");
-        for m in Method::ALL {
-            let roles: Vec<&str> = Role::ALL.iter().filter(|r| allowed(**r, *m)).map(|r| r.as_str()).collect();
-            let line = format!("| `{}` | {} |", m.name(), roles.join(", "));
-            assert!(doc.contains(&line), "ARCHITECTURE.md lacks the role table row:\n{line}");
-        }
+        let rows: Vec<String> = Method::ALL
+            .iter()
+            .map(|m| {
+                let roles: Vec<&str> = Role::ALL.iter().filter(|r| allowed(**r, *m)).map(|r| r.as_str()).collect();
+                format!("| `{}` | {} |", m.name(), roles.join(", "))
+            })
+            .collect();
+        let missing: Vec<&String> = rows.iter().filter(|r| !doc.contains(r.as_str())).collect();
+        assert!(
+            missing.is_empty(),
+            "ARCHITECTURE.md's role table is stale; it should read:\n| method | roles allowed |\n|---|---|\n{}",
+            rows.join("\n")
+        );
     }
 }
