@@ -31,10 +31,7 @@ pub struct SanArgs {
 
 impl SanArgs {
     fn options(&self) -> IssueOptions {
-        let mut o = IssueOptions {
-            validity: Validity::days(self.days),
-            ..IssueOptions::default()
-        };
+        let mut o = IssueOptions { validity: Validity::days(self.days), ..IssueOptions::default() };
         o.dns_names.extend(self.dns.iter().cloned());
         o.ips.extend(self.ip.iter().copied());
         o
@@ -77,10 +74,7 @@ pub struct IssueArgs {
 pub fn run(cmd: CertsCmd) -> anyhow::Result<()> {
     match cmd {
         CertsCmd::Init(a) => {
-            let layout = LocalCluster {
-                metadata: a.metadata,
-                bookies: a.bookies,
-            };
+            let layout = LocalCluster { metadata: a.metadata, bookies: a.bookies };
             init_dir(&a.dir, &a.cluster, &layout, &a.san.options())
                 .with_context(|| format!("initialise certificates in {}", a.dir.display()))?;
             println!("created CA and {} certificates in {}", layout.members().len(), a.dir.display());

@@ -77,9 +77,7 @@ pub fn ping(a: PingArgs) -> anyhow::Result<()> {
         for _ in 0..a.count.max(1) {
             let t = Instant::now();
             let r = peer
-                .call(PingRequest {
-                    payload: payload.clone(),
-                })
+                .call(PingRequest { payload: payload.clone(), echo: true })
                 .await
                 .with_context(|| format!("ping {}", a.target.addr))?;
             anyhow::ensure!(r.payload == payload, "server echoed a different payload");
@@ -102,10 +100,7 @@ pub fn info(a: InfoArgs) -> anyhow::Result<()> {
         // quinn binds its socket on the runtime, so the client is made inside it.
         let rpc = client(&a.target)?;
         let peer = rpc.peer(&a.target.addr, a.target.role, None);
-        let r = peer
-            .call(ServerInfoRequest {})
-            .await
-            .with_context(|| format!("server-info {}", a.target.addr))?;
+        let r = peer.call(ServerInfoRequest {}).await.with_context(|| format!("server-info {}", a.target.addr))?;
         rpc.close(Duration::from_millis(200)).await;
         let role = quire_proto::v1::Role::try_from(r.role)
             .ok()

@@ -42,12 +42,24 @@ fn requests_cross_real_processes_over_mtls() {
     let out = ok(quire(&["certs", "init", "--dir", certs_s]));
     assert!(out.contains("bookie-3.pem"), "{out}");
 
-    let (mut bookie, bookie_addr) = start("quire-bookie", "bookie-1", tmp.path(), &["--certs-dir", certs_s, "--id", "1"]);
+    let (mut bookie, bookie_addr) =
+        start("quire-bookie", "bookie-1", tmp.path(), &["--certs-dir", certs_s, "--id", "1"]);
     let (_meta, meta_addr) = start("quire-metadata", "metadata-2", tmp.path(), &["--certs-dir", certs_s, "--id", "2"]);
 
     // The CLI (role admin) pings the bookie: three round trips across processes.
     let out = ok(quire(&[
-        "ping", "--addr", &bookie_addr, "--role", "bookie", "--certs-dir", certs_s, "--count", "3", "--size", "1024", "--json",
+        "ping",
+        "--addr",
+        &bookie_addr,
+        "--role",
+        "bookie",
+        "--certs-dir",
+        certs_s,
+        "--count",
+        "3",
+        "--size",
+        "1024",
+        "--json",
     ]));
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["rtt_us"].as_array().unwrap().len(), 3, "{out}");
@@ -115,7 +127,11 @@ fn issued_certificates_and_toml_configuration_work_end_to_end() {
 
     // Options from a TOML file; the flag given on the command line still wins.
     let cfg = tmp.path().join("auditor.toml");
-    std::fs::write(&cfg, format!("certs_dir = \"{certs_s}\"\nid = \"a7\"\nlisten = \"127.0.0.1:1\"\nlog = \"debug\"\n")).unwrap();
+    std::fs::write(
+        &cfg,
+        format!("certs_dir = \"{certs_s}\"\nid = \"a7\"\nlisten = \"127.0.0.1:1\"\nlog = \"debug\"\n"),
+    )
+    .unwrap();
     let (_auditor, addr) = start("quire-auditor", "auditor", tmp.path(), &["--config", cfg.to_str().unwrap()]);
     let out = ok(quire(&["server-info", "--addr", &addr, "--role", "auditor", "--certs-dir", certs_s, "--json"]));
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();

@@ -59,19 +59,13 @@ impl Validity {
     /// From an hour ago (clock skew between hosts) for `days` days.
     pub fn days(days: i64) -> Self {
         let now = OffsetDateTime::now_utc();
-        Validity {
-            not_before: now - Duration::hours(1),
-            not_after: now + Duration::days(days),
-        }
+        Validity { not_before: now - Duration::hours(1), not_after: now + Duration::days(days) }
     }
 
     /// A window that ended yesterday: for testing that expired certificates are refused.
     pub fn expired() -> Self {
         let now = OffsetDateTime::now_utc();
-        Validity {
-            not_before: now - Duration::days(30),
-            not_after: now - Duration::days(1),
-        }
+        Validity { not_before: now - Duration::days(30), not_after: now - Duration::days(1) }
     }
 }
 
@@ -146,31 +140,20 @@ impl CertAuthority {
         dn.push(DnType::OrganizationName, "quire");
         params.distinguished_name = dn;
         params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
+        params.key_usages =
+            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
         params.not_before = validity.not_before;
         params.not_after = validity.not_after;
         let cert = params.self_signed(&key)?;
         let key_pem = key.serialize_pem();
-        Ok(CertAuthority {
-            cert_pem: cert.pem(),
-            key_pem,
-            issuer: Issuer::new(params, key),
-        })
+        Ok(CertAuthority { cert_pem: cert.pem(), key_pem, issuer: Issuer::new(params, key) })
     }
 
     /// A CA from its PEM certificate and key.
     pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Self, PkiError> {
         let key = KeyPair::from_pem(key_pem)?;
         let issuer = Issuer::from_ca_cert_pem(cert_pem, key)?;
-        Ok(CertAuthority {
-            issuer,
-            cert_pem: cert_pem.to_string(),
-            key_pem: key_pem.to_string(),
-        })
+        Ok(CertAuthority { issuer, cert_pem: cert_pem.to_string(), key_pem: key_pem.to_string() })
     }
 
     /// Loads `ca.pem` and `ca.key` from a certificate directory.
@@ -223,10 +206,7 @@ impl CertAuthority {
         params.not_before = opts.validity.not_before;
         params.not_after = opts.validity.not_after;
         let cert = params.signed_by(&key, &self.issuer)?;
-        Ok(IssuedCert {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-        })
+        Ok(IssuedCert { cert_pem: cert.pem(), key_pem: key.serialize_pem() })
     }
 }
 
@@ -274,11 +254,13 @@ impl LocalCluster {
 }
 
 /// Creates a CA and every local cluster member's certificate in `dir`.
-pub fn init_dir(dir: &Path, cluster: &str, layout: &LocalCluster, opts: &IssueOptions) -> Result<CertAuthority, PkiError> {
-    fs::create_dir_all(dir).map_err(|source| PkiError::Io {
-        path: dir.to_path_buf(),
-        source,
-    })?;
+pub fn init_dir(
+    dir: &Path,
+    cluster: &str,
+    layout: &LocalCluster,
+    opts: &IssueOptions,
+) -> Result<CertAuthority, PkiError> {
+    fs::create_dir_all(dir).map_err(|source| PkiError::Io { path: dir.to_path_buf(), source })?;
     let ca = CertAuthority::generate(cluster, Validity::days(3650))?;
     ca.write(dir)?;
     for (role, id) in layout.members() {
@@ -288,17 +270,11 @@ pub fn init_dir(dir: &Path, cluster: &str, layout: &LocalCluster, opts: &IssueOp
 }
 
 fn read(path: &Path) -> Result<String, PkiError> {
-    fs::read_to_string(path).map_err(|source| PkiError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    fs::read_to_string(path).map_err(|source| PkiError::Io { path: path.to_path_buf(), source })
 }
 
 fn write_file(path: &Path, bytes: &[u8], private: bool) -> Result<(), PkiError> {
-    let io = |source| PkiError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
+    let io = |source| PkiError::Io { path: path.to_path_buf(), source };
     let mut opts = fs::OpenOptions::new();
     opts.write(true).create(true).truncate(true);
     #[cfg(unix)]

@@ -45,10 +45,7 @@ pub struct FrameDecoder {
 impl FrameDecoder {
     /// A decoder that refuses frames longer than `max_frame_bytes`.
     pub fn new(max_frame_bytes: usize) -> Self {
-        Self {
-            buf: BytesMut::with_capacity(64 * 1024),
-            max_frame_bytes,
-        }
+        Self { buf: BytesMut::with_capacity(64 * 1024), max_frame_bytes }
     }
 
     /// Appends bytes read from the stream.
@@ -71,10 +68,7 @@ impl FrameDecoder {
         }
         let len_bytes = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
         if len_bytes > self.max_frame_bytes {
-            return Err(FrameError::TooLarge {
-                len_bytes,
-                max_bytes: self.max_frame_bytes,
-            });
+            return Err(FrameError::TooLarge { len_bytes, max_bytes: self.max_frame_bytes });
         }
         if self.buf.len() < FRAME_HEADER_BYTES + len_bytes {
             // Reserve once for the whole frame rather than growing piecemeal.
@@ -90,9 +84,7 @@ impl FrameDecoder {
         if self.buf.is_empty() {
             Ok(())
         } else {
-            Err(FrameError::Truncated {
-                buffered_bytes: self.buf.len(),
-            })
+            Err(FrameError::Truncated { buffered_bytes: self.buf.len() })
         }
     }
 }
@@ -117,9 +109,7 @@ mod tests {
     fn ping(id: u64, payload: &[u8]) -> RequestFrame {
         RequestFrame {
             request_id: id,
-            body: Some(request_frame::Body::Ping(PingRequest {
-                payload: Bytes::copy_from_slice(payload),
-            })),
+            body: Some(request_frame::Body::Ping(PingRequest { payload: Bytes::copy_from_slice(payload), echo: true })),
             ..Default::default()
         }
     }
@@ -151,13 +141,7 @@ mod tests {
     fn oversized_length_is_refused_before_buffering() {
         let mut dec = FrameDecoder::new(1024);
         dec.push(&(1025u32).to_be_bytes());
-        assert_eq!(
-            dec.next_frame(),
-            Err(FrameError::TooLarge {
-                len_bytes: 1025,
-                max_bytes: 1024
-            })
-        );
+        assert_eq!(dec.next_frame(), Err(FrameError::TooLarge { len_bytes: 1025, max_bytes: 1024 }));
     }
 
     #[test]

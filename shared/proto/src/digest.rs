@@ -23,13 +23,7 @@ impl Entry {
     /// An entry with its digest computed.
     pub fn sealed(ledger_id: u64, entry_id: u64, last_add_confirmed: i64, payload: bytes::Bytes) -> Self {
         let crc32c = entry_crc32c(ledger_id, entry_id, last_add_confirmed, &payload);
-        Entry {
-            ledger_id,
-            entry_id,
-            last_add_confirmed,
-            payload,
-            crc32c,
-        }
+        Entry { ledger_id, entry_id, last_add_confirmed, payload, crc32c }
     }
 
     /// Whether the carried digest matches the entry's contents.

@@ -46,10 +46,10 @@ macro_rules! methods {
                 fn into_body(self) -> Req {
                     Req::$variant(self)
                 }
-                fn from_body(body: Resp) -> Result<Self::Response, Resp> {
+                fn from_body(body: Resp) -> Result<Self::Response, Method> {
                     match body {
                         Resp::$variant(r) => Ok(r),
-                        other => Err(other),
+                        other => Err(Method::of_response(&other)),
                     }
                 }
             }
@@ -71,8 +71,8 @@ pub trait Call: Sized {
     const METHOD: Method;
     /// Wraps the request for a frame.
     fn into_body(self) -> Req;
-    /// Unwraps the matching response, or gives back a mismatched body.
-    fn from_body(body: Resp) -> Result<Self::Response, Resp>;
+    /// Unwraps the matching response, or names the method a mismatched body answers.
+    fn from_body(body: Resp) -> Result<Self::Response, Method>;
 }
 
 methods! {

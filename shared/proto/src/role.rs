@@ -99,11 +99,7 @@ impl std::fmt::Display for Role {
 impl std::str::FromStr for Role {
     type Err = UnknownRole;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Role::ALL
-            .iter()
-            .copied()
-            .find(|r| r.as_str() == s)
-            .ok_or_else(|| UnknownRole(s.to_string()))
+        Role::ALL.iter().copied().find(|r| r.as_str() == s).ok_or_else(|| UnknownRole(s.to_string()))
     }
 }
 

@@ -2,23 +2,23 @@
 //! stream of valid frames decodes back to the same messages however it is cut.
 
 use bytes::{Bytes, BytesMut};
-use prost::Message;
 use proptest::prelude::*;
+use prost::Message;
 use quire_proto::codec::{encode_frame, FrameDecoder};
 use quire_proto::fuzzing::decode_stream;
 use quire_proto::v1::{self, request_frame::Body, RequestFrame};
 
 fn arb_frame() -> impl Strategy<Value = RequestFrame> {
     let body = prop_oneof![
-        proptest::collection::vec(any::<u8>(), 0..2048).prop_map(|p| Body::Ping(v1::PingRequest { payload: Bytes::from(p) })),
-        (any::<u64>(), any::<u64>(), any::<i64>(), proptest::collection::vec(any::<u8>(), 0..4096), any::<bool>()).prop_map(
-            |(l, e, lac, p, rec)| Body::AddEntry(v1::AddEntryRequest {
+        proptest::collection::vec(any::<u8>(), 0..2048)
+            .prop_map(|p| Body::Ping(v1::PingRequest { payload: Bytes::from(p), echo: true })),
+        (any::<u64>(), any::<u64>(), any::<i64>(), proptest::collection::vec(any::<u8>(), 0..4096), any::<bool>())
+            .prop_map(|(l, e, lac, p, rec)| Body::AddEntry(v1::AddEntryRequest {
                 entry: Some(v1::Entry::sealed(l, e, lac, Bytes::from(p))),
                 metadata_version: 3,
                 expected_instance_id: "abc".into(),
                 recovery: rec,
-            })
-        ),
+            })),
         (any::<u64>(), any::<i64>(), any::<u32>()).prop_map(|(l, after, t)| Body::WaitLac(v1::WaitLacRequest {
             ledger_id: l,
             after,

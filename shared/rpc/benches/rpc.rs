@@ -1,1 +1,137 @@
-fn main() {}
+//! RPC benchmark over loopback: 1 KiB requests with a small reply (Ping without
+//! echo: the shape of an add), server and clients in one process on this
+//! machine's cores, real QUIC with mTLS.
+//!
+//! Phases:
+//! - `qd1`: one connection, one request at a time (pure round-trip latency);
+//! - `1conn`: one connection, WINDOW requests in flight (pipelining);
+//! - `16conn`: 16 connections (16 client endpoints), WINDOW/16 in flight each.
+//!
+//! Run: `make bench-rpc` (= `cargo bench -p quire-rpc --bench rpc`).
+//! Environment: BENCH_SECS (per phase, default 5), BENCH_PAYLOAD (bytes, 1024),
+//! BENCH_WINDOW (requests in flight in the pipelined phases, 256).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use quire_pki::{CertAuthority, IssueOptions, Validity};
+use quire_proto::v1::PingRequest;
+use quire_proto::Role;
+use quire_rpc::server::{ControlOnly, ServerOptions};
+use quire_rpc::{ClientOptions, Credentials, PeerClient, RpcClient, Server, ServerIdentity};
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn creds(ca: &CertAuthority, role: Role, id: &str) -> Credentials {
+    let c = ca.issue(role, id, &IssueOptions::default()).unwrap();
+    Credentials::from_pem(ca.cert_pem(), &c.cert_pem, &c.key_pem).unwrap()
+}
+
+struct Outcome {
+    requests: u64,
+    elapsed: Duration,
+    hist: Histogram<u64>,
+}
+
+async fn drive(peers: Vec<PeerClient>, per_peer: usize, payload: Bytes, secs: u64) -> Outcome {
+    // Warm up: connections up, caches hot.
+    for p in &peers {
+        for _ in 0..100 {
+            p.call(PingRequest { payload: payload.clone(), echo: false }).await.unwrap();
+        }
+    }
+    let start = Instant::now();
+    let end = start + Duration::from_secs(secs);
+    let mut tasks = Vec::new();
+    for p in &peers {
+        for _ in 0..per_peer {
+            let p = p.clone();
+            let payload = payload.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
+                let mut n = 0u64;
+                while Instant::now() < end {
+                    let t = Instant::now();
+                    p.call(PingRequest { payload: payload.clone(), echo: false }).await.expect("ping");
+                    h.record(t.elapsed().as_micros().max(1) as u64).unwrap();
+                    n += 1;
+                }
+                (n, h)
+            }));
+        }
+    }
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
+    let mut requests = 0;
+    for t in tasks {
+        let (n, h) = t.await.unwrap();
+        requests += n;
+        hist.add(h).unwrap();
+    }
+    Outcome { requests, elapsed: start.elapsed(), hist }
+}
+
+fn report(name: &str, connections: usize, in_flight: usize, o: &Outcome) {
+    let rps = o.requests as f64 / o.elapsed.as_secs_f64();
+    println!(
+        "RESULT phase={name} connections={connections} in_flight={in_flight} requests={} reqs_per_s={:.0} p50_us={} p99_us={} p999_us={} max_us={}",
+        o.requests,
+        rps,
+        o.hist.value_at_quantile(0.50),
+        o.hist.value_at_quantile(0.99),
+        o.hist.value_at_quantile(0.999),
+        o.hist.max(),
+    );
+}
+
+fn main() {
+    let secs = env("BENCH_SECS", 5);
+    let size = env("BENCH_PAYLOAD", 1024) as usize;
+    let window = env("BENCH_WINDOW", 256) as usize;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async move {
+        let ca = CertAuthority::generate("bench", Validity::days(1)).unwrap();
+        let server_creds = creds(&ca, Role::Bookie, "1");
+        let client_creds = creds(&ca, Role::Client, "bench");
+        let server = Server::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            &server_creds,
+            ServerIdentity { instance_id: "bench".into(), version: "bench".into() },
+            Arc::new(ControlOnly),
+            ServerOptions::default(),
+        )
+        .unwrap();
+        let addr = server.local_addr().to_string();
+        let payload = Bytes::from(vec![0xa5u8; size]);
+        println!(
+            "rpc bench: payload={size} B request, empty reply; {secs} s per phase; window={window}; {} cores",
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
+        );
+
+        let client = RpcClient::new(&client_creds, ClientOptions::default()).unwrap();
+        let peer = client.peer(&addr, Role::Bookie, None);
+        let o = drive(vec![peer.clone()], 1, payload.clone(), secs).await;
+        report("qd1", 1, 1, &o);
+        let o = drive(vec![peer], window, payload.clone(), secs).await;
+        report("1conn", 1, window, &o);
+
+        let mut clients = Vec::new();
+        let mut peers = Vec::new();
+        for _ in 0..16 {
+            let c = RpcClient::new(&client_creds, ClientOptions::default()).unwrap();
+            peers.push(c.peer(&addr, Role::Bookie, None));
+            clients.push(c);
+        }
+        let o = drive(peers, (window / 16).max(1), payload, secs).await;
+        report("16conn", 16, (window / 16).max(1) * 16, &o);
+
+        for c in clients {
+            c.close(Duration::from_millis(100)).await;
+        }
+        client.close(Duration::from_millis(100)).await;
+        server.shutdown(Duration::from_secs(1)).await;
+    });
+}

@@ -80,18 +80,12 @@ pub struct CallOptions {
 impl CallOptions {
     /// Options with a deadline.
     pub fn timeout(d: Duration) -> Self {
-        CallOptions {
-            timeout: Some(d),
-            order_key: None,
-        }
+        CallOptions { timeout: Some(d), order_key: None }
     }
 
     /// Options keeping calls with `key` in order.
     pub fn ordered(key: u64) -> Self {
-        CallOptions {
-            timeout: None,
-            order_key: Some(key),
-        }
+        CallOptions { timeout: None, order_key: Some(key) }
     }
 }
 
@@ -105,13 +99,16 @@ pub struct Reply<T> {
     pub instance_id: String,
 }
 
+/// Address, role and (optional) id: one connection each.
+type PeerKey = (String, Role, Option<String>);
+
 /// A client endpoint: one UDP socket and one TLS identity, shared by all peers.
 #[derive(Clone)]
 pub struct RpcClient {
     endpoint: quinn::Endpoint,
     config: quinn::ClientConfig,
     opts: Arc<ClientOptions>,
-    peers: Arc<Mutex<HashMap<(String, Role, Option<String>), PeerClient>>>,
+    peers: Arc<Mutex<HashMap<PeerKey, PeerClient>>>,
 }
 
 impl RpcClient {
@@ -127,12 +124,7 @@ impl RpcClient {
         let endpoint = quinn::Endpoint::client(SocketAddr::from(([0u16; 8], 0)))
             .or_else(|_| quinn::Endpoint::client(SocketAddr::from(([0u8; 4], 0))))
             .map_err(ClientBuildError::Bind)?;
-        Ok(RpcClient {
-            endpoint,
-            config,
-            opts: Arc::new(opts),
-            peers: Arc::new(Mutex::new(HashMap::new())),
-        })
+        Ok(RpcClient { endpoint, config, opts: Arc::new(opts), peers: Arc::new(Mutex::new(HashMap::new())) })
     }
 
     /// The client for the server at `addr` (`host:port`) that must hold a
@@ -288,10 +280,8 @@ impl PeerClient {
         };
         let (wtx, wrx) = oneshot::channel();
         lane.state.pending.lock().expect("pending lock").insert(id, wtx);
-        let lost = |reason: &str| RpcError::ConnectionLost {
-            peer: self.inner.addr.clone(),
-            reason: reason.to_string(),
-        };
+        let lost =
+            |reason: &str| RpcError::ConnectionLost { peer: self.inner.addr.clone(), reason: reason.to_string() };
         // Either the reader's drain saw our waiter, or we see `dead` here.
         if lane.state.dead.load(Ordering::SeqCst) {
             lane.state.pending.lock().expect("pending lock").remove(&id);
@@ -334,21 +324,11 @@ impl PeerClient {
                 instance_id: resp.instance_id,
             });
         }
-        let protocol = |detail: String| RpcError::Protocol {
-            peer: self.inner.addr.clone(),
-            detail,
-        };
+        let protocol = |detail: String| RpcError::Protocol { peer: self.inner.addr.clone(), detail };
         let body = resp.body.ok_or_else(|| protocol(format!("{method} answered OK without a body")))?;
-        let body = C::from_body(body).map_err(|other| {
-            protocol(format!(
-                "{method} answered with a {} body",
-                quire_proto::Method::of_response(&other).name()
-            ))
-        })?;
-        Ok(Reply {
-            body,
-            instance_id: resp.instance_id,
-        })
+        let body =
+            C::from_body(body).map_err(|other| protocol(format!("{method} answered with a {} body", other.name())))?;
+        Ok(Reply { body, instance_id: resp.instance_id })
     }
 
     /// Closes the connection; calls in flight fail with `ConnectionLost`, later calls with `Closed`.
@@ -361,18 +341,18 @@ impl PeerClient {
 }
 
 impl PeerInner {
-    async fn connection(&self, deadline: Instant, method: &'static str, started: Instant) -> Result<Arc<Conn>, RpcError> {
+    async fn connection(
+        &self,
+        deadline: Instant,
+        method: &'static str,
+        started: Instant,
+    ) -> Result<Arc<Conn>, RpcError> {
         if let Some(c) = self.live() {
             return Ok(c);
         }
-        let timed_out = || RpcError::Timeout {
-            method,
-            peer: self.addr.clone(),
-            elapsed_ms: started.elapsed().as_millis() as u64,
-        };
-        let mut backoff = tokio::time::timeout_at(deadline, self.connect.lock())
-            .await
-            .map_err(|_| timed_out())?;
+        let timed_out =
+            || RpcError::Timeout { method, peer: self.addr.clone(), elapsed_ms: started.elapsed().as_millis() as u64 };
+        let mut backoff = tokio::time::timeout_at(deadline, self.connect.lock()).await.map_err(|_| timed_out())?;
         if let Some(c) = self.live() {
             return Ok(c);
         }
@@ -407,10 +387,7 @@ impl PeerInner {
             Err(_) => {
                 backoff.failed(&self.opts, "handshake timed out".into());
                 if connect_deadline < deadline {
-                    Err(RpcError::Unavailable {
-                        peer: self.addr.clone(),
-                        reason: "handshake timed out".into(),
-                    })
+                    Err(RpcError::Unavailable { peer: self.addr.clone(), reason: "handshake timed out".into() })
                 } else {
                     Err(timed_out())
                 }
@@ -424,10 +401,7 @@ impl PeerInner {
     }
 
     async fn establish(&self) -> Result<Arc<Conn>, RpcError> {
-        let unavailable = |reason: String| RpcError::Unavailable {
-            peer: self.addr.clone(),
-            reason,
-        };
+        let unavailable = |reason: String| RpcError::Unavailable { peer: self.addr.clone(), reason };
         let addr = tokio::net::lookup_host(&self.addr)
             .await
             .map_err(|e| unavailable(format!("resolve: {e}")))?
@@ -452,20 +426,14 @@ impl PeerInner {
         // connection fail closes it, which would mask the cause here.
         let mut streams = Vec::with_capacity(self.opts.lanes.max(1));
         for _ in 0..self.opts.lanes.max(1) {
-            let s = connection
-                .open_bi()
-                .await
-                .map_err(|e| unavailable(format!("open lane: {}", describe(&e))))?;
+            let s = connection.open_bi().await.map_err(|e| unavailable(format!("open lane: {}", describe(&e))))?;
             streams.push(s);
         }
         let failure = Arc::new(OnceLock::new());
         let mut lanes = Vec::with_capacity(streams.len());
         for (send, recv) in streams {
             let (tx, rx) = mpsc::channel(self.opts.lane_queue);
-            let state = Arc::new(LaneState {
-                pending: Mutex::new(HashMap::new()),
-                dead: AtomicBool::new(false),
-            });
+            let state = Arc::new(LaneState { pending: Mutex::new(HashMap::new()), dead: AtomicBool::new(false) });
             tokio::spawn(write_frames(send, rx));
             tokio::spawn(read_lane(
                 self.addr.clone(),
@@ -530,10 +498,7 @@ async fn read_lane(
         warn!(%peer, %reason, in_flight = waiters.len(), "connection lost");
     }
     for w in waiters {
-        let _ = w.send(Err(RpcError::ConnectionLost {
-            peer: peer.clone(),
-            reason: reason.clone(),
-        }));
+        let _ = w.send(Err(RpcError::ConnectionLost { peer: peer.clone(), reason: reason.clone() }));
     }
     // One broken lane poisons the connection: reconnecting resets all lanes.
     connection.close(quinn::VarInt::from_u32(LANE_ERROR_FRAMING), b"lane failed");
@@ -547,11 +512,7 @@ impl Conn {
     fn failure_reason(&self) -> String {
         match self.failure.get() {
             Some(r) => r.clone(),
-            None => self
-                .connection
-                .close_reason()
-                .map(|r| describe(&r))
-                .unwrap_or_else(|| "lane closed".into()),
+            None => self.connection.close_reason().map(|r| describe(&r)).unwrap_or_else(|| "lane closed".into()),
         }
     }
 }

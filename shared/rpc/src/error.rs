@@ -95,11 +95,7 @@ pub struct ServiceError {
 impl ServiceError {
     /// An error with a code and a message.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        ServiceError {
-            code,
-            message: message.into(),
-            leader_hint: None,
-        }
+        ServiceError { code, message: message.into(), leader_hint: None }
     }
 
     /// BAD_REQUEST.

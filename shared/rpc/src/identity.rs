@@ -39,12 +39,8 @@ pub enum IdentityError {
 impl PeerIdentity {
     /// Parses `quire://<role>/<id>`.
     pub fn parse_uri(uri: &str) -> Result<PeerIdentity, IdentityError> {
-        let rest = uri
-            .strip_prefix("quire://")
-            .ok_or_else(|| IdentityError::Malformed(uri.to_string()))?;
-        let (role, id) = rest
-            .split_once('/')
-            .ok_or_else(|| IdentityError::Malformed(uri.to_string()))?;
+        let rest = uri.strip_prefix("quire://").ok_or_else(|| IdentityError::Malformed(uri.to_string()))?;
+        let (role, id) = rest.split_once('/').ok_or_else(|| IdentityError::Malformed(uri.to_string()))?;
         let role: Role = role.parse().map_err(|_| IdentityError::Malformed(uri.to_string()))?;
         let id_ok = !id.is_empty()
             && id.len() <= 64
@@ -52,10 +48,7 @@ impl PeerIdentity {
         if !id_ok {
             return Err(IdentityError::Malformed(uri.to_string()));
         }
-        Ok(PeerIdentity {
-            role,
-            id: id.to_string(),
-        })
+        Ok(PeerIdentity { role, id: id.to_string() })
     }
 
     /// The identity in a DER certificate.
@@ -79,9 +72,7 @@ impl PeerIdentity {
     /// The identity of a QUIC connection's peer.
     pub fn of_connection(conn: &quinn::Connection) -> Result<PeerIdentity, IdentityError> {
         let any = conn.peer_identity().ok_or(IdentityError::NoCertificate)?;
-        let certs = any
-            .downcast::<Vec<CertificateDer<'static>>>()
-            .map_err(|_| IdentityError::NoCertificate)?;
+        let certs = any.downcast::<Vec<CertificateDer<'static>>>().map_err(|_| IdentityError::NoCertificate)?;
         let leaf = certs.first().ok_or(IdentityError::NoCertificate)?;
         PeerIdentity::from_cert(leaf)
     }
@@ -96,13 +87,7 @@ mod tests {
         let p = PeerIdentity::parse_uri("quire://bookie/3").unwrap();
         assert_eq!(p.role, Role::Bookie);
         assert_eq!(p.id, "3");
-        for bad in [
-            "quire://bookie/",
-            "quire://root/1",
-            "http://bookie/1",
-            "quire://bookie",
-            "quire://bookie/a/b",
-        ] {
+        for bad in ["quire://bookie/", "quire://root/1", "http://bookie/1", "quire://bookie", "quire://bookie/a/b"] {
             assert!(PeerIdentity::parse_uri(bad).is_err(), "{bad}");
         }
     }

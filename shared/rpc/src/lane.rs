@@ -34,10 +34,7 @@ pub struct FrameReader {
 impl FrameReader {
     /// A reader refusing frames above `max_frame_bytes`.
     pub fn new(recv: quinn::RecvStream, max_frame_bytes: usize) -> Self {
-        FrameReader {
-            recv,
-            dec: FrameDecoder::new(max_frame_bytes),
-        }
+        FrameReader { recv, dec: FrameDecoder::new(max_frame_bytes) }
     }
 
     /// The next frame body; `Ok(None)` when the peer finished the stream cleanly.
@@ -65,7 +62,10 @@ impl FrameReader {
 
 /// Writes every message from `rx` as frames until the channel closes, then
 /// finishes the stream. Messages queued together go out in one write.
-pub async fn write_frames<M: Message>(mut send: quinn::SendStream, mut rx: mpsc::Receiver<M>) -> Result<(), quinn::WriteError> {
+pub async fn write_frames<M: Message>(
+    mut send: quinn::SendStream,
+    mut rx: mpsc::Receiver<M>,
+) -> Result<(), quinn::WriteError> {
     let mut buf = BytesMut::with_capacity(COALESCE_BYTES_MAX);
     while let Some(first) = rx.recv().await {
         buf.clear();

@@ -31,5 +31,7 @@ mod transport;
 pub use client::{CallOptions, ClientOptions, PeerClient, Reply, RpcClient};
 pub use error::{RpcError, ServiceError};
 pub use identity::PeerIdentity;
-pub use server::{RequestContext, Server, ServerHandle, ServerIdentity, ServerOptions, ServerStats, Service, ServiceFuture};
+pub use server::{
+    RequestContext, Server, ServerHandle, ServerIdentity, ServerOptions, ServerStats, Service, ServiceFuture,
+};
 pub use tls::{Credentials, TlsError, TlsFiles};

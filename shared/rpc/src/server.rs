@@ -20,7 +20,9 @@ use prost::Message;
 use quire_proto::codec::FrameError;
 use quire_proto::method::ServiceKind;
 use quire_proto::role::allowed;
-use quire_proto::v1::{self, request_frame::Body as Req, response_frame::Body as Resp, ErrorCode, RequestFrame, ResponseFrame};
+use quire_proto::v1::{
+    self, request_frame::Body as Req, response_frame::Body as Resp, ErrorCode, RequestFrame, ResponseFrame,
+};
 use quire_proto::{Method, MAX_FRAME_BYTES_DEFAULT};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
@@ -206,12 +208,7 @@ impl Server {
         });
         info!(%local_addr, identity = %shared.me, instance_id = %shared.info.instance_id, "serving QUIC with mTLS");
         let accept = tokio::spawn(accept_loop(endpoint.clone(), shared.clone()));
-        Ok(ServerHandle {
-            endpoint,
-            local_addr,
-            shared,
-            accept,
-        })
+        Ok(ServerHandle { endpoint, local_addr, shared, accept })
     }
 }
 
@@ -478,7 +475,7 @@ fn admit(shared: &Shared, peer: &PeerIdentity, method: Method) -> Option<Service
 fn control(shared: &Arc<Shared>, ctx: RequestContext, body: Req) -> ServiceFuture {
     let resp: Result<Resp, ServiceError> = match body {
         Req::Ping(p) => Ok(v1::PingResponse {
-            payload: p.payload,
+            payload: if p.echo { p.payload } else { bytes::Bytes::new() },
             trace_id: ctx.trace_id.unwrap_or_default(),
         }
         .into()),
@@ -492,10 +489,9 @@ fn control(shared: &Arc<Shared>, ctx: RequestContext, body: Req) -> ServiceFutur
             caller_id: ctx.peer.id,
         }
         .into()),
-        other => Err(ServiceError::internal(format!(
-            "{} routed to the control service",
-            Method::of_request(&other).name()
-        ))),
+        other => {
+            Err(ServiceError::internal(format!("{} routed to the control service", Method::of_request(&other).name())))
+        }
     };
     Box::pin(std::future::ready(resp))
 }

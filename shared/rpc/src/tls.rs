@@ -86,10 +86,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 fn pem_err(path: &Path, detail: impl ToString) -> TlsError {
-    TlsError::Pem {
-        path: path.to_path_buf(),
-        detail: detail.to_string(),
-    }
+    TlsError::Pem { path: path.to_path_buf(), detail: detail.to_string() }
 }
 
 fn roots_from_pem(path: &Path, pem: &[u8]) -> Result<RootCertStore, TlsError> {
@@ -117,27 +114,17 @@ impl Credentials {
     /// From PEM text held in memory (tests, generated clusters).
     pub fn from_pem(ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<Credentials, TlsError> {
         let mem = Path::new("<memory>");
-        Self::from_pem_named(
-            (mem, ca_pem.as_bytes()),
-            (mem, cert_pem.as_bytes()),
-            (mem, key_pem.as_bytes()),
-        )
+        Self::from_pem_named((mem, ca_pem.as_bytes()), (mem, cert_pem.as_bytes()), (mem, key_pem.as_bytes()))
     }
 
     fn from_pem_named(ca: (&Path, &[u8]), cert: (&Path, &[u8]), key: (&Path, &[u8])) -> Result<Credentials, TlsError> {
         let roots = roots_from_pem(ca.0, ca.1)?;
-        let chain = CertificateDer::pem_slice_iter(cert.1)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| pem_err(cert.0, e))?;
+        let chain =
+            CertificateDer::pem_slice_iter(cert.1).collect::<Result<Vec<_>, _>>().map_err(|e| pem_err(cert.0, e))?;
         let leaf = chain.first().ok_or_else(|| pem_err(cert.0, "no certificate in file"))?;
         let identity = PeerIdentity::from_cert(leaf)?;
         let key = PrivateKeyDer::from_pem_slice(key.1).map_err(|e| pem_err(key.0, e))?;
-        Ok(Credentials {
-            roots: Arc::new(roots),
-            chain,
-            key: Arc::new(key),
-            identity,
-        })
+        Ok(Credentials { roots: Arc::new(roots), chain, key: Arc::new(key), identity })
     }
 
     /// The identity this service's own certificate names.

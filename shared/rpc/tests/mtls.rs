@@ -15,11 +15,7 @@ use quire_rpc::{tls, RpcClient, RpcError};
 use quire_testkit::wait_until;
 
 async fn ping(c: &RpcClient, addr: &str, role: Role) -> Result<v1::PingResponse, RpcError> {
-    c.peer(addr, role, None)
-        .call(PingRequest {
-            payload: bytes::Bytes::from_static(b"hi"),
-        })
-        .await
+    c.peer(addr, role, None).call(PingRequest { payload: bytes::Bytes::from_static(b"hi"), echo: true }).await
 }
 
 fn refused_count(s: &quire_rpc::ServerHandle) -> u64 {
@@ -53,15 +49,10 @@ async fn a_client_without_certificate_is_refused() {
     // TLS 1.3: the client finishes its side first; the refusal arrives when it uses a stream.
     let err = ping(&c, &addr, Role::Bookie).await.unwrap_err();
     let text = err.to_string();
-    assert!(
-        matches!(err, RpcError::ConnectionLost { .. } | RpcError::Unavailable { .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, RpcError::ConnectionLost { .. } | RpcError::Unavailable { .. }), "{err:?}");
     assert!(text.contains("certificate_required") || text.contains("no certificates"), "{text}");
-    wait_until(Duration::from_secs(5), "server to count the refusal", || {
-        (refused_count(&server) == 1).then_some(())
-    })
-    .unwrap();
+    wait_until(Duration::from_secs(5), "server to count the refusal", || (refused_count(&server) == 1).then_some(()))
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,20 +65,16 @@ async fn a_client_certificate_from_another_ca_is_refused() {
     let c = client(&rogue.creds_trusting(&pki, Role::Admin, "1", Validity::days(1)));
     let err = ping(&c, &addr, Role::Bookie).await.unwrap_err();
     assert!(err.to_string().contains("UnknownIssuer"), "{err}");
-    wait_until(Duration::from_secs(5), "server to count the refusal", || {
-        (refused_count(&server) == 1).then_some(())
-    })
-    .unwrap();
+    wait_until(Duration::from_secs(5), "server to count the refusal", || (refused_count(&server) == 1).then_some(()))
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_certificate_from_another_ca_is_refused() {
     let pki = Pki::new();
     let rogue = Pki::named("rogue");
-    let server = serve(
-        &rogue.creds_trusting(&pki, Role::Bookie, "1", Validity::days(1)),
-        std::sync::Arc::new(ControlOnly),
-    );
+    let server =
+        serve(&rogue.creds_trusting(&pki, Role::Bookie, "1", Validity::days(1)), std::sync::Arc::new(ControlOnly));
     let addr = server.local_addr().to_string();
     let c = client(&pki.creds(Role::Admin, "1"));
     let err = ping(&c, &addr, Role::Bookie).await.unwrap_err();
@@ -107,19 +94,14 @@ async fn an_expired_client_certificate_is_refused() {
     let c = client(&pki.creds_with(Role::Admin, "1", Validity::expired()));
     let err = ping(&c, &addr, Role::Bookie).await.unwrap_err();
     assert!(err.to_string().contains("certificate_expired") || err.to_string().contains("Expired"), "{err}");
-    wait_until(Duration::from_secs(5), "server to count the refusal", || {
-        (refused_count(&server) == 1).then_some(())
-    })
-    .unwrap();
+    wait_until(Duration::from_secs(5), "server to count the refusal", || (refused_count(&server) == 1).then_some(()))
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_server_certificate_is_refused() {
     let pki = Pki::new();
-    let server = serve(
-        &pki.creds_with(Role::Bookie, "1", Validity::expired()),
-        std::sync::Arc::new(ControlOnly),
-    );
+    let server = serve(&pki.creds_with(Role::Bookie, "1", Validity::expired()), std::sync::Arc::new(ControlOnly));
     let addr = server.local_addr().to_string();
     let c = client(&pki.creds(Role::Admin, "1"));
     let err = ping(&c, &addr, Role::Bookie).await.unwrap_err();
@@ -146,10 +128,7 @@ async fn a_role_may_only_call_its_methods() {
 
     // Only metadata replicas may speak Raft.
     let as_gateway = client(&pki.creds(Role::Gateway, "1"));
-    let raft = v1::RaftRequest {
-        kind: 1,
-        payload: bytes::Bytes::new(),
-    };
+    let raft = v1::RaftRequest { kind: 1, payload: bytes::Bytes::new() };
     let err = as_gateway.peer(&addr, Role::Bookie, None).call(raft).await.unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::PermissionDenied), "{err}");
 
@@ -170,11 +149,7 @@ async fn a_server_of_another_role_or_id_is_refused_by_the_client() {
     let err = ping(&c, &addr, Role::Bookie).await.unwrap_err();
     assert!(err.to_string().contains("not valid for name \"bookie.quire\""), "{err}");
     // Right role, wrong id.
-    let err = c
-        .peer(&addr, Role::Metadata, Some("2"))
-        .call(PingRequest::default())
-        .await
-        .unwrap_err();
+    let err = c.peer(&addr, Role::Metadata, Some("2")).call(PingRequest::default()).await.unwrap_err();
     assert!(matches!(err, RpcError::WrongPeer { .. }), "{err:?}");
 }
 
@@ -187,8 +162,6 @@ async fn a_same_named_ca_with_another_key_is_refused() {
     let c = client(&impostor.creds_trusting(&pki, Role::Admin, "1", Validity::days(1)));
     let err = ping(&c, &addr, Role::Bookie).await.unwrap_err();
     assert!(err.to_string().contains("BadSignature"), "{err}");
-    wait_until(Duration::from_secs(5), "server to count the refusal", || {
-        (refused_count(&server) == 1).then_some(())
-    })
-    .unwrap();
+    wait_until(Duration::from_secs(5), "server to count the refusal", || (refused_count(&server) == 1).then_some(()))
+        .unwrap();
 }

@@ -62,7 +62,7 @@ async fn thousands_of_requests_pipeline_on_one_connection() {
         let peer = peer.clone();
         async move {
             let payload = Bytes::from(i.to_be_bytes().to_vec());
-            let r = peer.call(PingRequest { payload: payload.clone() }).await.unwrap();
+            let r = peer.call(PingRequest { payload: payload.clone(), echo: true }).await.unwrap();
             assert_eq!(r.payload, payload, "response matched to the wrong request");
         }
     });
@@ -85,10 +85,7 @@ async fn requests_with_one_order_key_arrive_in_order_and_complete_out_of_order()
     let calls = (0..300u64).map(|e| {
         let peer = peer.clone();
         async move {
-            let r = peer
-                .call_full(add(7, e, (30 - e / 10) as u8), CallOptions::ordered(7))
-                .await
-                .unwrap();
+            let r = peer.call_full(add(7, e, (30 - e / 10) as u8), CallOptions::ordered(7)).await.unwrap();
             assert_eq!(r.body.entry_id, e);
             assert_eq!(r.instance_id, "instance-a");
         }
@@ -108,11 +105,7 @@ async fn a_call_past_its_deadline_times_out_and_the_connection_lives_on() {
     let t = std::time::Instant::now();
     let err = peer
         .call_full(
-            WaitLacRequest {
-                ledger_id: 1,
-                after: 5,
-                timeout_ms: 0,
-            },
+            WaitLacRequest { ledger_id: 1, after: 5, timeout_ms: 0 },
             CallOptions::timeout(Duration::from_millis(200)),
         )
         .await
@@ -128,10 +121,7 @@ async fn in_flight_requests_are_bounded() {
     let bookie = FakeBookie::new();
     let server = serve(&pki.creds(Role::Bookie, "1"), bookie.clone());
     let addr = server.local_addr().to_string();
-    let opts = ClientOptions {
-        max_in_flight: 4,
-        ..quick_options()
-    };
+    let opts = ClientOptions { max_in_flight: 4, ..quick_options() };
     let c = client_with(&pki.creds(Role::Gateway, "1"), opts);
     let peer = c.peer(&addr, Role::Bookie, None);
     let held: Vec<_> = (0..4)
@@ -145,10 +135,8 @@ async fn in_flight_requests_are_bounded() {
     })
     .unwrap();
     // A fifth call waits for a slot and times out without reaching the server.
-    let err = peer
-        .call_full(PingRequest::default(), CallOptions::timeout(Duration::from_millis(150)))
-        .await
-        .unwrap_err();
+    let err =
+        peer.call_full(PingRequest::default(), CallOptions::timeout(Duration::from_millis(150))).await.unwrap_err();
     assert!(matches!(err, RpcError::Timeout { .. }), "{err:?}");
     assert_eq!(server.stats().requests.load(Ordering::Relaxed), 4);
     bookie.gate.add_permits(4);
@@ -159,7 +147,10 @@ async fn in_flight_requests_are_bounded() {
 }
 
 /// Opens a raw lane with valid credentials and sends hand-made bytes.
-async fn raw_lane(pki: &Pki, addr: std::net::SocketAddr) -> (quinn::Endpoint, quinn::Connection, quinn::SendStream, quinn::RecvStream) {
+async fn raw_lane(
+    pki: &Pki,
+    addr: std::net::SocketAddr,
+) -> (quinn::Endpoint, quinn::Connection, quinn::SendStream, quinn::RecvStream) {
     let creds = pki.creds(Role::Client, "raw");
     let cfg = creds.client_config(Duration::from_secs(5)).unwrap();
     let ep = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
@@ -194,13 +185,7 @@ async fn malformed_and_oversized_frames_get_errors_not_crashes() {
 
     // A frame with no body (or a method from the future): UNKNOWN_METHOD, same id.
     let mut buf = BytesMut::new();
-    encode_frame(
-        &RequestFrame {
-            request_id: 9,
-            ..Default::default()
-        },
-        &mut buf,
-    );
+    encode_frame(&RequestFrame { request_id: 9, ..Default::default() }, &mut buf);
     send.write_all(&buf).await.unwrap();
     let r = read_response(&mut recv, &mut dec).await.unwrap();
     assert_eq!((r.request_id, r.code), (9, ErrorCode::UnknownMethod as i32), "{r:?}");
@@ -209,9 +194,7 @@ async fn malformed_and_oversized_frames_get_errors_not_crashes() {
     let mut buf = BytesMut::new();
     let ping = RequestFrame {
         request_id: 10,
-        body: Some(v1::request_frame::Body::Ping(PingRequest {
-            payload: Bytes::from_static(b"ok"),
-        })),
+        body: Some(v1::request_frame::Body::Ping(PingRequest { payload: Bytes::from_static(b"ok"), echo: true })),
         ..Default::default()
     };
     encode_frame(&ping, &mut buf);
@@ -248,15 +231,10 @@ async fn a_replaced_server_is_reconnected_and_shows_a_new_instance_id() {
     assert_eq!(r.instance_id, "instance-a");
 
     first.shutdown(Duration::from_secs(1)).await;
-    let err = peer
-        .call_full(PingRequest::default(), CallOptions::timeout(Duration::from_millis(500)))
-        .await
-        .unwrap_err();
+    let err =
+        peer.call_full(PingRequest::default(), CallOptions::timeout(Duration::from_millis(500))).await.unwrap_err();
     assert!(
-        matches!(
-            err,
-            RpcError::ConnectionLost { .. } | RpcError::Unavailable { .. } | RpcError::Timeout { .. }
-        ),
+        matches!(err, RpcError::ConnectionLost { .. } | RpcError::Unavailable { .. } | RpcError::Timeout { .. }),
         "{err:?}"
     );
 
@@ -301,10 +279,8 @@ async fn shutdown_lets_requests_in_flight_finish() {
     bookie.gate.add_permits(1);
     assert_eq!(inflight.await.unwrap().unwrap().last_add_confirmed, 41);
     stopping.await.unwrap();
-    let err = peer
-        .call_full(PingRequest::default(), CallOptions::timeout(Duration::from_millis(300)))
-        .await
-        .unwrap_err();
+    let err =
+        peer.call_full(PingRequest::default(), CallOptions::timeout(Duration::from_millis(300))).await.unwrap_err();
     assert!(!matches!(err, RpcError::Remote { .. }), "{err:?}");
 }
 

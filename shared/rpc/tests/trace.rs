@@ -19,7 +19,8 @@ use tracing_subscriber::layer::SubscriberExt;
 async fn the_server_span_is_a_child_of_the_callers_span() {
     let exporter = InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
-    let subscriber = tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+    let subscriber =
+        tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
     // Global: the server's tasks run on other runtime threads.
     tracing::subscriber::set_global_default(subscriber).unwrap();
 

@@ -65,7 +65,8 @@ fn apply_file(mut cmd: Command, path: &Path) -> anyhow::Result<Command> {
             other => vec![scalar(&other)?],
         };
         cmd = cmd.mut_arg(arg_id, |a| {
-            let vals: Vec<clap::builder::OsStr> = values.iter().map(|v| clap::builder::OsStr::from(v.clone())).collect();
+            let vals: Vec<clap::builder::OsStr> =
+                values.iter().map(|v| clap::builder::OsStr::from(v.clone())).collect();
             a.default_values(vals)
         });
     }

@@ -38,9 +38,9 @@ pub fn init(service: &'static str, filter: &str, format: LogFormat) -> anyhow::R
     let registry = tracing_subscriber::registry().with(filter).with(otel);
     match format {
         LogFormat::Text => registry.with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr)).try_init(),
-        LogFormat::Json => registry
-            .with(tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr))
-            .try_init(),
+        LogFormat::Json => {
+            registry.with(tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr)).try_init()
+        }
     }
     .map_err(|e| anyhow::anyhow!("install logging: {e}"))?;
     Ok(Telemetry { provider })

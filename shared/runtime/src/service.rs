@@ -82,11 +82,7 @@ impl CommonArgs {
         let files = self.tls_files(role)?;
         let creds = Credentials::load(&files).context("load TLS credentials")?;
         if creds.identity().role != role {
-            bail!(
-                "certificate {} names {}, but this is a {role} service",
-                files.cert.display(),
-                creds.identity()
-            );
+            bail!("certificate {} names {}, but this is a {role} service", files.cert.display(), creds.identity());
         }
         Ok(creds)
     }
@@ -119,21 +115,16 @@ impl RunningService {
         opts: ServerOptions,
     ) -> anyhow::Result<RunningService> {
         let creds = common.credentials(role)?;
-        let info = ServerIdentity {
-            instance_id,
-            version: env!("CARGO_PKG_VERSION").to_string(),
-        };
+        let info = ServerIdentity { instance_id, version: env!("CARGO_PKG_VERSION").to_string() };
         let server = Server::bind(listen, &creds, info, service, opts).context("start QUIC server")?;
         if let Some(path) = &common.ready_file {
             // Written whole, then renamed: a reader never sees a partial address.
             let tmp = path.with_extension("tmp");
-            std::fs::write(&tmp, server.local_addr().to_string()).with_context(|| format!("write {}", tmp.display()))?;
+            std::fs::write(&tmp, server.local_addr().to_string())
+                .with_context(|| format!("write {}", tmp.display()))?;
             std::fs::rename(&tmp, path).with_context(|| format!("write {}", path.display()))?;
         }
-        Ok(RunningService {
-            server,
-            grace: Duration::from_millis(common.shutdown_grace_ms),
-        })
+        Ok(RunningService { server, grace: Duration::from_millis(common.shutdown_grace_ms) })
     }
 
     /// Waits for SIGTERM or SIGINT, then shuts the server down gracefully.

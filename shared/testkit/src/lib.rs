@@ -21,11 +21,7 @@ pub fn bin_path(name: &str) -> PathBuf {
         dir.pop();
     }
     let p = dir.join(name);
-    assert!(
-        p.exists(),
-        "{} not built; run `cargo build --release --workspace --bins` (make test does)",
-        p.display()
-    );
+    assert!(p.exists(), "{} not built; run `cargo build --release --workspace --bins` (make test does)", p.display());
     p
 }
 
@@ -65,11 +61,7 @@ impl Process {
             .stderr(err)
             .spawn()
             .with_context(|| format!("spawn {}", bin.display()))?;
-        Ok(Process {
-            name: name.to_string(),
-            child,
-            log,
-        })
+        Ok(Process { name: name.to_string(), child, log })
     }
 
     /// Waits for the process to write its bound address to `ready_file`.

@@ -11,7 +11,9 @@ use quire_pki::{CertAuthority, IssueOptions, Validity};
 use quire_proto::v1::{request_frame::Body as Req, AddEntryResponse, ReadLacResponse, WaitLacResponse};
 use quire_proto::{Method, Role};
 use quire_rpc::server::ServerOptions;
-use quire_rpc::{ClientOptions, Credentials, RequestContext, RpcClient, Server, ServerHandle, ServerIdentity, Service, ServiceFuture};
+use quire_rpc::{
+    ClientOptions, Credentials, RequestContext, RpcClient, Server, ServerHandle, ServerIdentity, Service, ServiceFuture,
+};
 
 pub struct Pki {
     pub ca: CertAuthority,
@@ -23,9 +25,7 @@ impl Pki {
     }
 
     pub fn named(cluster: &str) -> Pki {
-        Pki {
-            ca: CertAuthority::generate(cluster, Validity::days(30)).unwrap(),
-        }
+        Pki { ca: CertAuthority::generate(cluster, Validity::days(30)).unwrap() }
     }
 
     pub fn creds(&self, role: Role, id: &str) -> Credentials {
@@ -33,10 +33,7 @@ impl Pki {
     }
 
     pub fn creds_with(&self, role: Role, id: &str, validity: Validity) -> Credentials {
-        let opts = IssueOptions {
-            validity,
-            ..IssueOptions::default()
-        };
+        let opts = IssueOptions { validity, ..IssueOptions::default() };
         let c = self.ca.issue(role, id, &opts).unwrap();
         Credentials::from_pem(self.ca.cert_pem(), &c.cert_pem, &c.key_pem).unwrap()
     }
@@ -44,10 +41,7 @@ impl Pki {
     /// A certificate issued by this CA but trusting `other`'s CA: for servers
     /// and clients that must fail the other side's verification.
     pub fn creds_trusting(&self, other: &Pki, role: Role, id: &str, validity: Validity) -> Credentials {
-        let opts = IssueOptions {
-            validity,
-            ..IssueOptions::default()
-        };
+        let opts = IssueOptions { validity, ..IssueOptions::default() };
         let c = self.ca.issue(role, id, &opts).unwrap();
         Credentials::from_pem(other.ca.cert_pem(), &c.cert_pem, &c.key_pem).unwrap()
     }
@@ -76,10 +70,7 @@ pub fn serve(creds: &Credentials, service: Arc<dyn Service>) -> ServerHandle {
 }
 
 pub fn serve_at(addr: SocketAddr, creds: &Credentials, service: Arc<dyn Service>, instance: &str) -> ServerHandle {
-    let info = ServerIdentity {
-        instance_id: instance.to_string(),
-        version: "test".to_string(),
-    };
+    let info = ServerIdentity { instance_id: instance.to_string(), version: "test".to_string() };
     Server::bind(addr, creds, info, service, ServerOptions::default()).unwrap()
 }
 
@@ -95,10 +86,7 @@ pub struct FakeBookie {
 
 impl FakeBookie {
     pub fn new() -> Arc<FakeBookie> {
-        Arc::new(FakeBookie {
-            arrivals: Mutex::new(Vec::new()),
-            gate: Arc::new(tokio::sync::Semaphore::new(0)),
-        })
+        Arc::new(FakeBookie { arrivals: Mutex::new(Vec::new()), gate: Arc::new(tokio::sync::Semaphore::new(0)) })
     }
 }
 
@@ -116,11 +104,7 @@ impl Service for FakeBookie {
                 Box::pin(async move {
                     // Simulated service time, so that completions reorder.
                     tokio::time::sleep(Duration::from_millis(delay_ms)).await;
-                    Ok(AddEntryResponse {
-                        ledger_id: e.ledger_id,
-                        entry_id: e.entry_id,
-                    }
-                    .into())
+                    Ok(AddEntryResponse { ledger_id: e.ledger_id, entry_id: e.entry_id }.into())
                 })
             }
             Req::ReadLac(_) => {

@@ -1,0 +1,57 @@
+# quire's one gate. `make test` is what CI runs (through .ci/run); `make verify`
+# adds formatting and lints. Everything builds in the release profile, once:
+# tests, benchmarks, the local cluster and the images share the artifacts.
+
+CARGO ?= cargo
+BENCH_SECS ?= 5
+FUZZ_SECS ?= 60
+DATA ?= $(CURDIR)/data
+
+.PHONY: all build test verify fmt fmt-check clippy lint bench-rpc fuzz run clean
+
+all: build
+
+build:
+	$(CARGO) build --release --workspace --bins
+
+# Every test: unit, property (decoders), in-process RPC/mTLS, and real
+# multi-process tests. nextest where installed (per-test processes, parallel);
+# cargo test otherwise.
+test: build
+	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
+		$(CARGO) nextest run --release --workspace --no-fail-fast; \
+	else \
+		$(CARGO) test --release --workspace --no-fail-fast; \
+	fi
+
+fmt:
+	$(CARGO) fmt --all
+
+fmt-check:
+	$(CARGO) fmt --all -- --check
+
+clippy:
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+
+lint: fmt-check clippy
+
+verify: lint test
+
+# RPC round trips over loopback (1 KiB requests): see docs/benchmarks.md.
+bench-rpc:
+	BENCH_SECS=$(BENCH_SECS) $(CARGO) bench -p quire-rpc --bench rpc
+
+# Fuzz every decoder for FUZZ_SECS seconds each (installs cargo-fuzz if missing).
+fuzz:
+	@command -v cargo-fuzz >/dev/null 2>&1 || $(CARGO) install cargo-fuzz --locked
+	cd fuzz && for t in decode_stream decode_frame; do \
+		mkdir -p corpus/$$t && cp -n corpus-seed/$$t/* corpus/$$t/ 2>/dev/null; \
+		RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t corpus/$$t -- -max_total_time=$(FUZZ_SECS) || exit 1; \
+	done
+
+# The local cluster on this machine (see README.md).
+run: build
+	bash deploy/local/run.sh "$(DATA)"
+
+clean:
+	$(CARGO) clean
