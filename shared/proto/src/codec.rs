@@ -71,8 +71,8 @@ impl FrameDecoder {
             return Err(FrameError::TooLarge { len_bytes, max_bytes: self.max_frame_bytes });
         }
         if self.buf.len() < FRAME_HEADER_BYTES + len_bytes {
-            // Reserve once for the whole frame rather than growing piecemeal.
-            self.buf.reserve(FRAME_HEADER_BYTES + len_bytes - self.buf.len());
+            // No reserve for the announced length: four bytes from a peer must
+            // not buy a multi-megabyte allocation. The buffer grows as bytes arrive.
             return Ok(None);
         }
         self.buf.advance(FRAME_HEADER_BYTES);

@@ -118,7 +118,9 @@ pub fn allowed(role: Role, method: Method) -> bool {
         AddEntry | WriteLac | FenceLedger => writer,
         // Bookies read from their peers to refill entries they lost (integrity check).
         ReadEntry | ReadLac | WaitLac => writer || matches!(role, Auditor | Bookie),
-        CreateLedger | DeleteLedger => writer,
+        // Creating and deleting ledgers is the application's (and operator's) business.
+        CreateLedger | DeleteLedger => matches!(role, Gateway | Client | Admin),
+        // Ensemble changes, recovery and re-replication update metadata.
         UpdateLedger => writer,
         // Bookies read ledger state (first add of an unknown ledger, GC) and the registry.
         GetLedger | ListLedgers | WatchLedger | ListBookies | WatchBookies => true,

@@ -31,7 +31,7 @@ use crate::trace;
 /// Bounds and timeouts of a client.
 #[derive(Debug, Clone)]
 pub struct ClientOptions {
-    /// Lanes (bidirectional streams) per connection.
+    /// Lanes (bidirectional streams) per connection, 1 to `MAX_LANES_PER_CONNECTION`.
     pub lanes: usize,
     /// Requests in flight per connection; further calls wait for a slot.
     pub max_in_flight: usize,
@@ -232,6 +232,18 @@ struct Lane {
     state: Arc<LaneState>,
 }
 
+/// Removes a call's waiter from its lane when the call ends.
+struct WaiterGuard<'a> {
+    state: &'a LaneState,
+    id: u64,
+}
+
+impl Drop for WaiterGuard<'_> {
+    fn drop(&mut self) {
+        self.state.pending.lock().expect("pending lock").remove(&self.id);
+    }
+}
+
 struct LaneState {
     pending: Mutex<HashMap<u64, Waiter>>,
     /// Set (before pending is drained) when the lane's reader stops.
@@ -253,7 +265,8 @@ impl PeerClient {
     pub async fn call_full<C: Call>(&self, req: C, opts: CallOptions) -> Result<Reply<C::Response>, RpcError> {
         let started = Instant::now();
         let timeout = opts.timeout.unwrap_or(self.inner.opts.request_timeout);
-        let deadline = started + timeout;
+        // A deadline beyond any real wait (Duration::MAX) saturates instead of overflowing.
+        let deadline = started.checked_add(timeout).unwrap_or(started + Duration::from_secs(365 * 24 * 3600));
         let method = C::METHOD.name();
         let timed_out = || RpcError::Timeout {
             method,
@@ -267,49 +280,55 @@ impl PeerClient {
             .map_err(|_| RpcError::Closed)?;
         let id = conn.next_id.fetch_add(1, Ordering::Relaxed);
         let (traceparent, tracestate) = trace::current().unwrap_or_default();
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(timed_out());
+        }
         let frame = RequestFrame {
             request_id: id,
             traceparent,
             tracestate,
-            timeout_ms: deadline.saturating_duration_since(Instant::now()).as_millis().min(u32::MAX as u128) as u32,
+            // Rounded up and at least 1: 0 means "no deadline" on the wire.
+            timeout_ms: remaining.as_micros().div_ceil(1000).clamp(1, u32::MAX as u128) as u32,
             body: Some(req.into_body()),
         };
+        let bytes = frame.encoded_len();
+        if bytes > self.inner.opts.max_frame_bytes {
+            return Err(RpcError::RequestTooLarge { method, bytes, max_bytes: self.inner.opts.max_frame_bytes });
+        }
         let lane = match opts.order_key {
             Some(k) => &conn.lanes[(k % conn.lanes.len() as u64) as usize],
             None => &conn.lanes[conn.next_lane.fetch_add(1, Ordering::Relaxed) % conn.lanes.len()],
         };
         let (wtx, wrx) = oneshot::channel();
         lane.state.pending.lock().expect("pending lock").insert(id, wtx);
+        // Removes the waiter however this call ends: error, timeout, or the
+        // caller dropping the future (select!, an outer timeout).
+        let _waiter = WaiterGuard { state: &lane.state, id };
         let lost =
             |reason: &str| RpcError::ConnectionLost { peer: self.inner.addr.clone(), reason: reason.to_string() };
         // Either the reader's drain saw our waiter, or we see `dead` here.
         if lane.state.dead.load(Ordering::SeqCst) {
-            lane.state.pending.lock().expect("pending lock").remove(&id);
             return Err(lost(&conn.failure_reason()));
         }
         match tokio::time::timeout_at(deadline, lane.tx.send(frame)).await {
             Ok(Ok(())) => {}
-            Ok(Err(_)) => {
-                lane.state.pending.lock().expect("pending lock").remove(&id);
-                return Err(lost(&conn.failure_reason()));
-            }
-            Err(_) => {
-                lane.state.pending.lock().expect("pending lock").remove(&id);
-                return Err(timed_out());
-            }
+            Ok(Err(_)) => return Err(lost(&conn.failure_reason())),
+            Err(_) => return Err(timed_out()),
         }
         let resp = match tokio::time::timeout_at(deadline, wrx).await {
             Ok(Ok(r)) => r?,
             Ok(Err(_)) => return Err(lost("lane closed")),
-            Err(_) => {
-                lane.state.pending.lock().expect("pending lock").remove(&id);
-                return Err(timed_out());
-            }
+            Err(_) => return Err(timed_out()),
         };
         let code = ErrorCode::try_from(resp.code).unwrap_or(ErrorCode::Internal);
         if code == ErrorCode::Timeout {
             // The server's copy of our deadline fired first: the same outcome.
             return Err(timed_out());
+        }
+        if code == ErrorCode::PermissionDenied {
+            // A deployment error (wrong certificate for this job), not a transient one.
+            warn!(peer = %self.inner.addr, method, message = %resp.message, "request refused: permission denied");
         }
         if code != ErrorCode::Ok {
             return Err(RpcError::Remote {
@@ -329,6 +348,14 @@ impl PeerClient {
         let body =
             C::from_body(body).map_err(|other| protocol(format!("{method} answered with a {} body", other.name())))?;
         Ok(Reply { body, instance_id: resp.instance_id })
+    }
+
+    /// Calls waiting for a response on the current connection (for tests and metrics).
+    pub fn pending_calls(&self) -> usize {
+        match self.inner.current.lock().expect("current lock").as_ref() {
+            Some(c) => c.lanes.iter().map(|l| l.state.pending.lock().expect("pending lock").len()).sum(),
+            None => 0,
+        }
     }
 
     /// Closes the connection; calls in flight fail with `ConnectionLost`, later calls with `Closed`.
@@ -376,7 +403,13 @@ impl PeerInner {
             Ok(Ok(conn)) => {
                 backoff.failures = 0;
                 backoff.next_attempt = None;
-                *self.current.lock().expect("current lock") = Some(conn.clone());
+                let mut cur = self.current.lock().expect("current lock");
+                if self.closed.load(Ordering::SeqCst) {
+                    // close() ran while we were connecting.
+                    conn.connection.close(quinn::VarInt::from_u32(LANE_ERROR_SHUTDOWN), b"client closed");
+                    return Err(RpcError::Closed);
+                }
+                *cur = Some(conn.clone());
                 Ok(conn)
             }
             Ok(Err(e)) => {
@@ -384,14 +417,14 @@ impl PeerInner {
                 backoff.failed(&self.opts, e.to_string());
                 Err(e)
             }
-            Err(_) => {
+            Err(_) if connect_deadline < deadline => {
+                // The peer took longer than connect_timeout: a real failure.
                 backoff.failed(&self.opts, "handshake timed out".into());
-                if connect_deadline < deadline {
-                    Err(RpcError::Unavailable { peer: self.addr.clone(), reason: "handshake timed out".into() })
-                } else {
-                    Err(timed_out())
-                }
+                Err(RpcError::Unavailable { peer: self.addr.clone(), reason: "handshake timed out".into() })
             }
+            // The caller's own deadline cut the handshake short: not the peer's
+            // fault, so it does not push other callers into backoff.
+            Err(_) => Err(timed_out()),
         }
     }
 
@@ -402,16 +435,28 @@ impl PeerInner {
 
     async fn establish(&self) -> Result<Arc<Conn>, RpcError> {
         let unavailable = |reason: String| RpcError::Unavailable { peer: self.addr.clone(), reason };
-        let addr = tokio::net::lookup_host(&self.addr)
-            .await
-            .map_err(|e| unavailable(format!("resolve: {e}")))?
-            .next()
-            .ok_or_else(|| unavailable("resolves to no address".into()))?;
-        let connecting = self
-            .endpoint
-            .connect_with(self.config.clone(), addr, &self.role.server_name())
-            .map_err(|e| unavailable(e.to_string()))?;
-        let connection = connecting.await.map_err(|e| unavailable(describe(&e)))?;
+        let addrs: Vec<SocketAddr> =
+            tokio::net::lookup_host(&self.addr).await.map_err(|e| unavailable(format!("resolve: {e}")))?.collect();
+        if addrs.is_empty() {
+            return Err(unavailable("resolves to no address".into()));
+        }
+        // Every resolved address in turn (localhost may give ::1 before 127.0.0.1).
+        let mut last_err = String::new();
+        let mut connection = None;
+        for addr in addrs {
+            let attempt = match self.endpoint.connect_with(self.config.clone(), addr, &self.role.server_name()) {
+                Ok(connecting) => connecting.await.map_err(|e| describe(&e)),
+                Err(e) => Err(e.to_string()),
+            };
+            match attempt {
+                Ok(c) => {
+                    connection = Some(c);
+                    break;
+                }
+                Err(e) => last_err = e,
+            }
+        }
+        let connection = connection.ok_or_else(|| unavailable(last_err))?;
         let peer = PeerIdentity::of_connection(&connection).map_err(|e| unavailable(e.to_string()))?;
         let wrong = peer.role != self.role || self.id.as_ref().is_some_and(|id| *id != peer.id);
         if wrong {
@@ -424,8 +469,9 @@ impl PeerInner {
         }
         // Open every lane before any reader runs: a reader that sees the
         // connection fail closes it, which would mask the cause here.
-        let mut streams = Vec::with_capacity(self.opts.lanes.max(1));
-        for _ in 0..self.opts.lanes.max(1) {
+        let lanes = self.opts.lanes.clamp(1, crate::MAX_LANES_PER_CONNECTION as usize);
+        let mut streams = Vec::with_capacity(lanes);
+        for _ in 0..lanes {
             let s = connection.open_bi().await.map_err(|e| unavailable(format!("open lane: {}", describe(&e))))?;
             streams.push(s);
         }

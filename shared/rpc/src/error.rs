@@ -65,6 +65,16 @@ pub enum RpcError {
         /// What was wrong.
         detail: String,
     },
+    /// The request does not fit in a frame; it was not sent.
+    #[error("{method} request of {bytes} bytes exceeds the frame limit of {max_bytes} bytes")]
+    RequestTooLarge {
+        /// The method called.
+        method: &'static str,
+        /// The encoded size.
+        bytes: usize,
+        /// The limit.
+        max_bytes: usize,
+    },
     /// The client was shut down.
     #[error("client closed")]
     Closed,

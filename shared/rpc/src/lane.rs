@@ -77,6 +77,10 @@ pub async fn write_frames<M: Message>(
             }
         }
         send.write_all(&buf).await?;
+        if buf.capacity() > 2 * COALESCE_BYTES_MAX {
+            // One large frame must not pin its size for the lane's whole life.
+            buf = BytesMut::with_capacity(COALESCE_BYTES_MAX);
+        }
     }
     // The stream may already be reset by the peer; then there is nothing to finish.
     if send.finish().is_ok() {

@@ -28,6 +28,8 @@ pub mod tls;
 pub mod trace;
 mod transport;
 
+pub use transport::MAX_LANES_PER_CONNECTION;
+
 pub use client::{CallOptions, ClientOptions, PeerClient, Reply, RpcClient};
 pub use error::{RpcError, ServiceError};
 pub use identity::PeerIdentity;

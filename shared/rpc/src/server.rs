@@ -8,12 +8,11 @@
 //! synchronous part runs in arrival order; its future runs concurrently under
 //! the request's deadline, and its response joins the lane's write queue.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use prost::Message;
@@ -102,6 +101,10 @@ pub struct ServerOptions {
     pub max_frame_bytes: usize,
     /// Responses queued per lane before handlers wait for the writer.
     pub lane_queue: usize,
+    /// Long polls (WaitLac, watches) parked at once, server-wide. They hold no
+    /// in-flight slot (a parked poll must not stall a connection's adds); past
+    /// this bound they are answered OVERLOADED.
+    pub max_long_polls: usize,
     /// Deadline of a request that states none; also the cap on stated deadlines.
     pub request_timeout_max: Duration,
     /// A connection with no traffic (keep-alives included) for this long is dropped.
@@ -115,6 +118,7 @@ impl Default for ServerOptions {
             max_in_flight_per_connection: 4096,
             max_frame_bytes: MAX_FRAME_BYTES_DEFAULT,
             lane_queue: 1024,
+            max_long_polls: 4096,
             request_timeout_max: Duration::from_secs(300),
             idle_timeout: Duration::from_secs(30),
         }
@@ -163,11 +167,16 @@ struct Shared {
     started: std::time::Instant,
     shutting_down: AtomicBool,
     stop_accepting: CancellationToken,
+    /// Cancelled when the shutdown grace runs out: handlers still running are
+    /// answered SHUTTING_DOWN.
+    abort: CancellationToken,
+    /// Connections accepted and not yet ended (handshakes included).
+    open_conns: AtomicUsize,
+    long_polls: Arc<Semaphore>,
     /// Request handler tasks: awaited at shutdown so in-flight requests finish.
     requests: TaskTracker,
     /// Lane tasks: awaited after requests so their responses get written.
     lanes: TaskTracker,
-    conns: Mutex<HashMap<usize, quinn::Connection>>,
 }
 
 /// Starts servers.
@@ -190,9 +199,12 @@ impl Server {
         service: Arc<dyn Service>,
         opts: ServerOptions,
     ) -> Result<ServerHandle, BindError> {
-        let config = creds.server_config(opts.idle_timeout)?;
+        let mut config = creds.server_config(opts.idle_timeout)?;
+        // Handshakes waiting to be accepted or refused: bounded like the rest.
+        config.max_incoming(opts.max_connections.saturating_mul(2).max(16));
         let endpoint = quinn::Endpoint::server(config, addr).map_err(|source| BindError::Io { addr, source })?;
         let local_addr = endpoint.local_addr().map_err(|source| BindError::Io { addr, source })?;
+        let opts_long_polls = opts.max_long_polls;
         let shared = Arc::new(Shared {
             me: creds.identity().clone(),
             info,
@@ -202,9 +214,11 @@ impl Server {
             started: std::time::Instant::now(),
             shutting_down: AtomicBool::new(false),
             stop_accepting: CancellationToken::new(),
+            abort: CancellationToken::new(),
+            open_conns: AtomicUsize::new(0),
+            long_polls: Arc::new(Semaphore::new(opts_long_polls)),
             requests: TaskTracker::new(),
             lanes: TaskTracker::new(),
-            conns: Mutex::new(HashMap::new()),
         });
         info!(%local_addr, identity = %shared.me, instance_id = %shared.info.instance_id, "serving QUIC with mTLS");
         let accept = tokio::spawn(accept_loop(endpoint.clone(), shared.clone()));
@@ -233,15 +247,16 @@ impl ServerHandle {
         let deadline = Instant::now() + grace;
         s.requests.close();
         if tokio::time::timeout_at(deadline, s.requests.wait()).await.is_err() {
-            warn!("shutdown grace ran out with requests still in flight");
+            warn!("shutdown grace ran out with requests still in flight; answering them SHUTTING_DOWN");
+            s.abort.cancel();
+            let _ = tokio::time::timeout(Duration::from_secs(1), s.requests.wait()).await;
         }
+        // Responses written; give the lanes a moment to have them read.
         s.lanes.close();
-        let _ = tokio::time::timeout_at(deadline, s.lanes.wait()).await;
-        let conns: Vec<_> = s.conns.lock().expect("conns lock").drain().map(|(_, c)| c).collect();
-        for c in conns {
-            c.close(quinn::VarInt::from_u32(LANE_ERROR_SHUTDOWN), b"server shutting down");
-        }
-        let _ = tokio::time::timeout_at(deadline + Duration::from_secs(1), self.endpoint.wait_idle()).await;
+        let _ =
+            tokio::time::timeout_at(deadline.max(Instant::now() + Duration::from_millis(500)), s.lanes.wait()).await;
+        self.endpoint.close(quinn::VarInt::from_u32(LANE_ERROR_SHUTDOWN), b"server shutting down");
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.endpoint.wait_idle()).await;
         info!(local_addr = %self.local_addr, "server stopped");
     }
 }
@@ -255,13 +270,18 @@ async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>) {
                 None => break,
             },
         };
-        if shared.conns.lock().expect("conns lock").len() >= shared.opts.max_connections {
+        if shared.open_conns.load(Ordering::SeqCst) >= shared.opts.max_connections {
             shared.stats.connections_over_limit.fetch_add(1, Ordering::Relaxed);
             warn!(remote = %incoming.remote_address(), max = shared.opts.max_connections, "refusing connection: at the connection limit");
             incoming.refuse();
             continue;
         }
-        tokio::spawn(serve_connection(shared.clone(), incoming));
+        shared.open_conns.fetch_add(1, Ordering::SeqCst);
+        let s = shared.clone();
+        tokio::spawn(async move {
+            serve_connection(s.clone(), incoming).await;
+            s.open_conns.fetch_sub(1, Ordering::SeqCst);
+        });
     }
     // No new connections; existing ones finish their lanes.
     endpoint.set_server_config(None);
@@ -288,8 +308,6 @@ async fn serve_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
     };
     shared.stats.connections_accepted.fetch_add(1, Ordering::Relaxed);
     debug!(%remote, %peer, "connection accepted");
-    let key = conn.stable_id();
-    shared.conns.lock().expect("conns lock").insert(key, conn.clone());
     let inflight = Arc::new(Semaphore::new(shared.opts.max_in_flight_per_connection));
     loop {
         let (send, recv) = tokio::select! {
@@ -305,7 +323,6 @@ async fn serve_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
         let lane = serve_lane(shared.clone(), peer.clone(), remote, inflight.clone(), send, recv);
         shared.lanes.spawn(lane);
     }
-    shared.conns.lock().expect("conns lock").remove(&key);
 }
 
 fn error_frame(request_id: u64, instance_id: &str, err: ServiceError) -> ResponseFrame {
@@ -383,8 +400,22 @@ async fn serve_lane(
             }
             continue;
         }
-        let Ok(permit) = inflight.clone().acquire_owned().await else {
-            break;
+        let permit = if is_long_poll(method) {
+            match shared.long_polls.clone().try_acquire_owned() {
+                Ok(p) => p,
+                Err(_) => {
+                    let err = ServiceError::new(ErrorCode::Overloaded, "too many long polls parked on this server");
+                    if tx.send(refuse(err)).await.is_err() {
+                        break;
+                    }
+                    continue;
+                }
+            }
+        } else {
+            match inflight.clone().acquire_owned().await {
+                Ok(p) => p,
+                Err(_) => break,
+            }
         };
         shared.stats.requests.fetch_add(1, Ordering::Relaxed);
         let cap = shared.opts.request_timeout_max;
@@ -418,8 +449,18 @@ async fn serve_lane(
         let shared2 = shared.clone();
         shared.requests.spawn(
             async move {
-                let result = tokio::time::timeout_at(deadline, fut).await;
+                let result = tokio::select! {
+                    r = tokio::time::timeout_at(deadline, fut) => Some(r),
+                    _ = shared2.abort.cancelled() => None,
+                };
                 let instance = shared2.info.instance_id.as_str();
+                let Some(result) = result else {
+                    let err =
+                        ServiceError::new(ErrorCode::ShuttingDown, "server shut down before the request finished");
+                    let _ = tx.send(error_frame(id, instance, err)).await;
+                    drop(permit);
+                    return;
+                };
                 let resp = match result {
                     Ok(Ok(body)) => ResponseFrame {
                         request_id: id,
@@ -435,6 +476,16 @@ async fn serve_lane(
                         ServiceError::new(ErrorCode::Timeout, format!("{} exceeded its deadline", method.name())),
                     ),
                 };
+                let max = shared2.opts.max_frame_bytes;
+                let resp = if resp.encoded_len() > max {
+                    let err = ServiceError::new(
+                        ErrorCode::FrameTooLarge,
+                        format!("response of {} bytes exceeds the frame limit of {max} bytes", resp.encoded_len()),
+                    );
+                    error_frame(id, instance, err)
+                } else {
+                    resp
+                };
                 // The lane may be gone (caller disconnected); nobody is left to answer.
                 let _ = tx.send(resp).await;
                 drop(permit);
@@ -448,6 +499,12 @@ async fn serve_lane(
         Ok(Err(e)) => debug!(%remote, %peer, reason = %e, "lane writer stopped"),
         Err(e) => warn!(%remote, %peer, error = %e, "lane writer panicked"),
     }
+}
+
+/// Methods that park until something happens: they take a long-poll slot, not
+/// an in-flight slot.
+fn is_long_poll(m: Method) -> bool {
+    matches!(m, Method::WaitLac | Method::WatchLedger | Method::WatchBookies)
 }
 
 /// Refuses a request the server will not run, with the reason.

@@ -145,7 +145,7 @@ impl Credentials {
         cfg.alpn_protocols = vec![ALPN_V1.to_vec()];
         let quic = quinn::crypto::rustls::QuicServerConfig::try_from(cfg).map_err(|e| TlsError::Quic(e.to_string()))?;
         let mut sc = quinn::ServerConfig::with_crypto(Arc::new(quic));
-        sc.transport_config(transport_config(idle_timeout, idle_timeout / 3));
+        sc.transport_config(transport_config(idle_timeout, idle_timeout / 3, true));
         Ok(sc)
     }
 
@@ -178,6 +178,6 @@ fn client_config(
     cfg.alpn_protocols = vec![ALPN_V1.to_vec()];
     let quic = quinn::crypto::rustls::QuicClientConfig::try_from(cfg).map_err(|e| TlsError::Quic(e.to_string()))?;
     let mut cc = quinn::ClientConfig::new(Arc::new(quic));
-    cc.transport_config(transport_config(idle_timeout, idle_timeout / 3));
+    cc.transport_config(transport_config(idle_timeout, idle_timeout / 3, false));
     Ok(cc)
 }

@@ -35,7 +35,12 @@ pub fn parse_traceparent(traceparent: &str, tracestate: &str) -> Option<SpanCont
     let trace_id = TraceId::from_hex(trace).ok()?;
     let span_id = SpanId::from_hex(span).ok()?;
     let flags = u8::from_str_radix(flags, 16).ok()?;
-    let state = tracestate.parse::<TraceState>().unwrap_or_default();
+    // W3C caps tracestate at 32 members; a longer header is ignored, not parsed.
+    let state = if tracestate.len() <= 512 {
+        tracestate.parse::<TraceState>().unwrap_or_default()
+    } else {
+        TraceState::default()
+    };
     let sc = SpanContext::new(trace_id, span_id, TraceFlags::new(flags & 1), true, state);
     sc.is_valid().then_some(sc)
 }

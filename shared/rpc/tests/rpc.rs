@@ -293,3 +293,92 @@ async fn a_method_the_server_does_not_host_is_unknown() {
     let err = c.peer(&addr, Role::Bookie, None).call(add(1, 0, 0)).await.unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::UnknownMethod), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_bound_are_refused() {
+    let pki = Pki::new();
+    let opts = quire_rpc::ServerOptions { max_connections: 1, ..Default::default() };
+    let server =
+        serve_with("127.0.0.1:0".parse().unwrap(), &pki.creds(Role::Bookie, "1"), Arc::new(ControlOnly), "a", opts);
+    let addr = server.local_addr().to_string();
+    let first = client(&pki.creds(Role::Gateway, "1"));
+    first.peer(&addr, Role::Bookie, None).call(PingRequest::default()).await.unwrap();
+    let second = client(&pki.creds(Role::Gateway, "2"));
+    let err = second
+        .peer(&addr, Role::Bookie, None)
+        .call_full(PingRequest::default(), CallOptions::timeout(Duration::from_secs(2)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RpcError::Unavailable { .. }), "{err:?}");
+    assert_eq!(server.stats().connections_over_limit.load(Ordering::Relaxed), 1);
+    // The first connection is unaffected.
+    first.peer(&addr, Role::Bookie, None).call(PingRequest::default()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_polls_have_their_own_bound_and_never_stall_a_connection() {
+    let pki = Pki::new();
+    let opts = quire_rpc::ServerOptions { max_long_polls: 2, max_in_flight_per_connection: 1, ..Default::default() };
+    let server =
+        serve_with("127.0.0.1:0".parse().unwrap(), &pki.creds(Role::Bookie, "1"), FakeBookie::new(), "a", opts);
+    let addr = server.local_addr().to_string();
+    let c = client(&pki.creds(Role::Gateway, "1"));
+    let peer = c.peer(&addr, Role::Bookie, None);
+    let wait = || WaitLacRequest { ledger_id: 1, after: 5, timeout_ms: 0 };
+    let parked: Vec<_> = (0..2)
+        .map(|_| {
+            let peer = peer.clone();
+            tokio::spawn(async move { peer.call_full(wait(), CallOptions::timeout(Duration::from_secs(30))).await })
+        })
+        .collect();
+    wait_until(Duration::from_secs(5), "two long polls parked", || {
+        (server.stats().requests.load(Ordering::Relaxed) == 2).then_some(())
+    })
+    .unwrap();
+    // A third is refused at once rather than parked.
+    let err = peer.call(wait()).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::Overloaded), "{err}");
+    // Ordinary requests still flow, though the connection's in-flight bound is 1.
+    for _ in 0..3 {
+        peer.call(PingRequest::default()).await.unwrap();
+    }
+    // Shutdown answers the parked polls instead of leaving them hanging.
+    server.shutdown(Duration::from_millis(200)).await;
+    for p in parked {
+        let err = p.await.unwrap().unwrap_err();
+        assert!(
+            err.code() == Some(ErrorCode::ShuttingDown) || matches!(err, RpcError::ConnectionLost { .. }),
+            "{err:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_request_fails_locally_and_harms_nothing() {
+    let pki = Pki::new();
+    let server = serve(&pki.creds(Role::Bookie, "1"), Arc::new(ControlOnly));
+    let addr = server.local_addr().to_string();
+    let opts = ClientOptions { max_frame_bytes: 1000, ..quick_options() };
+    let c = client_with(&pki.creds(Role::Gateway, "1"), opts);
+    let peer = c.peer(&addr, Role::Bookie, None);
+    let err = peer.call(PingRequest { payload: Bytes::from(vec![1u8; 2000]), echo: false }).await.unwrap_err();
+    assert!(matches!(err, RpcError::RequestTooLarge { .. }), "{err:?}");
+    peer.call(PingRequest { payload: Bytes::from(vec![1u8; 500]), echo: true }).await.unwrap();
+    assert_eq!(server.stats().bad_frames.load(Ordering::Relaxed), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_call_leaves_no_waiter_behind() {
+    let pki = Pki::new();
+    let server = serve(&pki.creds(Role::Bookie, "1"), FakeBookie::new());
+    let addr = server.local_addr().to_string();
+    let c = client(&pki.creds(Role::Gateway, "1"));
+    let peer = c.peer(&addr, Role::Bookie, None);
+    // Abandon many calls mid-flight through an outer timeout.
+    for _ in 0..50 {
+        let call = peer.call(ReadLacRequest { ledger_id: 1 });
+        assert!(tokio::time::timeout(Duration::from_millis(5), call).await.is_err());
+    }
+    peer.call(PingRequest::default()).await.unwrap();
+    assert_eq!(peer.pending_calls(), 0);
+}

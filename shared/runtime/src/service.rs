@@ -101,6 +101,7 @@ pub struct RunningService {
     /// The server.
     pub server: ServerHandle,
     grace: Duration,
+    signals: ShutdownSignals,
 }
 
 impl RunningService {
@@ -115,6 +116,8 @@ impl RunningService {
         opts: ServerOptions,
     ) -> anyhow::Result<RunningService> {
         let creds = common.credentials(role)?;
+        // Before the ready file appears: a supervisor may signal as soon as it does.
+        let signals = ShutdownSignals::install()?;
         let info = ServerIdentity { instance_id, version: env!("CARGO_PKG_VERSION").to_string() };
         let server = Server::bind(listen, &creds, info, service, opts).context("start QUIC server")?;
         if let Some(path) = &common.ready_file {
@@ -124,25 +127,45 @@ impl RunningService {
                 .with_context(|| format!("write {}", tmp.display()))?;
             std::fs::rename(&tmp, path).with_context(|| format!("write {}", path.display()))?;
         }
-        Ok(RunningService { server, grace: Duration::from_millis(common.shutdown_grace_ms) })
+        Ok(RunningService { server, grace: Duration::from_millis(common.shutdown_grace_ms), signals })
     }
 
     /// Waits for SIGTERM or SIGINT, then shuts the server down gracefully.
-    pub async fn run_until_signal(self) -> anyhow::Result<()> {
-        let sig = wait_for_shutdown_signal().await?;
+    pub async fn run_until_signal(mut self) -> anyhow::Result<()> {
+        let sig = self.signals.recv().await;
         info!(signal = sig, "shutting down");
         self.server.shutdown(self.grace).await;
         Ok(())
     }
 }
 
+/// SIGTERM and SIGINT listeners, installed up front so that no signal sent
+/// after start-up takes the default (immediate exit) path.
+pub struct ShutdownSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    /// Installs the handlers (needs a tokio runtime).
+    pub fn install() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(ShutdownSignals {
+            term: signal(SignalKind::terminate()).context("install SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("install SIGINT handler")?,
+        })
+    }
+
+    /// Resolves on the next SIGTERM or SIGINT with its name.
+    pub async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
+}
+
 /// Resolves on SIGTERM or SIGINT with the signal's name.
 pub async fn wait_for_shutdown_signal() -> anyhow::Result<&'static str> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
-    Ok(tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    })
+    Ok(ShutdownSignals::install()?.recv().await)
 }

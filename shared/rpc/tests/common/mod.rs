@@ -70,8 +70,18 @@ pub fn serve(creds: &Credentials, service: Arc<dyn Service>) -> ServerHandle {
 }
 
 pub fn serve_at(addr: SocketAddr, creds: &Credentials, service: Arc<dyn Service>, instance: &str) -> ServerHandle {
+    serve_with(addr, creds, service, instance, ServerOptions::default())
+}
+
+pub fn serve_with(
+    addr: SocketAddr,
+    creds: &Credentials,
+    service: Arc<dyn Service>,
+    instance: &str,
+    opts: ServerOptions,
+) -> ServerHandle {
     let info = ServerIdentity { instance_id: instance.to_string(), version: "test".to_string() };
-    Server::bind(addr, creds, info, service, ServerOptions::default()).unwrap()
+    Server::bind(addr, creds, info, service, opts).unwrap()
 }
 
 /// A stand-in bookie service:
