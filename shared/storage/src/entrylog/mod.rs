@@ -1,0 +1,232 @@
+//! Entry logs: shared append-only files holding every ledger's entries,
+//! written in batches sorted by ledger (so a ledger's entries sit together),
+//! read with positioned reads.
+//!
+//! ```text
+//! file:   "QUIRELOG" | version u32 | log id u32 | record* ...
+//! record: len u32 | ledger u64 | entry u64 | lac i64 | crc32c u32 | payload
+//! ```
+//! `len` counts everything after itself. The record keeps the writer's digest,
+//! which is checked again on every read: a damaged copy is reported as
+//! corrupt, never as absent.
+
+pub mod read_cache;
+pub mod write_cache;
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use quire_proto::v1::Entry;
+
+use crate::error::StorageError;
+use crate::index::Location;
+
+const MAGIC: &[u8; 8] = b"QUIRELOG";
+const VERSION: u32 = 1;
+const FILE_HEADER_BYTES: u64 = 16;
+/// Bytes of a record before its payload.
+pub const RECORD_HEADER_BYTES: usize = 4 + 8 + 8 + 8 + 4;
+
+/// An entry log file's name: `entrylog-<id, 8 hex digits>.log`.
+pub fn log_path(dir: &Path, id: u32) -> PathBuf {
+    dir.join(format!("entrylog-{id:08x}.log"))
+}
+
+fn parse_log_name(name: &str) -> Option<u32> {
+    let hex = name.strip_prefix("entrylog-")?.strip_suffix(".log")?;
+    if hex.len() != 8 {
+        return None;
+    }
+    u32::from_str_radix(hex, 16).ok()
+}
+
+/// Encodes one entry's record.
+pub fn encode_record(e: &Entry, out: &mut BytesMut) {
+    out.reserve(RECORD_HEADER_BYTES + e.payload.len());
+    out.put_u32((RECORD_HEADER_BYTES - 4 + e.payload.len()) as u32);
+    out.put_u64(e.ledger_id);
+    out.put_u64(e.entry_id);
+    out.put_i64(e.last_add_confirmed);
+    out.put_u32(e.crc32c);
+    out.put_slice(&e.payload);
+}
+
+/// Decodes a record read from `loc`, checking it is the entry asked for and
+/// that its digest holds.
+pub fn decode_record(buf: Bytes, ledger_id: u64, entry_id: u64) -> Result<Entry, StorageError> {
+    let corrupt = |why: String| StorageError::CorruptEntry(ledger_id, entry_id, why);
+    if buf.len() < RECORD_HEADER_BYTES {
+        return Err(corrupt(format!("record of {} bytes is shorter than its header", buf.len())));
+    }
+    let len = u32::from_be_bytes(buf[0..4].try_into().expect("4")) as usize;
+    if len + 4 != buf.len() {
+        return Err(corrupt(format!("record length {len} does not match the index ({} bytes)", buf.len())));
+    }
+    let e = Entry {
+        ledger_id: u64::from_be_bytes(buf[4..12].try_into().expect("8")),
+        entry_id: u64::from_be_bytes(buf[12..20].try_into().expect("8")),
+        last_add_confirmed: i64::from_be_bytes(buf[20..28].try_into().expect("8")),
+        crc32c: u32::from_be_bytes(buf[28..32].try_into().expect("4")),
+        payload: buf.slice(RECORD_HEADER_BYTES..),
+    };
+    if e.ledger_id != ledger_id || e.entry_id != entry_id {
+        return Err(corrupt(format!("record holds entry {}/{}", e.ledger_id, e.entry_id)));
+    }
+    if !e.digest_ok() {
+        return Err(corrupt("CRC32C mismatch".into()));
+    }
+    Ok(e)
+}
+
+struct Current {
+    id: u32,
+    file: Arc<File>,
+    written: u64,
+}
+
+/// The set of entry log files in a directory.
+pub struct EntryLogs {
+    dir: PathBuf,
+    max_file_bytes: u64,
+    current: Mutex<Current>,
+    files: RwLock<HashMap<u32, Arc<File>>>,
+}
+
+impl EntryLogs {
+    /// Opens the directory; new entries go to a fresh file after every existing one
+    /// (a file's tail after a crash may hold unindexed bytes: never appended to again).
+    pub fn open(dir: &Path, max_file_bytes: u64) -> Result<EntryLogs, StorageError> {
+        std::fs::create_dir_all(dir).map_err(|e| StorageError::io(dir, e))?;
+        let mut files = HashMap::new();
+        let mut max_id = 0;
+        for e in std::fs::read_dir(dir).map_err(|e| StorageError::io(dir, e))? {
+            let e = e.map_err(|e| StorageError::io(dir, e))?;
+            if let Some(id) = e.file_name().to_str().and_then(parse_log_name) {
+                let f = File::open(e.path()).map_err(|err| StorageError::io(&e.path(), err))?;
+                files.insert(id, Arc::new(f));
+                max_id = max_id.max(id);
+            }
+        }
+        let current = Self::create(dir, max_id + 1)?;
+        files.insert(current.id, current.file.clone());
+        Ok(EntryLogs {
+            dir: dir.to_path_buf(),
+            max_file_bytes,
+            current: Mutex::new(current),
+            files: RwLock::new(files),
+        })
+    }
+
+    fn create(dir: &Path, id: u32) -> Result<Current, StorageError> {
+        let path = log_path(dir, id);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| StorageError::io(&path, e))?;
+        let mut header = Vec::with_capacity(FILE_HEADER_BYTES as usize);
+        header.extend_from_slice(MAGIC);
+        header.extend_from_slice(&VERSION.to_be_bytes());
+        header.extend_from_slice(&id.to_be_bytes());
+        file.write_all_at(&header, 0).map_err(|e| StorageError::io(&path, e))?;
+        file.sync_all().map_err(|e| StorageError::io(&path, e))?;
+        crate::journal::segment::sync_dir(dir).map_err(|e| StorageError::io(dir, e))?;
+        Ok(Current { id, file: Arc::new(file), written: FILE_HEADER_BYTES })
+    }
+
+    /// Appends the entries (in the order given) and syncs. Returns each entry's location.
+    /// Called by one flusher at a time.
+    pub fn append_batch(&self, entries: &[&Entry]) -> Result<Vec<Location>, StorageError> {
+        let mut cur = self.current.lock().expect("entry log lock");
+        let mut buf = BytesMut::new();
+        let mut locs = Vec::with_capacity(entries.len());
+        let mut synced_old: Option<Arc<File>> = None;
+        for e in entries {
+            let before = buf.len();
+            encode_record(e, &mut buf);
+            let len = (buf.len() - before) as u32;
+            if cur.written + buf.len() as u64 > self.max_file_bytes && cur.written > FILE_HEADER_BYTES {
+                // Rotate: write what is gathered to the old file, then start a new one.
+                let head = buf.split_to(before);
+                let path = log_path(&self.dir, cur.id);
+                cur.file.write_all_at(&head, cur.written).map_err(|err| StorageError::io(&path, err))?;
+                synced_old = Some(cur.file.clone());
+                let next = Self::create(&self.dir, cur.id + 1)?;
+                self.files.write().expect("files lock").insert(next.id, next.file.clone());
+                *cur = next;
+            }
+            let offset = cur.written + (buf.len() as u64 - len as u64);
+            locs.push(Location { log_id: cur.id, offset, len });
+        }
+        let path = log_path(&self.dir, cur.id);
+        if let Some(old) = synced_old {
+            old.sync_data().map_err(|e| StorageError::io(&path, e))?;
+        }
+        cur.file.write_all_at(&buf, cur.written).map_err(|e| StorageError::io(&path, e))?;
+        cur.file.sync_data().map_err(|e| StorageError::io(&path, e))?;
+        cur.written += buf.len() as u64;
+        Ok(locs)
+    }
+
+    /// Reads the record at `loc` (blocking I/O) and checks it.
+    pub fn read(&self, loc: Location, ledger_id: u64, entry_id: u64) -> Result<Entry, StorageError> {
+        let file = self.files.read().expect("files lock").get(&loc.log_id).cloned();
+        let Some(file) = file else {
+            return Err(StorageError::CorruptEntry(
+                ledger_id,
+                entry_id,
+                format!("entry log {} is missing", loc.log_id),
+            ));
+        };
+        let mut buf = vec![0u8; loc.len as usize];
+        file.read_exact_at(&mut buf, loc.offset).map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => {
+                StorageError::CorruptEntry(ledger_id, entry_id, format!("entry log {} is truncated", loc.log_id))
+            }
+            _ => StorageError::io(&log_path(&self.dir, loc.log_id), e),
+        })?;
+        decode_record(Bytes::from(buf), ledger_id, entry_id)
+    }
+
+    /// Reads up to `max_bytes` of consecutive records starting at `loc`, for
+    /// read-ahead: returns the entries of `ledger_id` that follow it in the file.
+    pub fn read_ahead(&self, loc: Location, ledger_id: u64, max_bytes: usize) -> Vec<Entry> {
+        let Some(file) = self.files.read().expect("files lock").get(&loc.log_id).cloned() else {
+            return Vec::new();
+        };
+        let mut buf = vec![0u8; max_bytes];
+        let n = match file.read_at(&mut buf, loc.offset) {
+            Ok(n) => n,
+            Err(_) => return Vec::new(),
+        };
+        buf.truncate(n);
+        let buf = Bytes::from(buf);
+        let mut out = Vec::new();
+        let mut off = 0usize;
+        while off + RECORD_HEADER_BYTES <= buf.len() {
+            let len = u32::from_be_bytes(buf[off..off + 4].try_into().expect("4")) as usize;
+            if len < RECORD_HEADER_BYTES - 4 || off + 4 + len > buf.len() {
+                break;
+            }
+            let rec = buf.slice(off..off + 4 + len);
+            let l = u64::from_be_bytes(rec[4..12].try_into().expect("8"));
+            let e = u64::from_be_bytes(rec[12..20].try_into().expect("8"));
+            if l != ledger_id {
+                break;
+            }
+            // Only entries whose digest holds are cached; a bad one is read (and
+            // reported) on its own when asked for.
+            match decode_record(rec, l, e) {
+                Ok(entry) => out.push(entry),
+                Err(_) => break,
+            }
+            off += 4 + len;
+        }
+        out
+    }
+}

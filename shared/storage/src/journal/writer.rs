@@ -1,0 +1,290 @@
+//! The journal's thread: gather records under the group-commit policy, write
+//! them in one pwrite, fdatasync, then run their completions in order.
+//!
+//! A dedicated OS thread, not a tokio task: fdatasync blocks for up to
+//! milliseconds, and records keep arriving (and queueing for the next batch)
+//! while it does. That overlap is the group commit.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use bytes::BytesMut;
+
+use super::policy::{Decision, GroupCommit, GroupCommitPolicy};
+use super::record::Record;
+use super::segment::{list_segments, segment_path, sync_dir, Segment};
+use super::{Completion, Journal, JournalPos};
+use crate::error::StorageError;
+
+/// Journal settings.
+#[derive(Debug, Clone)]
+pub struct JournalConfig {
+    /// Directory of the segments (ideally on its own device).
+    pub dir: PathBuf,
+    /// When to sync.
+    pub policy: GroupCommitPolicy,
+    /// A segment is closed and a new one started past this size.
+    pub segment_bytes: u64,
+    /// Zero-fill this far ahead of the write position.
+    pub prealloc_bytes: u64,
+}
+
+impl JournalConfig {
+    /// Defaults for `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        JournalConfig {
+            dir: dir.into(),
+            policy: GroupCommitPolicy::default(),
+            segment_bytes: 256 * 1024 * 1024,
+            prealloc_bytes: 4 * 1024 * 1024,
+        }
+    }
+}
+
+/// Counters of the journal's work.
+#[derive(Debug, Default)]
+pub struct JournalStats {
+    /// fdatasyncs done.
+    pub syncs: AtomicU64,
+    /// Records made durable.
+    pub records: AtomicU64,
+    /// Bytes made durable.
+    pub bytes: AtomicU64,
+    /// Total time spent in write + fdatasync, microseconds.
+    pub sync_us_total: AtomicU64,
+    /// Longest write + fdatasync, microseconds.
+    pub sync_us_max: AtomicU64,
+    /// Segments deleted after checkpoints.
+    pub segments_deleted: AtomicU64,
+}
+
+enum Request {
+    Append { record: Record, enqueued_at: Instant, done: Completion },
+    Checkpoint(JournalPos),
+}
+
+/// The file-backed journal.
+pub struct FileJournal {
+    tx: Mutex<Option<Sender<Request>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    failed: Arc<AtomicBool>,
+    stats: Arc<JournalStats>,
+}
+
+impl FileJournal {
+    /// Starts a journal in `config.dir` whose new records go to a fresh
+    /// segment after every existing one. Replay existing segments first
+    /// ([`super::replay`]); this does not read them.
+    pub fn start(config: JournalConfig) -> Result<FileJournal, StorageError> {
+        std::fs::create_dir_all(&config.dir).map_err(|e| StorageError::io(&config.dir, e))?;
+        let next_id =
+            list_segments(&config.dir).map_err(|e| StorageError::io(&config.dir, e))?.last().map_or(1, |l| l + 1);
+        let segment = Segment::create(&config.dir, next_id, config.prealloc_bytes)
+            .map_err(|e| StorageError::io(&segment_path(&config.dir, next_id), e))?;
+        let (tx, rx) = mpsc::channel();
+        let failed = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(JournalStats::default());
+        let mut w = Writer {
+            dir: config.dir.clone(),
+            segment_bytes: config.segment_bytes,
+            prealloc_bytes: config.prealloc_bytes,
+            segment,
+            buf: BytesMut::with_capacity(1024 * 1024),
+            pending: Vec::new(),
+            gc: GroupCommit::new(config.policy),
+            failed: failed.clone(),
+            stats: stats.clone(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("journal".into())
+            .spawn(move || w.run(rx))
+            .map_err(|e| StorageError::io(&config.dir, e))?;
+        Ok(FileJournal { tx: Mutex::new(Some(tx)), thread: Mutex::new(Some(thread)), failed, stats })
+    }
+
+    /// The journal's counters.
+    pub fn stats(&self) -> &JournalStats {
+        &self.stats
+    }
+
+    /// Whether a write or sync has failed (every append now fails).
+    pub fn has_failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
+    }
+
+    /// Syncs what is queued, completes it, and stops the thread. Later appends fail.
+    pub fn close(&self) {
+        drop(self.tx.lock().expect("journal tx lock").take());
+        if let Some(t) = self.thread.lock().expect("journal thread lock").take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for FileJournal {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl Journal for FileJournal {
+    fn append(&self, record: Record, done: Completion) {
+        let req = Request::Append { record, enqueued_at: Instant::now(), done };
+        let sent = match self.tx.lock().expect("journal tx lock").as_ref() {
+            Some(tx) => tx.send(req).map_err(|e| e.0),
+            None => Err(req),
+        };
+        if let Err(Request::Append { done, .. }) = sent {
+            done(Err(StorageError::JournalClosed));
+        }
+    }
+
+    fn checkpoint(&self, upto: JournalPos) {
+        if let Some(tx) = self.tx.lock().expect("journal tx lock").as_ref() {
+            let _ = tx.send(Request::Checkpoint(upto));
+        }
+    }
+}
+
+struct Writer {
+    dir: PathBuf,
+    segment_bytes: u64,
+    prealloc_bytes: u64,
+    segment: Segment,
+    buf: BytesMut,
+    /// Encoded length and completion of each gathered record, in order.
+    pending: Vec<(usize, Completion)>,
+    gc: GroupCommit,
+    failed: Arc<AtomicBool>,
+    stats: Arc<JournalStats>,
+}
+
+impl Writer {
+    fn run(&mut self, rx: Receiver<Request>) {
+        let mut disconnected = false;
+        loop {
+            // Take whatever is queued now, without waiting.
+            while !disconnected {
+                match rx.try_recv() {
+                    Ok(r) => {
+                        self.take(r);
+                        if self.gc.decide(Instant::now(), false) == Decision::Sync {
+                            break;
+                        }
+                    }
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => disconnected = true,
+                }
+            }
+            match self.gc.decide(Instant::now(), true) {
+                Decision::Sync => self.flush(),
+                Decision::Idle if disconnected => return,
+                Decision::Idle => match rx.recv() {
+                    Ok(r) => self.take(r),
+                    Err(_) => disconnected = true,
+                },
+                Decision::Gather { until } if !disconnected => {
+                    match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                        Ok(r) => self.take(r),
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Err(RecvTimeoutError::Disconnected) => disconnected = true,
+                    }
+                }
+                Decision::Gather { .. } => self.flush(),
+            }
+        }
+    }
+
+    fn take(&mut self, req: Request) {
+        match req {
+            Request::Append { record, enqueued_at, done } => {
+                if self.failed.load(Ordering::SeqCst) {
+                    done(Err(StorageError::JournalFailed));
+                    return;
+                }
+                let len = record.encoded_len();
+                if self.gc.would_overflow(len) {
+                    self.flush();
+                }
+                record.encode(&mut self.buf);
+                self.pending.push((len, done));
+                self.gc.gathered(len, enqueued_at);
+            }
+            Request::Checkpoint(upto) => self.delete_before(upto),
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.pending.is_empty() {
+            self.gc.synced();
+            return;
+        }
+        let started = Instant::now();
+        let result = self.write_and_sync();
+        let took_us = started.elapsed().as_micros() as u64;
+        let pending = std::mem::take(&mut self.pending);
+        match result {
+            Ok(base) => {
+                self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+                self.stats.records.fetch_add(pending.len() as u64, Ordering::Relaxed);
+                self.stats.bytes.fetch_add(self.buf.len() as u64, Ordering::Relaxed);
+                self.stats.sync_us_total.fetch_add(took_us, Ordering::Relaxed);
+                self.stats.sync_us_max.fetch_max(took_us, Ordering::Relaxed);
+                let mut offset = base;
+                for (len, done) in pending {
+                    offset += len as u64;
+                    done(Ok(JournalPos { segment: self.segment.id(), offset }));
+                }
+            }
+            Err(e) => {
+                // fsync failure semantics: the page cache may have dropped the
+                // dirty pages, so nothing in this batch can be called durable and
+                // nothing after it either.
+                tracing::error!(error = %e, "journal write failed; the journal refuses all further appends");
+                self.failed.store(true, Ordering::SeqCst);
+                for (_, done) in pending {
+                    done(Err(StorageError::JournalFailed));
+                }
+            }
+        }
+        self.buf.clear();
+        self.gc.synced();
+    }
+
+    /// Writes the gathered batch at the end of the current segment (rotating
+    /// first if it would overflow) and syncs. Returns the batch's start offset.
+    fn write_and_sync(&mut self) -> Result<u64, StorageError> {
+        if self.segment.written() > 0 && self.segment.written() + self.buf.len() as u64 > self.segment_bytes {
+            let next = self.segment.id() + 1;
+            self.segment = Segment::create(&self.dir, next, self.prealloc_bytes)
+                .map_err(|e| StorageError::io(&segment_path(&self.dir, next), e))?;
+        }
+        let path = segment_path(&self.dir, self.segment.id());
+        let base = self.segment.written();
+        self.segment.append(&self.buf).map_err(|e| StorageError::io(&path, e))?;
+        self.segment.sync().map_err(|e| StorageError::io(&path, e))?;
+        Ok(base)
+    }
+
+    /// Deletes segments whose every record is at or before `upto`.
+    fn delete_before(&mut self, upto: JournalPos) {
+        let Ok(ids) = list_segments(&self.dir) else { return };
+        let mut deleted = false;
+        for id in ids.into_iter().filter(|id| *id < upto.segment && *id != self.segment.id()) {
+            match std::fs::remove_file(segment_path(&self.dir, id)) {
+                Ok(()) => {
+                    deleted = true;
+                    self.stats.segments_deleted.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => tracing::warn!(segment = id, error = %e, "could not delete checkpointed journal segment"),
+            }
+        }
+        if deleted {
+            let _ = sync_dir(&self.dir);
+        }
+    }
+}

@@ -1,0 +1,579 @@
+//! The store: the bookie's storage engine behind one type (see the crate doc
+//! for the write path).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use quire_proto::v1::Entry;
+use tokio::sync::{oneshot, watch, Semaphore};
+
+use crate::entrylog::read_cache::ReadCache;
+use crate::entrylog::write_cache::WriteCache;
+use crate::entrylog::EntryLogs;
+use crate::error::StorageError;
+use crate::index::{IndexBatch, LedgerIndex, LedgerRecord, SledIndex};
+use crate::journal::{self, FileJournal, Journal, JournalConfig, JournalPos, Record};
+
+/// Store settings.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// The journal (its own directory, ideally its own device).
+    pub journal: JournalConfig,
+    /// Entry logs and index live here.
+    pub ledger_dir: PathBuf,
+    /// Payload bytes journaled but not yet flushed to an entry log, at most.
+    /// Adds wait for room beyond it (backpressure), never grow it.
+    pub write_cache_bytes: usize,
+    /// Flush at least this often.
+    pub flush_interval: Duration,
+    /// An entry log file is closed and a new one started past this size.
+    pub entry_log_bytes: u64,
+    /// Read-ahead cache, payload bytes.
+    pub read_cache_bytes: usize,
+    /// Bytes read per read-ahead from an entry log.
+    pub read_ahead_bytes: usize,
+    /// Largest entry payload accepted.
+    pub max_entry_bytes: usize,
+    /// Long polls parked at once.
+    pub max_parked_waits: usize,
+}
+
+impl StoreConfig {
+    /// Defaults with the journal in `journal_dir` and the rest in `ledger_dir`.
+    pub fn new(journal_dir: impl Into<PathBuf>, ledger_dir: impl Into<PathBuf>) -> Self {
+        StoreConfig {
+            journal: JournalConfig::new(journal_dir),
+            ledger_dir: ledger_dir.into(),
+            write_cache_bytes: 64 * 1024 * 1024,
+            flush_interval: Duration::from_secs(1),
+            entry_log_bytes: 1024 * 1024 * 1024,
+            read_cache_bytes: 16 * 1024 * 1024,
+            read_ahead_bytes: 64 * 1024,
+            max_entry_bytes: quire_proto::MAX_ENTRY_BYTES,
+            max_parked_waits: 10_000,
+        }
+    }
+}
+
+/// Counters of the store.
+#[derive(Debug, Default)]
+pub struct StoreStats {
+    /// Adds acknowledged.
+    pub adds: AtomicU64,
+    /// Reads served (any source).
+    pub reads: AtomicU64,
+    /// Reads served from the write cache.
+    pub reads_write_cache: AtomicU64,
+    /// Reads served from the read-ahead cache.
+    pub reads_read_cache: AtomicU64,
+    /// Flushes to the entry log.
+    pub flushes: AtomicU64,
+    /// Entries flushed.
+    pub flushed_entries: AtomicU64,
+    /// Long polls parked now.
+    pub parked_waits: AtomicUsize,
+}
+
+struct LedgerState {
+    /// Held while checking fence state and queueing a record, so that an add
+    /// and a fence of the same ledger are ordered in the journal.
+    fence: Mutex<bool>,
+    lac: watch::Sender<i64>,
+    /// Changed since the last flush (fence or LAC).
+    dirty: AtomicBool,
+}
+
+impl LedgerState {
+    fn new(rec: LedgerRecord) -> Arc<Self> {
+        Arc::new(LedgerState {
+            fence: Mutex::new(rec.fenced),
+            lac: watch::Sender::new(rec.lac),
+            dirty: AtomicBool::new(false),
+        })
+    }
+
+    fn raise_lac(&self, lac: i64) {
+        let raised = self.lac.send_if_modified(|cur| {
+            if lac > *cur {
+                *cur = lac;
+                true
+            } else {
+                false
+            }
+        });
+        if raised {
+            self.dirty.store(true, Ordering::Release);
+        }
+    }
+
+    fn record(&self) -> LedgerRecord {
+        LedgerRecord { fenced: *self.fence.lock().expect("fence lock"), lac: *self.lac.borrow() }
+    }
+}
+
+#[derive(Default)]
+struct Caches {
+    active: WriteCache,
+    flushing: Option<Arc<WriteCache>>,
+    /// The position of the last journal record whose effects are in `active`.
+    applied: JournalPos,
+    /// Budget permits (KiB) held by entries in `active`.
+    active_kib: usize,
+}
+
+struct Inner {
+    config: StoreConfig,
+    journal: FileJournal,
+    index: SledIndex,
+    logs: EntryLogs,
+    caches: RwLock<Caches>,
+    ledgers: RwLock<HashMap<u64, Arc<LedgerState>>>,
+    read_cache: Mutex<ReadCache>,
+    budget: Arc<Semaphore>,
+    read_only: Mutex<Option<String>>,
+    stats: StoreStats,
+    flush_tx: Mutex<Option<mpsc::Sender<FlushCmd>>>,
+}
+
+enum FlushCmd {
+    Now(Option<oneshot::Sender<Result<(), String>>>),
+}
+
+/// The storage engine.
+pub struct Store {
+    inner: Arc<Inner>,
+    flusher: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn kib_of(e: &Entry) -> usize {
+    e.payload.len() / 1024 + 1
+}
+
+impl Store {
+    /// Opens the store: reads the index, replays the journal from the last
+    /// checkpoint, flushes what it replayed, and starts the journal and flusher.
+    pub fn open(config: StoreConfig) -> Result<Store, StorageError> {
+        let index_dir = config.ledger_dir.join("index");
+        let logs_dir = config.ledger_dir.join("entrylogs");
+        let index = SledIndex::open(&index_dir)?;
+        let logs = EntryLogs::open(&logs_dir, config.entry_log_bytes)?;
+        let mut ledgers = HashMap::new();
+        for (id, rec) in index.ledgers()? {
+            ledgers.insert(id, LedgerState::new(rec));
+        }
+        let checkpoint = index.checkpoint()?.unwrap_or_default();
+        std::fs::create_dir_all(&config.journal.dir).map_err(|e| StorageError::io(&config.journal.dir, e))?;
+        let mut caches = Caches::default();
+        let outcome = journal::replay(&config.journal.dir, checkpoint, |pos, rec| {
+            match rec {
+                Record::Entry { ledger_id, entry_id, last_add_confirmed, crc32c, payload } => {
+                    let st = ledgers.entry(ledger_id).or_insert_with(|| LedgerState::new(LedgerRecord::default()));
+                    st.raise_lac(last_add_confirmed);
+                    st.dirty.store(true, Ordering::Release);
+                    caches.active.insert(Entry { ledger_id, entry_id, last_add_confirmed, payload, crc32c });
+                }
+                Record::Fence { ledger_id } => {
+                    let st = ledgers.entry(ledger_id).or_insert_with(|| LedgerState::new(LedgerRecord::default()));
+                    *st.fence.lock().expect("fence lock") = true;
+                    st.dirty.store(true, Ordering::Release);
+                }
+            }
+            caches.applied = pos;
+        })?;
+        if outcome.records > 0 || outcome.cut.is_some() {
+            tracing::info!(records = outcome.records, cut = ?outcome.cut, "replayed journal");
+        }
+        caches.applied = caches.applied.max(checkpoint);
+        let journal = FileJournal::start(config.journal.clone())?;
+        let budget_kib = (config.write_cache_bytes / 1024).max(1);
+        let inner = Arc::new(Inner {
+            read_cache: Mutex::new(ReadCache::new(config.read_cache_bytes)),
+            budget: Arc::new(Semaphore::new(budget_kib)),
+            config,
+            journal,
+            index,
+            logs,
+            caches: RwLock::new(caches),
+            ledgers: RwLock::new(ledgers),
+            read_only: Mutex::new(None),
+            stats: StoreStats::default(),
+            flush_tx: Mutex::new(None),
+        });
+        // Replayed entries go to the entry log before anything new is accepted,
+        // and the checkpoint then lets the journal drop what it replayed.
+        inner.flush()?;
+        let (tx, rx) = mpsc::channel();
+        *inner.flush_tx.lock().expect("flush tx lock") = Some(tx);
+        let flusher_inner = inner.clone();
+        let flusher = std::thread::Builder::new()
+            .name("flusher".into())
+            .spawn(move || flusher_inner.flush_loop(rx))
+            .map_err(|e| StorageError::io(&inner.config.ledger_dir, e))?;
+        Ok(Store { inner, flusher: Mutex::new(Some(flusher)) })
+    }
+
+    /// Adds an entry; resolves once it is durable in the journal.
+    ///
+    /// Refused: too large, bad digest, read-only store, and (unless `recovery`)
+    /// a fenced ledger.
+    pub async fn add(&self, entry: Entry, recovery: bool) -> Result<(), StorageError> {
+        let inner = &self.inner;
+        if entry.payload.len() > inner.config.max_entry_bytes {
+            return Err(StorageError::TooLarge(entry.payload.len(), inner.config.max_entry_bytes));
+        }
+        if !entry.digest_ok() {
+            return Err(StorageError::DigestMismatch(entry.ledger_id, entry.entry_id));
+        }
+        if let Some(why) = inner.read_only.lock().expect("read-only lock").clone() {
+            return Err(StorageError::ReadOnly(why));
+        }
+        let kib = kib_of(&entry);
+        // Room in the write cache; returned to the budget when flushed (or on failure).
+        let permit = inner
+            .budget
+            .acquire_many(kib as u32)
+            .await
+            .map_err(|_| StorageError::Overloaded("store is closing".into()))?;
+        permit.forget();
+        let st = inner.ledger_or_create(entry.ledger_id);
+        let (tx, rx) = oneshot::channel();
+        {
+            let fenced = st.fence.lock().expect("fence lock");
+            if *fenced && !recovery {
+                inner.budget.add_permits(kib);
+                return Err(StorageError::Fenced(entry.ledger_id));
+            }
+            let rec = Record::Entry {
+                ledger_id: entry.ledger_id,
+                entry_id: entry.entry_id,
+                last_add_confirmed: entry.last_add_confirmed,
+                crc32c: entry.crc32c,
+                payload: entry.payload.clone(),
+            };
+            let inner2 = inner.clone();
+            let st2 = st.clone();
+            inner.journal.append(
+                rec,
+                Box::new(move |res| {
+                    let out = match res {
+                        Ok(pos) => {
+                            inner2.apply_entry(pos, entry, kib, &st2);
+                            Ok(())
+                        }
+                        Err(e) => {
+                            inner2.budget.add_permits(kib);
+                            Err(e)
+                        }
+                    };
+                    let _ = tx.send(out);
+                }),
+            );
+        }
+        rx.await.map_err(|_| StorageError::JournalClosed)?
+    }
+
+    /// Fences a ledger (idempotent): from now on only recovery adds are
+    /// accepted. Resolves once the fence is durable, with the ledger's LAC.
+    pub async fn fence(&self, ledger_id: u64) -> Result<i64, StorageError> {
+        let inner = &self.inner;
+        let st = inner.ledger_or_create(ledger_id);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut fenced = st.fence.lock().expect("fence lock");
+            *fenced = true;
+            st.dirty.store(true, Ordering::Release);
+            let inner2 = inner.clone();
+            inner.journal.append(
+                Record::Fence { ledger_id },
+                Box::new(move |res| {
+                    if let Ok(pos) = &res {
+                        let mut c = inner2.caches.write().expect("caches lock");
+                        c.applied = c.applied.max(*pos);
+                    }
+                    let _ = tx.send(res.map(|_| ()));
+                }),
+            );
+        }
+        rx.await.map_err(|_| StorageError::JournalClosed)??;
+        let lac = *st.lac.borrow();
+        Ok(lac)
+    }
+
+    /// Whether a ledger is fenced (unknown ledgers are not).
+    pub fn is_fenced(&self, ledger_id: u64) -> bool {
+        self.inner.ledger(ledger_id).is_some_and(|st| *st.fence.lock().expect("fence lock"))
+    }
+
+    /// Reads an entry from memory if it is there (no I/O).
+    pub fn read_cached(&self, ledger_id: u64, entry_id: u64) -> Option<Entry> {
+        let inner = &self.inner;
+        {
+            let c = inner.caches.read().expect("caches lock");
+            let hit = c
+                .active
+                .get(ledger_id, entry_id)
+                .or_else(|| c.flushing.as_ref().and_then(|f| f.get(ledger_id, entry_id)));
+            if let Some(e) = hit {
+                inner.stats.reads.fetch_add(1, Ordering::Relaxed);
+                inner.stats.reads_write_cache.fetch_add(1, Ordering::Relaxed);
+                return Some(e.clone());
+            }
+        }
+        let e = inner.read_cache.lock().expect("read cache lock").take(ledger_id, entry_id)?;
+        inner.stats.reads.fetch_add(1, Ordering::Relaxed);
+        inner.stats.reads_read_cache.fetch_add(1, Ordering::Relaxed);
+        Some(e)
+    }
+
+    /// Reads an entry: memory first, then the index and an entry log (blocking
+    /// I/O: call from a blocking context). A damaged copy is `CorruptEntry`,
+    /// never `NoSuchEntry`.
+    pub fn read(&self, ledger_id: u64, entry_id: u64) -> Result<Entry, StorageError> {
+        if let Some(e) = self.read_cached(ledger_id, entry_id) {
+            return Ok(e);
+        }
+        let inner = &self.inner;
+        let Some(loc) = inner.index.location(ledger_id, entry_id)? else {
+            // It may have been flushed between the cache look-up and the index's.
+            if let Some(e) = self.read_cached(ledger_id, entry_id) {
+                return Ok(e);
+            }
+            return Err(if inner.ledger(ledger_id).is_some() || inner.index.last_entry(ledger_id)?.is_some() {
+                StorageError::NoSuchEntry(ledger_id, entry_id)
+            } else {
+                StorageError::NoSuchLedger(ledger_id)
+            });
+        };
+        inner.stats.reads.fetch_add(1, Ordering::Relaxed);
+        let mut ahead = inner.logs.read_ahead(loc, ledger_id, inner.config.read_ahead_bytes.max(loc.len as usize));
+        match ahead.first() {
+            Some(first) if first.entry_id == entry_id => {
+                let first = ahead.remove(0);
+                let mut rc = inner.read_cache.lock().expect("read cache lock");
+                for e in ahead {
+                    rc.put(e);
+                }
+                Ok(first)
+            }
+            // Read-ahead could not decode the entry: read it alone for the precise error.
+            _ => inner.logs.read(loc, ledger_id, entry_id),
+        }
+    }
+
+    /// The highest LAC this store has seen for a ledger.
+    pub fn lac(&self, ledger_id: u64) -> Result<i64, StorageError> {
+        match self.inner.ledger(ledger_id) {
+            Some(st) => Ok(*st.lac.borrow()),
+            None => Err(StorageError::NoSuchLedger(ledger_id)),
+        }
+    }
+
+    /// Records an explicit LAC from an idle writer.
+    pub fn write_lac(&self, ledger_id: u64, lac: i64) {
+        self.inner.ledger_or_create(ledger_id).raise_lac(lac);
+    }
+
+    /// Waits until the ledger's LAC exceeds `after`, or `timeout`. Returns the
+    /// LAC and whether it timed out.
+    pub async fn wait_lac(&self, ledger_id: u64, after: i64, timeout: Duration) -> Result<(i64, bool), StorageError> {
+        let inner = &self.inner;
+        let st = inner.ledger(ledger_id).ok_or(StorageError::NoSuchLedger(ledger_id))?;
+        let mut rx = st.lac.subscribe();
+        let now = *rx.borrow_and_update();
+        if now > after {
+            return Ok((now, false));
+        }
+        let parked = inner.stats.parked_waits.fetch_add(1, Ordering::SeqCst);
+        let _unpark = Unpark(&inner.stats.parked_waits);
+        if parked >= inner.config.max_parked_waits {
+            return Err(StorageError::Overloaded(format!("{parked} long polls already parked")));
+        }
+        let waited = tokio::time::timeout(timeout, async { rx.wait_for(|l| *l > after).await.map(|l| *l) }).await;
+        match waited {
+            Ok(Ok(l)) => Ok((l, false)),
+            // The sender lives as long as the ledger state: a closed channel means shutdown.
+            Ok(Err(_)) => Err(StorageError::JournalClosed),
+            Err(_) => Ok((*st.lac.borrow(), true)),
+        }
+    }
+
+    /// Makes the store refuse adds (disk guard, operator) with `reason`, or accept them again.
+    pub fn set_read_only(&self, reason: Option<String>) {
+        *self.inner.read_only.lock().expect("read-only lock") = reason;
+    }
+
+    /// Why the store is read-only, if it is.
+    pub fn read_only(&self) -> Option<String> {
+        self.inner.read_only.lock().expect("read-only lock").clone()
+    }
+
+    /// Flushes the write cache to the entry log and checkpoints, now.
+    pub fn flush(&self) -> Result<(), StorageError> {
+        self.inner.flush()
+    }
+
+    /// The store's counters.
+    pub fn stats(&self) -> &StoreStats {
+        &self.inner.stats
+    }
+
+    /// The journal's counters.
+    pub fn journal_stats(&self) -> &journal::JournalStats {
+        self.inner.journal.stats()
+    }
+
+    /// Stops the flusher, flushes, and closes the journal.
+    pub fn close(&self) {
+        drop(self.inner.flush_tx.lock().expect("flush tx lock").take());
+        if let Some(t) = self.flusher.lock().expect("flusher lock").take() {
+            let _ = t.join();
+        }
+        self.inner.journal.close();
+        if let Err(e) = self.inner.flush() {
+            tracing::warn!(error = %e, "final flush failed; the journal still holds the entries");
+        }
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+struct Unpark<'a>(&'a AtomicUsize);
+
+impl Drop for Unpark<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Inner {
+    fn ledger(&self, id: u64) -> Option<Arc<LedgerState>> {
+        self.ledgers.read().expect("ledgers lock").get(&id).cloned()
+    }
+
+    fn ledger_or_create(&self, id: u64) -> Arc<LedgerState> {
+        if let Some(st) = self.ledger(id) {
+            return st;
+        }
+        self.ledgers
+            .write()
+            .expect("ledgers lock")
+            .entry(id)
+            .or_insert_with(|| LedgerState::new(LedgerRecord::default()))
+            .clone()
+    }
+
+    /// On the journal thread, in journal order: the entry is durable.
+    fn apply_entry(&self, pos: JournalPos, entry: Entry, kib: usize, st: &LedgerState) {
+        let lac = entry.last_add_confirmed;
+        let full = {
+            let mut c = self.caches.write().expect("caches lock");
+            c.active.insert(entry);
+            c.active_kib += kib;
+            c.applied = c.applied.max(pos);
+            c.active.bytes() >= self.config.write_cache_bytes / 2
+        };
+        st.raise_lac(lac);
+        st.dirty.store(true, Ordering::Release);
+        self.stats.adds.fetch_add(1, Ordering::Relaxed);
+        if full {
+            if let Some(tx) = self.flush_tx.lock().expect("flush tx lock").as_ref() {
+                let _ = tx.send(FlushCmd::Now(None));
+            }
+        }
+    }
+
+    fn flush_loop(&self, rx: mpsc::Receiver<FlushCmd>) {
+        loop {
+            let reply = match rx.recv_timeout(self.config.flush_interval) {
+                Ok(FlushCmd::Now(reply)) => reply,
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => return,
+            };
+            let res = self.flush();
+            if let Err(e) = &res {
+                tracing::error!(error = %e, "flush failed; refusing adds until it succeeds");
+                *self.read_only.lock().expect("read-only lock") = Some(format!("flush failed: {e}"));
+            }
+            if let Some(r) = reply {
+                let _ = r.send(res.map_err(|e| e.to_string()));
+            }
+        }
+    }
+
+    /// Moves the write cache into an entry log and commits the index and the
+    /// checkpoint. One flusher at a time (the flusher thread, or open/close).
+    fn flush(&self) -> Result<(), StorageError> {
+        let (gen, checkpoint, kib) = {
+            let mut c = self.caches.write().expect("caches lock");
+            if c.flushing.is_some() {
+                return Ok(()); // another flush is in progress
+            }
+            let gen = Arc::new(std::mem::take(&mut c.active));
+            c.flushing = Some(gen.clone());
+            let kib = std::mem::take(&mut c.active_kib);
+            (gen, c.applied, kib)
+        };
+        // Ledger records after the swap: every fence and LAC the generation's
+        // records imply is set in memory by now (fences even before they are durable).
+        let dirty: Vec<(u64, LedgerRecord)> = self
+            .ledgers
+            .read()
+            .expect("ledgers lock")
+            .iter()
+            .filter(|(_, st)| st.dirty.swap(false, Ordering::AcqRel))
+            .map(|(id, st)| (*id, st.record()))
+            .collect();
+        let result = (|| {
+            let entries: Vec<&Entry> = gen.iter().collect();
+            let locs = if entries.is_empty() { Vec::new() } else { self.logs.append_batch(&entries)? };
+            let batch = IndexBatch {
+                locations: entries.iter().zip(locs).map(|(e, l)| (e.ledger_id, e.entry_id, l)).collect(),
+                ledgers: dirty.clone(),
+                checkpoint: Some(checkpoint),
+            };
+            self.index.commit(&batch)
+        })();
+        match result {
+            Ok(()) => {
+                self.caches.write().expect("caches lock").flushing = None;
+                self.budget.add_permits(kib);
+                self.journal.checkpoint(checkpoint);
+                self.stats.flushes.fetch_add(1, Ordering::Relaxed);
+                self.stats.flushed_entries.fetch_add(gen.len() as u64, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                // Nothing is lost (the journal still has it all, no checkpoint
+                // moved): put the generation back so it stays readable and is
+                // retried, and mark the ledgers dirty again.
+                let mut c = self.caches.write().expect("caches lock");
+                let mut merged = WriteCache::default();
+                for entry in gen.iter() {
+                    merged.insert(entry.clone());
+                }
+                for entry in c.active.iter() {
+                    merged.insert(entry.clone());
+                }
+                c.active = merged;
+                c.active_kib += kib;
+                c.flushing = None;
+                let ledgers = self.ledgers.read().expect("ledgers lock");
+                for (id, _) in &dirty {
+                    if let Some(st) = ledgers.get(id) {
+                        st.dirty.store(true, Ordering::Release);
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+}

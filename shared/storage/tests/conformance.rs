@@ -1,0 +1,194 @@
+//! Conformance suites: the contracts in `journal::Journal` and
+//! `index::LedgerIndex`, written once and run against every implementation.
+//! A new implementation (an in-memory one for the simulator, another index
+//! store) adds one line per suite below.
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use quire_storage::index::{IndexBatch, LedgerIndex, LedgerRecord, Location, SledIndex};
+use quire_storage::journal::{self, FileJournal, Journal, JournalConfig, JournalPos, Record};
+
+fn entry(l: u64, e: u64, payload: &[u8]) -> Record {
+    Record::Entry {
+        ledger_id: l,
+        entry_id: e,
+        last_add_confirmed: e as i64 - 1,
+        crc32c: 7,
+        payload: Bytes::copy_from_slice(payload),
+    }
+}
+
+/// Appends `records`, waits for every completion, returns the positions in completion order.
+fn append_all(j: &dyn Journal, records: Vec<Record>) -> Vec<JournalPos> {
+    let (tx, rx) = mpsc::channel();
+    let n = records.len();
+    for (i, r) in records.into_iter().enumerate() {
+        let tx = tx.clone();
+        j.append(r, Box::new(move |res| tx.send((i, res.expect("append"))).unwrap()));
+    }
+    let got: Vec<(usize, JournalPos)> = (0..n).map(|_| rx.recv_timeout(Duration::from_secs(10)).unwrap()).collect();
+    assert!(got.iter().enumerate().all(|(k, (i, _))| k == *i), "completions out of append order");
+    got.into_iter().map(|(_, p)| p).collect()
+}
+
+fn replayed(dir: &Path, from: JournalPos) -> Vec<Record> {
+    let mut out = Vec::new();
+    journal::replay(dir, from, |_, r| out.push(r)).unwrap();
+    out
+}
+
+// ---- journal suite ----------------------------------------------------------
+
+fn journal_suite(start: impl Fn(&Path) -> Box<dyn JournalUnderTest>) {
+    journal_appends_complete_in_order_and_replay_in_order(&start);
+    journal_replay_from_a_checkpoint_skips_exactly_what_it_covers(&start);
+    journal_checkpoint_drops_old_segments_only(&start);
+    journal_torn_tail_is_cut_and_stays_cut(&start);
+}
+
+/// What the suite needs beyond the `Journal` trait: a clean stop.
+trait JournalUnderTest: Journal {
+    fn stop(&self);
+}
+
+impl JournalUnderTest for FileJournal {
+    fn stop(&self) {
+        self.close()
+    }
+}
+
+fn small_config(dir: &Path) -> JournalConfig {
+    let mut c = JournalConfig::new(dir);
+    c.segment_bytes = 64 * 1024; // rotate often
+    c.prealloc_bytes = 16 * 1024;
+    c
+}
+
+fn journal_appends_complete_in_order_and_replay_in_order(start: &dyn Fn(&Path) -> Box<dyn JournalUnderTest>) {
+    let t = tempfile::tempdir().unwrap();
+    let j = start(t.path());
+    let records: Vec<Record> = (0..500).map(|i| entry(1 + i % 3, i, &vec![i as u8; (i as usize * 37) % 700])).collect();
+    let pos = append_all(j.as_ref(), records.clone());
+    assert!(pos.windows(2).all(|w| w[0] < w[1]), "positions must increase");
+    j.stop();
+    assert_eq!(replayed(t.path(), JournalPos::default()), records);
+}
+
+fn journal_replay_from_a_checkpoint_skips_exactly_what_it_covers(start: &dyn Fn(&Path) -> Box<dyn JournalUnderTest>) {
+    let t = tempfile::tempdir().unwrap();
+    let j = start(t.path());
+    let records: Vec<Record> = (0..300).map(|i| entry(5, i, &[1u8; 300])).collect();
+    let pos = append_all(j.as_ref(), records.clone());
+    j.stop();
+    for cut in [0usize, 1, 150, 299] {
+        assert_eq!(replayed(t.path(), pos[cut]), records[cut + 1..].to_vec(), "from record {cut}");
+    }
+}
+
+fn journal_checkpoint_drops_old_segments_only(start: &dyn Fn(&Path) -> Box<dyn JournalUnderTest>) {
+    let t = tempfile::tempdir().unwrap();
+    let j = start(t.path());
+    let records: Vec<Record> = (0..400).map(|i| entry(9, i, &[2u8; 1000])).collect();
+    // In rounds, so that batches (which never split) fill several segments.
+    let pos: Vec<JournalPos> = records.chunks(20).flat_map(|c| append_all(j.as_ref(), c.to_vec())).collect();
+    let segments_before = journal::segment::list_segments(t.path()).unwrap().len();
+    assert!(segments_before > 3, "the test needs several segments, got {segments_before}");
+    j.checkpoint(pos[250]);
+    // The checkpoint is applied by the journal's thread; a later append's completion orders after it.
+    append_all(j.as_ref(), vec![entry(9, 400, b"x")]);
+    j.stop();
+    let segments_after = journal::segment::list_segments(t.path()).unwrap().len();
+    assert!(segments_after < segments_before, "no segment deleted");
+    let mut expected = records[251..].to_vec();
+    expected.push(entry(9, 400, b"x"));
+    assert_eq!(replayed(t.path(), pos[250]), expected, "records after the checkpoint survive");
+}
+
+fn journal_torn_tail_is_cut_and_stays_cut(start: &dyn Fn(&Path) -> Box<dyn JournalUnderTest>) {
+    let t = tempfile::tempdir().unwrap();
+    let j = start(t.path());
+    let records: Vec<Record> = (0..10).map(|i| entry(3, i, &[3u8; 100])).collect();
+    let pos = append_all(j.as_ref(), records.clone());
+    j.stop();
+    // Tear the last record: keep only half of it, as a crash mid-write would.
+    let last = pos[9];
+    let seg = journal::segment::segment_path(t.path(), last.segment);
+    let half = pos[8].offset + (last.offset - pos[8].offset) / 2;
+    let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+    f.set_len(half).unwrap();
+    // And garbage after it, as a torn sector would leave.
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(&[0xAB; 40], half).unwrap();
+    drop(f);
+    let mut got = Vec::new();
+    let out = journal::replay(t.path(), JournalPos::default(), |_, r| got.push(r)).unwrap();
+    assert_eq!(got, records[..9].to_vec());
+    assert!(out.cut.is_some(), "the cut is reported");
+    // The cut is durable: the next replay agrees without cutting again.
+    let again = journal::replay(t.path(), JournalPos::default(), |_, _| {}).unwrap();
+    assert_eq!(again.records, 9);
+    assert!(again.cut.is_none());
+    // And a journal started on it appends after it.
+    let j = start(t.path());
+    append_all(j.as_ref(), vec![entry(3, 9, b"again")]);
+    j.stop();
+    let mut expected = records[..9].to_vec();
+    expected.push(entry(3, 9, b"again"));
+    assert_eq!(replayed(t.path(), JournalPos::default()), expected);
+}
+
+#[test]
+fn file_journal_conforms() {
+    journal_suite(|dir| Box::new(FileJournal::start(small_config(dir)).unwrap()));
+}
+
+// ---- index suite --------------------------------------------------------------
+
+fn loc(i: u64) -> Location {
+    Location { log_id: (i % 3) as u32 + 1, offset: i * 100, len: 50 + i as u32 }
+}
+
+fn index_suite(open: impl Fn(&Path) -> Box<dyn LedgerIndex>) {
+    let t = tempfile::tempdir().unwrap();
+    {
+        let idx = open(t.path());
+        assert_eq!(idx.checkpoint().unwrap(), None);
+        assert_eq!(idx.location(1, 0).unwrap(), None);
+        assert_eq!(idx.last_entry(1).unwrap(), None);
+        let batch = IndexBatch {
+            locations: (0..100).map(|e| (1, e, loc(e))).chain((0..5).map(|e| (2, e, loc(e)))).collect(),
+            ledgers: vec![(1, LedgerRecord { fenced: true, lac: 98 }), (2, LedgerRecord::default())],
+            checkpoint: Some(JournalPos { segment: 3, offset: 77 }),
+        };
+        idx.commit(&batch).unwrap();
+        assert_eq!(idx.location(1, 42).unwrap(), Some(loc(42)));
+        assert_eq!(idx.last_entry(1).unwrap(), Some(99));
+        assert_eq!(idx.last_entry(2).unwrap(), Some(4));
+        assert_eq!(idx.last_entry(3).unwrap(), None, "ledger ranges do not bleed into each other");
+        // A newer location replaces the old.
+        let newer = Location { log_id: 9, offset: 1, len: 2 };
+        idx.commit(&IndexBatch { locations: vec![(1, 42, newer)], ..Default::default() }).unwrap();
+        assert_eq!(idx.location(1, 42).unwrap(), Some(newer));
+    }
+    // Durable across a reopen.
+    let idx = open(t.path());
+    assert_eq!(idx.location(1, 42).unwrap(), Some(Location { log_id: 9, offset: 1, len: 2 }));
+    assert_eq!(idx.location(2, 4).unwrap(), Some(loc(4)));
+    assert_eq!(idx.ledger(1).unwrap(), Some(LedgerRecord { fenced: true, lac: 98 }));
+    assert_eq!(idx.ledger(7).unwrap(), None);
+    let mut ls = idx.ledgers().unwrap();
+    ls.sort_by_key(|(l, _)| *l);
+    assert_eq!(ls.len(), 2);
+    assert_eq!(idx.checkpoint().unwrap(), Some(JournalPos { segment: 3, offset: 77 }));
+    // Extreme ids sort and round-trip.
+    idx.commit(&IndexBatch { locations: vec![(u64::MAX, u64::MAX, loc(1))], ..Default::default() }).unwrap();
+    assert_eq!(idx.last_entry(u64::MAX).unwrap(), Some(u64::MAX));
+}
+
+#[test]
+fn sled_index_conforms() {
+    index_suite(|dir| Box::new(SledIndex::open(dir).unwrap()));
+}
