@@ -1,14 +1,30 @@
-//! `quire-bookie`: The quire storage node: journal, entry log, index, fencing and LAC (issue BOOKIE). Today it serves the control service over QUIC with mTLS.
+//! `quire-bookie`: the quire storage node. Journal (group-committed fsync),
+//! entry logs and a sled index (crate quire-storage), served over QUIC with
+//! mutual TLS.
+//!
+//! Runs in static mode: it serves its address to whoever is configured to
+//! reach it. Registration with the metadata service (leases, the cookie's
+//! ownership record) arrives with the metadata service.
+
+mod service;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
+use anyhow::Context;
 use clap::Parser;
 use quire_proto::Role;
-use quire_rpc::server::{ControlOnly, ServerOptions};
+use quire_rpc::server::ServerOptions;
 use quire_runtime::{logging, new_instance_id, CommonArgs, RunningService};
+use quire_storage::disk::DiskGuard;
+use quire_storage::journal::GroupCommitPolicy;
+use quire_storage::{cookie, Store, StoreConfig};
 
-/// The quire storage node: journal, entry log, index, fencing and LAC (issue BOOKIE). Today it serves the control service over QUIC with mTLS.
+use crate::service::{BookieIdentity, BookieService};
+
+/// The quire storage node.
 #[derive(Debug, Parser)]
 #[command(name = "quire-bookie", version)]
 struct Args {
@@ -18,24 +34,169 @@ struct Args {
     /// UDP address the QUIC server binds.
     #[arg(long, env = "QUIRE_LISTEN", default_value = "127.0.0.1:3181")]
     listen: SocketAddr,
+
+    /// Data directory; the journal and ledger directories default to subdirectories of it.
+    #[arg(long, env = "QUIRE_DATA_DIR", default_value = "data/bookie")]
+    data_dir: PathBuf,
+
+    /// Journal directory (put it on its own device for the lowest add latency).
+    #[arg(long, env = "QUIRE_JOURNAL_DIR")]
+    journal_dir: Option<PathBuf>,
+
+    /// Ledger directory: entry logs and the index.
+    #[arg(long, env = "QUIRE_LEDGER_DIR")]
+    ledger_dir: Option<PathBuf>,
+
+    /// Start as a new bookie instance on directories that hold another cookie
+    /// or none (after a disk replacement). Existing data is not trusted.
+    #[arg(long)]
+    format: bool,
+
+    /// Rack (or zone) for placement policies.
+    #[arg(long, env = "QUIRE_RACK", default_value = "default-rack")]
+    rack: String,
+
+    /// Longest a journal record waits for others to share its fdatasync, in microseconds.
+    #[arg(long, default_value_t = 2000)]
+    journal_max_wait_us: u64,
+
+    /// Largest group-commit batch, in KiB.
+    #[arg(long, default_value_t = 4096)]
+    journal_max_batch_kib: usize,
+
+    /// Journal segment size, in MiB.
+    #[arg(long, default_value_t = 256)]
+    journal_segment_mib: u64,
+
+    /// Write cache (journaled, not yet in an entry log), in MiB. Adds wait when it is full.
+    #[arg(long, default_value_t = 64)]
+    write_cache_mib: usize,
+
+    /// Longest between flushes of the write cache, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    flush_interval_ms: u64,
+
+    /// Entry log file size, in MiB.
+    #[arg(long, default_value_t = 1024)]
+    entry_log_mib: u64,
+
+    /// Read-ahead cache, in MiB.
+    #[arg(long, default_value_t = 16)]
+    read_cache_mib: usize,
+
+    /// Largest entry payload accepted, in bytes.
+    #[arg(long, default_value_t = quire_proto::MAX_ENTRY_BYTES)]
+    max_entry_bytes: usize,
+
+    /// Long polls parked at once.
+    #[arg(long, default_value_t = 10_000)]
+    max_parked_waits: usize,
+
+    /// Turn read-only when a data filesystem is this full (fraction).
+    #[arg(long, default_value_t = 0.95)]
+    disk_high_water: f64,
+
+    /// Turn writable again when back under this (fraction).
+    #[arg(long, default_value_t = 0.90)]
+    disk_low_water: f64,
+
+    /// How often to check disk usage, in milliseconds.
+    #[arg(long, default_value_t = 5000)]
+    disk_check_interval_ms: u64,
 }
 
 fn main() -> anyhow::Result<()> {
     let args: Args = quire_runtime::config::parse()?;
+    anyhow::ensure!(
+        args.disk_low_water <= args.disk_high_water,
+        "--disk-low-water ({}) must not exceed --disk-high-water ({})",
+        args.disk_low_water,
+        args.disk_high_water
+    );
     let telemetry = logging::init("quire-bookie", &args.common.log, args.common.log_format)?;
     let rt = tokio::runtime::Runtime::new()?;
-    let result = rt.block_on(async {
-        let svc = RunningService::start(
-            Role::Bookie,
-            &args.common,
-            args.listen,
-            new_instance_id(),
-            Arc::new(ControlOnly),
-            ServerOptions::default(),
-        )?;
-        tracing::info!(addr = %svc.server.local_addr(), "quire-bookie ready");
-        svc.run_until_signal().await
-    });
+    let result = rt.block_on(run(args));
     telemetry.shutdown();
     result
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let journal_dir = args.journal_dir.clone().unwrap_or_else(|| args.data_dir.join("journal"));
+    let ledger_dir = args.ledger_dir.clone().unwrap_or_else(|| args.data_dir.join("ledgers"));
+    let creds = args.common.credentials(Role::Bookie)?;
+    let bookie_id = creds.identity().id.clone();
+    let cookie = cookie::check_or_create(&bookie_id, &journal_dir, &ledger_dir, args.format, new_instance_id)
+        .context("check the data directories' cookie")?;
+    tracing::info!(bookie_id, instance_id = %cookie.instance_id, journal = %journal_dir.display(), ledgers = %ledger_dir.display(), "opening storage");
+
+    let mut config = StoreConfig::new(&journal_dir, &ledger_dir);
+    config.journal.policy = GroupCommitPolicy {
+        max_wait: Duration::from_micros(args.journal_max_wait_us),
+        max_batch_bytes: args.journal_max_batch_kib * 1024,
+        ..GroupCommitPolicy::default()
+    };
+    config.journal.segment_bytes = args.journal_segment_mib * 1024 * 1024;
+    config.write_cache_bytes = (args.write_cache_mib * 1024 * 1024).max(2 * args.max_entry_bytes);
+    config.flush_interval = Duration::from_millis(args.flush_interval_ms);
+    config.entry_log_bytes = args.entry_log_mib * 1024 * 1024;
+    config.read_cache_bytes = args.read_cache_mib * 1024 * 1024;
+    config.max_entry_bytes = args.max_entry_bytes;
+    config.max_parked_waits = args.max_parked_waits;
+    let store = Arc::new(tokio::task::spawn_blocking(move || Store::open(config)).await?.context("open storage")?);
+
+    let me = BookieIdentity {
+        bookie_id: bookie_id.clone(),
+        instance_id: cookie.instance_id.clone(),
+        rack: args.rack.clone(),
+    };
+    let service = Arc::new(BookieService::new(store.clone(), me, ledger_dir.clone()));
+    let svc = RunningService::start(
+        Role::Bookie,
+        &args.common,
+        args.listen,
+        cookie.instance_id.clone(),
+        service,
+        ServerOptions { max_frame_bytes: quire_proto::codec::MAX_FRAME_BYTES_DEFAULT, ..ServerOptions::default() },
+    )?;
+    tracing::info!(addr = %svc.server.local_addr(), bookie_id, "quire-bookie ready");
+
+    let guard = tokio::spawn(disk_guard(
+        store.clone(),
+        vec![journal_dir, ledger_dir],
+        DiskGuard::new(args.disk_high_water, args.disk_low_water),
+        Duration::from_millis(args.disk_check_interval_ms),
+    ));
+    let result = svc.run_until_signal().await;
+    guard.abort();
+    tokio::task::spawn_blocking(move || store.close()).await?;
+    tracing::info!("storage closed");
+    result
+}
+
+/// Turns the store read-only when a data filesystem fills, and back.
+async fn disk_guard(store: Arc<Store>, dirs: Vec<PathBuf>, mut guard: DiskGuard, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        let used = dirs
+            .iter()
+            .filter_map(|d| quire_storage::disk::usage(d).ok())
+            .map(|u| u.used_fraction())
+            .fold(0.0f64, f64::max);
+        let was = guard.read_only();
+        let now = guard.observe(used);
+        if now != was {
+            if now {
+                tracing::warn!(used, high_water = guard.high_water, "disk nearly full: bookie is read-only");
+                store.set_read_only(Some(format!("disk {:.1}% full", used * 100.0)));
+            } else {
+                tracing::info!(
+                    used,
+                    low_water = guard.low_water,
+                    "disk usage back under the low-water mark: bookie is writable"
+                );
+                store.set_read_only(None);
+            }
+        }
+    }
 }

@@ -135,7 +135,12 @@ struct Inner {
     ledgers: RwLock<HashMap<u64, Arc<LedgerState>>>,
     read_cache: Mutex<ReadCache>,
     budget: Arc<Semaphore>,
+    budget_kib: usize,
+    /// Set by the operator or the disk guard.
     read_only: Mutex<Option<String>>,
+    /// Set when a flush fails: the disk under the entry logs or index is in
+    /// trouble. Cleared by a later successful flush.
+    failed: Mutex<Option<String>>,
     stats: StoreStats,
     flush_tx: Mutex<Option<mpsc::Sender<FlushCmd>>>,
 }
@@ -143,6 +148,9 @@ struct Inner {
 enum FlushCmd {
     Now(Option<oneshot::Sender<Result<(), String>>>),
 }
+
+/// The pending result of [`Store::add`].
+pub type AddFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), StorageError>> + Send>>;
 
 /// The storage engine.
 pub struct Store {
@@ -194,6 +202,7 @@ impl Store {
         let inner = Arc::new(Inner {
             read_cache: Mutex::new(ReadCache::new(config.read_cache_bytes)),
             budget: Arc::new(Semaphore::new(budget_kib)),
+            budget_kib,
             config,
             journal,
             index,
@@ -201,6 +210,7 @@ impl Store {
             caches: RwLock::new(caches),
             ledgers: RwLock::new(ledgers),
             read_only: Mutex::new(None),
+            failed: Mutex::new(None),
             stats: StoreStats::default(),
             flush_tx: Mutex::new(None),
         });
@@ -217,64 +227,41 @@ impl Store {
         Ok(Store { inner, flusher: Mutex::new(Some(flusher)) })
     }
 
-    /// Adds an entry; resolves once it is durable in the journal.
+    /// Adds an entry; the returned future resolves once it is durable in the journal.
     ///
-    /// Refused: too large, bad digest, read-only store, and (unless `recovery`)
-    /// a fenced ledger.
-    pub async fn add(&self, entry: Entry, recovery: bool) -> Result<(), StorageError> {
-        let inner = &self.inner;
-        if entry.payload.len() > inner.config.max_entry_bytes {
-            return Err(StorageError::TooLarge(entry.payload.len(), inner.config.max_entry_bytes));
+    /// Refused: too large, bad digest, read-only or failed store, and (unless
+    /// `recovery`) a fenced ledger. When the write cache has room, the entry is
+    /// queued to the journal before this returns, so adds made in some order
+    /// are journaled in that order; otherwise the future waits for room first.
+    pub fn add(&self, entry: Entry, recovery: bool) -> AddFuture {
+        let inner = self.inner.clone();
+        if let Err(e) = inner.check_add(&entry) {
+            return Box::pin(std::future::ready(Err(e)));
         }
-        if !entry.digest_ok() {
-            return Err(StorageError::DigestMismatch(entry.ledger_id, entry.entry_id));
-        }
-        if let Some(why) = inner.read_only.lock().expect("read-only lock").clone() {
-            return Err(StorageError::ReadOnly(why));
-        }
-        let kib = kib_of(&entry);
-        // Room in the write cache; returned to the budget when flushed (or on failure).
-        let permit = inner
-            .budget
-            .acquire_many(kib as u32)
-            .await
-            .map_err(|_| StorageError::Overloaded("store is closing".into()))?;
-        permit.forget();
-        let st = inner.ledger_or_create(entry.ledger_id);
-        let (tx, rx) = oneshot::channel();
-        {
-            let fenced = st.fence.lock().expect("fence lock");
-            if *fenced && !recovery {
-                inner.budget.add_permits(kib);
-                return Err(StorageError::Fenced(entry.ledger_id));
+        let kib = kib_of(&entry).min(inner.budget_kib);
+        let fast = match inner.budget.try_acquire_many(kib as u32) {
+            Ok(permit) => {
+                permit.forget();
+                true
             }
-            let rec = Record::Entry {
-                ledger_id: entry.ledger_id,
-                entry_id: entry.entry_id,
-                last_add_confirmed: entry.last_add_confirmed,
-                crc32c: entry.crc32c,
-                payload: entry.payload.clone(),
-            };
-            let inner2 = inner.clone();
-            let st2 = st.clone();
-            inner.journal.append(
-                rec,
-                Box::new(move |res| {
-                    let out = match res {
-                        Ok(pos) => {
-                            inner2.apply_entry(pos, entry, kib, &st2);
-                            Ok(())
-                        }
-                        Err(e) => {
-                            inner2.budget.add_permits(kib);
-                            Err(e)
-                        }
-                    };
-                    let _ = tx.send(out);
-                }),
-            );
+            Err(_) => false,
+        };
+        match fast {
+            true => {
+                let queued = inner.enqueue_add(entry, recovery, kib);
+                Box::pin(async move { queued?.await.map_err(|_| StorageError::JournalClosed)? })
+            }
+            false => Box::pin(async move {
+                // Room in the write cache; returned to the budget when flushed (or on failure).
+                let permit = inner
+                    .budget
+                    .acquire_many(kib as u32)
+                    .await
+                    .map_err(|_| StorageError::Overloaded("store is closing".into()))?;
+                permit.forget();
+                inner.enqueue_add(entry, recovery, kib)?.await.map_err(|_| StorageError::JournalClosed)?
+            }),
         }
-        rx.await.map_err(|_| StorageError::JournalClosed)?
     }
 
     /// Fences a ledger (idempotent): from now on only recovery adds are
@@ -407,9 +394,13 @@ impl Store {
         *self.inner.read_only.lock().expect("read-only lock") = reason;
     }
 
-    /// Why the store is read-only, if it is.
+    /// Why the store refuses adds, if it does (read-only, or a failed flush or journal).
     pub fn read_only(&self) -> Option<String> {
-        self.inner.read_only.lock().expect("read-only lock").clone()
+        if self.inner.journal.has_failed() {
+            return Some("journal write failed".into());
+        }
+        let failed = self.inner.failed.lock().expect("failed lock").clone();
+        failed.or_else(|| self.inner.read_only.lock().expect("read-only lock").clone())
     }
 
     /// Flushes the write cache to the entry log and checkpoints, now.
@@ -455,6 +446,66 @@ impl Drop for Unpark<'_> {
 }
 
 impl Inner {
+    fn check_add(&self, entry: &Entry) -> Result<(), StorageError> {
+        if entry.payload.len() > self.config.max_entry_bytes {
+            return Err(StorageError::TooLarge(entry.payload.len(), self.config.max_entry_bytes));
+        }
+        if !entry.digest_ok() {
+            return Err(StorageError::DigestMismatch(entry.ledger_id, entry.entry_id));
+        }
+        if let Some(why) = self.failed.lock().expect("failed lock").clone() {
+            return Err(StorageError::ReadOnly(why));
+        }
+        if let Some(why) = self.read_only.lock().expect("read-only lock").clone() {
+            return Err(StorageError::ReadOnly(why));
+        }
+        Ok(())
+    }
+
+    /// Checks the fence and queues the journal record, atomically with respect
+    /// to fences of the same ledger. `kib` budget permits are already held.
+    fn enqueue_add(
+        self: &Arc<Self>,
+        entry: Entry,
+        recovery: bool,
+        kib: usize,
+    ) -> Result<oneshot::Receiver<Result<(), StorageError>>, StorageError> {
+        let st = self.ledger_or_create(entry.ledger_id);
+        let (tx, rx) = oneshot::channel();
+        let fenced = st.fence.lock().expect("fence lock");
+        if *fenced && !recovery {
+            self.budget.add_permits(kib);
+            return Err(StorageError::Fenced(entry.ledger_id));
+        }
+        let rec = Record::Entry {
+            ledger_id: entry.ledger_id,
+            entry_id: entry.entry_id,
+            last_add_confirmed: entry.last_add_confirmed,
+            crc32c: entry.crc32c,
+            payload: entry.payload.clone(),
+        };
+        let inner = self.clone();
+        let st2 = st.clone();
+        self.journal.append(
+            rec,
+            Box::new(move |res| {
+                let out = match res {
+                    Ok(pos) => {
+                        inner.apply_entry(pos, entry, kib, &st2);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        inner.budget.add_permits(kib);
+                        Err(e)
+                    }
+                };
+                let _ = tx.send(out);
+            }),
+        );
+        drop(fenced);
+        Ok(rx)
+    }
+
     fn ledger(&self, id: u64) -> Option<Arc<LedgerState>> {
         self.ledgers.read().expect("ledgers lock").get(&id).cloned()
     }
@@ -499,10 +550,15 @@ impl Inner {
                 Err(RecvTimeoutError::Disconnected) => return,
             };
             let res = self.flush();
-            if let Err(e) = &res {
-                tracing::error!(error = %e, "flush failed; refusing adds until it succeeds");
-                *self.read_only.lock().expect("read-only lock") = Some(format!("flush failed: {e}"));
+            let mut failed = self.failed.lock().expect("failed lock");
+            match &res {
+                Err(e) => {
+                    tracing::error!(error = %e, "flush failed; refusing adds until a flush succeeds");
+                    *failed = Some(format!("flush failed: {e}"));
+                }
+                Ok(()) => *failed = None,
             }
+            drop(failed);
             if let Some(r) = reply {
                 let _ = r.send(res.map_err(|e| e.to_string()));
             }

@@ -84,6 +84,12 @@ impl Process {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// SIGKILL, and reaps the process: a crash, as far as the process can tell.
+    pub fn kill(&mut self) -> anyhow::Result<std::process::ExitStatus> {
+        self.child.kill().context("SIGKILL")?;
+        self.child.wait().context("reap killed process")
+    }
+
     /// Sends SIGTERM and waits for the exit status, at most `timeout`.
     pub fn terminate(&mut self, timeout: Duration) -> anyhow::Result<std::process::ExitStatus> {
         let pid = self.child.id().to_string();

@@ -1,0 +1,169 @@
+//! The bookie's RPC handlers: the storage engine behind `rpc::Service`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use quire_proto::v1::{self, request_frame::Body as Req, ErrorCode};
+use quire_proto::Method;
+use quire_rpc::{RequestContext, ServiceError, ServiceFuture};
+use quire_storage::{StorageError, Store};
+
+/// What a bookie says about itself.
+#[derive(Debug, Clone)]
+pub struct BookieIdentity {
+    /// Its id (certificate id).
+    pub bookie_id: String,
+    /// The instance id in its cookie.
+    pub instance_id: String,
+    /// Its rack, for placement.
+    pub rack: String,
+}
+
+/// The bookie service.
+pub struct BookieService {
+    store: Arc<Store>,
+    me: BookieIdentity,
+    /// Directory whose filesystem BookieInfo reports.
+    data_dir: std::path::PathBuf,
+}
+
+impl BookieService {
+    /// Serves `store`.
+    pub fn new(store: Arc<Store>, me: BookieIdentity, data_dir: std::path::PathBuf) -> Self {
+        BookieService { store, me, data_dir }
+    }
+}
+
+/// The protocol code for a storage outcome.
+pub fn to_service_error(e: StorageError) -> ServiceError {
+    let code = match &e {
+        StorageError::NoSuchLedger(_) => ErrorCode::NoSuchLedger,
+        StorageError::NoSuchEntry(..) => ErrorCode::NoSuchEntry,
+        StorageError::CorruptEntry(..) => ErrorCode::CorruptEntry,
+        StorageError::Fenced(_) => ErrorCode::LedgerFenced,
+        StorageError::DigestMismatch(..) => ErrorCode::DigestMismatch,
+        StorageError::TooLarge(..) => ErrorCode::EntryTooLarge,
+        StorageError::ReadOnly(_) => ErrorCode::BookieReadOnly,
+        StorageError::Overloaded(_) => ErrorCode::Overloaded,
+        StorageError::JournalClosed => ErrorCode::ShuttingDown,
+        _ => ErrorCode::Internal,
+    };
+    if code == ErrorCode::Internal || code == ErrorCode::CorruptEntry {
+        tracing::error!(error = %e, "storage error");
+    }
+    ServiceError::new(code, e.to_string())
+}
+
+fn ready(r: Result<v1::response_frame::Body, ServiceError>) -> ServiceFuture {
+    Box::pin(std::future::ready(r))
+}
+
+impl quire_rpc::Service for BookieService {
+    fn serves(&self, m: Method) -> bool {
+        matches!(
+            m,
+            Method::AddEntry
+                | Method::ReadEntry
+                | Method::ReadLac
+                | Method::WaitLac
+                | Method::WriteLac
+                | Method::FenceLedger
+                | Method::BookieInfo
+        )
+    }
+
+    fn call(&self, ctx: RequestContext, body: Req) -> ServiceFuture {
+        match body {
+            Req::AddEntry(a) => {
+                let Some(entry) = a.entry else {
+                    return ready(Err(ServiceError::bad_request("add without an entry")));
+                };
+                // Seed 003: a writer that believes it talks to another instance of
+                // this bookie (its disks were replaced) must not get a success.
+                if !a.expected_instance_id.is_empty() && a.expected_instance_id != self.me.instance_id {
+                    return ready(Err(ServiceError::new(
+                        ErrorCode::WrongInstance,
+                        format!(
+                            "this is bookie {} instance {}, not instance {}",
+                            self.me.bookie_id, self.me.instance_id, a.expected_instance_id
+                        ),
+                    )));
+                }
+                let (l, e) = (entry.ledger_id, entry.entry_id);
+                // Queued to the journal here, in lane order; awaited below.
+                let added = self.store.add(entry, a.recovery);
+                Box::pin(async move {
+                    added.await.map_err(to_service_error)?;
+                    Ok(v1::AddEntryResponse { ledger_id: l, entry_id: e }.into())
+                })
+            }
+            Req::ReadEntry(r) => {
+                let store = self.store.clone();
+                Box::pin(async move {
+                    if r.fence {
+                        // A recovery read fences first (BookKeeper #2614).
+                        store.fence(r.ledger_id).await.map_err(to_service_error)?;
+                    }
+                    let entry = match store.read_cached(r.ledger_id, r.entry_id) {
+                        Some(e) => e,
+                        None => {
+                            let s = store.clone();
+                            tokio::task::spawn_blocking(move || s.read(r.ledger_id, r.entry_id))
+                                .await
+                                .map_err(|e| ServiceError::internal(format!("read task: {e}")))?
+                                .map_err(to_service_error)?
+                        }
+                    };
+                    Ok(v1::ReadEntryResponse { entry: Some(entry) }.into())
+                })
+            }
+            Req::ReadLac(r) => ready(
+                self.store
+                    .lac(r.ledger_id)
+                    .map(|lac| v1::ReadLacResponse { last_add_confirmed: lac }.into())
+                    .map_err(to_service_error),
+            ),
+            Req::WaitLac(w) => {
+                let store = self.store.clone();
+                // Never past the request's own deadline (the RPC layer drops it then).
+                let left = ctx.deadline.saturating_duration_since(tokio::time::Instant::now());
+                let timeout = Duration::from_millis(w.timeout_ms.into()).min(left);
+                Box::pin(async move {
+                    let (lac, timed_out) =
+                        store.wait_lac(w.ledger_id, w.after, timeout).await.map_err(to_service_error)?;
+                    Ok(v1::WaitLacResponse { last_add_confirmed: lac, timed_out }.into())
+                })
+            }
+            Req::WriteLac(w) => {
+                if self.store.is_fenced(w.ledger_id) {
+                    return ready(Err(to_service_error(StorageError::Fenced(w.ledger_id))));
+                }
+                self.store.write_lac(w.ledger_id, w.last_add_confirmed);
+                ready(Ok(v1::WriteLacResponse {}.into()))
+            }
+            Req::FenceLedger(f) => {
+                let store = self.store.clone();
+                Box::pin(async move {
+                    let lac = store.fence(f.ledger_id).await.map_err(to_service_error)?;
+                    Ok(v1::FenceLedgerResponse { last_add_confirmed: lac }.into())
+                })
+            }
+            Req::BookieInfo(_) => {
+                let usage = quire_storage::disk::usage(&self.data_dir).ok();
+                ready(Ok(v1::BookieInfoResponse {
+                    bookie_id: self.me.bookie_id.clone(),
+                    instance_id: self.me.instance_id.clone(),
+                    rack: self.me.rack.clone(),
+                    total_disk_bytes: usage.map_or(0, |u| u.total_bytes),
+                    free_disk_bytes: usage.map_or(0, |u| u.free_bytes),
+                    read_only: self.store.read_only().is_some(),
+                }
+                .into()))
+            }
+            other => ready(Err(ServiceError::new(
+                ErrorCode::UnknownMethod,
+                format!("{} is not a bookie method", Method::of_request(&other).name()),
+            ))),
+        }
+    }
+}
