@@ -7,7 +7,7 @@ BENCH_SECS ?= 5
 FUZZ_SECS ?= 60
 DATA ?= $(CURDIR)/data
 
-.PHONY: all build test verify fmt fmt-check clippy lint bench-rpc fuzz run clean
+.PHONY: all build test verify fmt fmt-check clippy lint bench-rpc bench-bookie fuzz run clean
 
 all: build
 
@@ -40,6 +40,10 @@ verify: lint test
 # RPC round trips over loopback (1 KiB requests): see docs/benchmarks.md.
 bench-rpc:
 	BENCH_SECS=$(BENCH_SECS) $(CARGO) bench -p quire-rpc --bench rpc
+
+# One bookie process, pipelined 1 KiB adds over QUIC: see docs/benchmarks.md.
+bench-bookie: build
+	BENCH_SECS=$(BENCH_SECS) $(CARGO) bench -p quire-bookie --bench bookie
 
 # Fuzz every decoder for FUZZ_SECS seconds each (installs cargo-fuzz if missing).
 fuzz:

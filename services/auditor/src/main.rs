@@ -22,7 +22,8 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args: Args = quire_runtime::config::parse()?;
-    let telemetry = logging::init("quire-auditor", &args.common.log, args.common.log_format)?;
+    let telemetry =
+        logging::init("quire-auditor", &args.common.log, args.common.log_format, args.common.trace_context)?;
     let rt = tokio::runtime::Runtime::new()?;
     let result = rt.block_on(async {
         let svc = RunningService::start(

@@ -60,6 +60,11 @@ struct Args {
     #[arg(long, default_value_t = 2000)]
     journal_max_wait_us: u64,
 
+    /// Sync as soon as the journal queue is empty (lowest latency at low load)
+    /// instead of waiting up to --journal-max-wait-us for company.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    journal_flush_when_queue_empty: bool,
+
     /// Largest group-commit batch, in KiB.
     #[arg(long, default_value_t = 4096)]
     journal_max_batch_kib: usize,
@@ -75,6 +80,10 @@ struct Args {
     /// Longest between flushes of the write cache, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     flush_interval_ms: u64,
+
+    /// Flush the write cache as soon as this much is waiting, in KiB.
+    #[arg(long, default_value_t = 4096)]
+    flush_kib: usize,
 
     /// Entry log file size, in MiB.
     #[arg(long, default_value_t = 1024)]
@@ -113,7 +122,7 @@ fn main() -> anyhow::Result<()> {
         args.disk_low_water,
         args.disk_high_water
     );
-    let telemetry = logging::init("quire-bookie", &args.common.log, args.common.log_format)?;
+    let telemetry = logging::init("quire-bookie", &args.common.log, args.common.log_format, args.common.trace_context)?;
     let rt = tokio::runtime::Runtime::new()?;
     let result = rt.block_on(run(args));
     telemetry.shutdown();
@@ -133,11 +142,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
     config.journal.policy = GroupCommitPolicy {
         max_wait: Duration::from_micros(args.journal_max_wait_us),
         max_batch_bytes: args.journal_max_batch_kib * 1024,
+        flush_when_queue_empty: args.journal_flush_when_queue_empty,
         ..GroupCommitPolicy::default()
     };
     config.journal.segment_bytes = args.journal_segment_mib * 1024 * 1024;
     config.write_cache_bytes = (args.write_cache_mib * 1024 * 1024).max(2 * args.max_entry_bytes);
     config.flush_interval = Duration::from_millis(args.flush_interval_ms);
+    config.flush_bytes = args.flush_kib * 1024;
     config.entry_log_bytes = args.entry_log_mib * 1024 * 1024;
     config.read_cache_bytes = args.read_cache_mib * 1024 * 1024;
     config.max_entry_bytes = args.max_entry_bytes;
@@ -168,6 +179,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
     ));
     let result = svc.run_until_signal().await;
     guard.abort();
+    let j = store.journal_stats();
+    let syncs = j.syncs.load(std::sync::atomic::Ordering::Relaxed).max(1);
+    let records = j.records.load(std::sync::atomic::Ordering::Relaxed);
+    tracing::info!(
+        syncs,
+        records,
+        records_per_sync = records as f64 / syncs as f64,
+        sync_us_mean = j.sync_us_total.load(std::sync::atomic::Ordering::Relaxed) / syncs,
+        sync_us_max = j.sync_us_max.load(std::sync::atomic::Ordering::Relaxed),
+        flushes = store.stats().flushes.load(std::sync::atomic::Ordering::Relaxed),
+        "journal totals"
+    );
     tokio::task::spawn_blocking(move || store.close()).await?;
     tracing::info!("storage closed");
     result

@@ -50,6 +50,11 @@ pub struct CommonArgs {
     #[arg(long, env = "QUIRE_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
 
+    /// Give spans OpenTelemetry trace ids and propagate W3C trace context to
+    /// peers on every request (a few microseconds per request).
+    #[arg(long, env = "QUIRE_TRACE_CONTEXT")]
+    pub trace_context: bool,
+
     /// Once serving, write the bound address to this file (for supervisors and tests).
     #[arg(long, env = "QUIRE_READY_FILE")]
     pub ready_file: Option<PathBuf>,

@@ -70,16 +70,86 @@ pub trait LedgerIndex: Send + Sync {
     fn checkpoint(&self) -> Result<Option<JournalPos>, StorageError>;
 }
 
-const PREFIX_ENTRY: u8 = b'e';
+const PREFIX_RUN: u8 = b'r';
+/// Entries in one run record, at most (bounds a record to ~4 KiB).
+const RUN_ENTRIES_MAX: usize = 1000;
+/// Older overlapping runs searched for an entry (overlaps only come from re-adds
+/// by recovery or re-replication, so the first run found nearly always has it).
+const RUN_SCAN_MAX: usize = 64;
 const PREFIX_LEDGER: u8 = b'l';
 const KEY_CHECKPOINT: &[u8] = b"checkpoint";
 
-fn entry_key(ledger: u64, entry: u64) -> [u8; 17] {
+fn run_key(ledger: u64, first_entry: u64) -> [u8; 17] {
     let mut k = [0u8; 17];
-    k[0] = PREFIX_ENTRY;
+    k[0] = PREFIX_RUN;
     k[1..9].copy_from_slice(&ledger.to_be_bytes());
-    k[9..17].copy_from_slice(&entry.to_be_bytes());
+    k[9..17].copy_from_slice(&first_entry.to_be_bytes());
     k
+}
+
+/// A run: entries `first..first + ends.len()` stored back to back in `log_id`
+/// from `base`; entry i ends at `base + ends[i]`.
+struct Run {
+    log_id: u32,
+    base: u64,
+    ends: Vec<u32>,
+}
+
+impl Run {
+    fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(12 + 4 * self.ends.len());
+        v.extend_from_slice(&self.log_id.to_be_bytes());
+        v.extend_from_slice(&self.base.to_be_bytes());
+        for e in &self.ends {
+            v.extend_from_slice(&e.to_be_bytes());
+        }
+        v
+    }
+
+    fn decode(v: &[u8]) -> Result<Run, StorageError> {
+        if v.len() < 16 || (v.len() - 12) % 4 != 0 {
+            return Err(StorageError::Corrupt(format!("index run record of {} bytes", v.len())));
+        }
+        let ends: Vec<u32> = v[12..].chunks_exact(4).map(|c| u32::from_be_bytes(c.try_into().expect("4"))).collect();
+        if ends.windows(2).any(|w| w[1] <= w[0]) {
+            return Err(StorageError::Corrupt("index run record with unordered offsets".into()));
+        }
+        Ok(Run {
+            log_id: u32::from_be_bytes(v[0..4].try_into().expect("4")),
+            base: u64::from_be_bytes(v[4..12].try_into().expect("8")),
+            ends,
+        })
+    }
+
+    /// The location of the i-th entry of the run.
+    fn location(&self, i: usize) -> Location {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        Location { log_id: self.log_id, offset: self.base + start as u64, len: self.ends[i] - start }
+    }
+}
+
+/// Groups (ledger, entry, location) into runs of consecutive ids laid out back to back.
+fn runs(locations: &[(u64, u64, Location)]) -> Vec<(u64, u64, Run)> {
+    let mut out: Vec<(u64, u64, Run)> = Vec::new();
+    for (l, e, loc) in locations {
+        if let Some((rl, first, run)) = out.last_mut() {
+            let next_id = first.checked_add(run.ends.len() as u64);
+            let end = run.base + *run.ends.last().expect("runs are never empty") as u64;
+            let rel_end = loc.offset + loc.len as u64 - run.base;
+            if *rl == *l
+                && Some(*e) == next_id
+                && loc.log_id == run.log_id
+                && loc.offset == end
+                && run.ends.len() < RUN_ENTRIES_MAX
+                && rel_end <= u32::MAX as u64
+            {
+                run.ends.push(rel_end as u32);
+                continue;
+            }
+        }
+        out.push((*l, *e, Run { log_id: loc.log_id, base: loc.offset, ends: vec![loc.len] }));
+    }
+    out
 }
 
 fn ledger_key(ledger: u64) -> [u8; 9] {
@@ -87,25 +157,6 @@ fn ledger_key(ledger: u64) -> [u8; 9] {
     k[0] = PREFIX_LEDGER;
     k[1..9].copy_from_slice(&ledger.to_be_bytes());
     k
-}
-
-fn encode_location(l: &Location) -> [u8; 16] {
-    let mut v = [0u8; 16];
-    v[0..4].copy_from_slice(&l.log_id.to_be_bytes());
-    v[4..12].copy_from_slice(&l.offset.to_be_bytes());
-    v[12..16].copy_from_slice(&l.len.to_be_bytes());
-    v
-}
-
-fn decode_location(v: &[u8]) -> Result<Location, StorageError> {
-    if v.len() != 16 {
-        return Err(StorageError::Corrupt(format!("index location of {} bytes", v.len())));
-    }
-    Ok(Location {
-        log_id: u32::from_be_bytes(v[0..4].try_into().expect("4")),
-        offset: u64::from_be_bytes(v[4..12].try_into().expect("8")),
-        len: u32::from_be_bytes(v[12..16].try_into().expect("4")),
-    })
 }
 
 fn encode_ledger(r: &LedgerRecord) -> [u8; 9] {
@@ -144,8 +195,8 @@ impl SledIndex {
 impl LedgerIndex for SledIndex {
     fn commit(&self, batch: &IndexBatch) -> Result<(), StorageError> {
         let mut b = sled::Batch::default();
-        for (l, e, loc) in &batch.locations {
-            b.insert(&entry_key(*l, *e)[..], &encode_location(loc)[..]);
+        for (l, first, run) in runs(&batch.locations) {
+            b.insert(&run_key(l, first)[..], run.encode());
         }
         for (l, r) in &batch.ledgers {
             b.insert(&ledger_key(*l)[..], &encode_ledger(r)[..]);
@@ -162,24 +213,31 @@ impl LedgerIndex for SledIndex {
     }
 
     fn location(&self, ledger_id: u64, entry_id: u64) -> Result<Option<Location>, StorageError> {
-        match self.tree.get(entry_key(ledger_id, entry_id)).map_err(idx_err)? {
-            Some(v) => Ok(Some(decode_location(&v)?)),
-            None => Ok(None),
+        let lo = run_key(ledger_id, 0);
+        let hi = run_key(ledger_id, entry_id);
+        for kv in self.tree.range(lo..=hi).rev().take(RUN_SCAN_MAX) {
+            let (k, v) = kv.map_err(idx_err)?;
+            let first = u64::from_be_bytes(k[9..17].try_into().map_err(|_| StorageError::Corrupt("index key".into()))?);
+            let run = Run::decode(&v)?;
+            let i = entry_id - first;
+            if i < run.ends.len() as u64 {
+                return Ok(Some(run.location(i as usize)));
+            }
         }
+        Ok(None)
     }
 
     fn last_entry(&self, ledger_id: u64) -> Result<Option<u64>, StorageError> {
-        let lo = entry_key(ledger_id, 0);
-        let hi = entry_key(ledger_id, u64::MAX);
-        match self.tree.range(lo..=hi).next_back() {
-            Some(kv) => {
-                let (k, _) = kv.map_err(idx_err)?;
-                Ok(Some(u64::from_be_bytes(
-                    k[9..17].try_into().map_err(|_| StorageError::Corrupt("index key".into()))?,
-                )))
-            }
-            None => Ok(None),
+        // The run starting last need not end last (a later re-add of one old
+        // entry is a short run): take the highest end over the ledger's runs.
+        let mut last = None;
+        for kv in self.tree.range(run_key(ledger_id, 0)..=run_key(ledger_id, u64::MAX)) {
+            let (k, v) = kv.map_err(idx_err)?;
+            let first = u64::from_be_bytes(k[9..17].try_into().map_err(|_| StorageError::Corrupt("index key".into()))?);
+            let end = first.saturating_add(Run::decode(&v)?.ends.len() as u64 - 1);
+            last = Some(last.map_or(end, |l: u64| l.max(end)));
         }
+        Ok(last)
     }
 
     fn ledger(&self, ledger_id: u64) -> Result<Option<LedgerRecord>, StorageError> {

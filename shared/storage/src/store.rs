@@ -31,6 +31,10 @@ pub struct StoreConfig {
     pub write_cache_bytes: usize,
     /// Flush at least this often.
     pub flush_interval: Duration,
+    /// Flush as soon as this many payload bytes are waiting. Small flushes keep
+    /// each entry-log fsync short: on a disk shared with the journal, one long
+    /// entry-log fsync stalls every journal sync queued behind it.
+    pub flush_bytes: usize,
     /// An entry log file is closed and a new one started past this size.
     pub entry_log_bytes: u64,
     /// Read-ahead cache, payload bytes.
@@ -51,6 +55,7 @@ impl StoreConfig {
             ledger_dir: ledger_dir.into(),
             write_cache_bytes: 64 * 1024 * 1024,
             flush_interval: Duration::from_secs(1),
+            flush_bytes: 4 * 1024 * 1024,
             entry_log_bytes: 1024 * 1024 * 1024,
             read_cache_bytes: 16 * 1024 * 1024,
             read_ahead_bytes: 64 * 1024,
@@ -523,14 +528,18 @@ impl Inner {
     }
 
     /// On the journal thread, in journal order: the entry is durable.
-    fn apply_entry(&self, pos: JournalPos, entry: Entry, kib: usize, st: &LedgerState) {
+    fn apply_entry(&self, pos: JournalPos, mut entry: Entry, kib: usize, st: &LedgerState) {
         let lac = entry.last_add_confirmed;
+        // The payload arrived as a slice of a network receive buffer; held in the
+        // cache it would pin that whole buffer until the next flush. A copy of
+        // the entry's own bytes keeps the cache's memory what its bound says.
+        entry.payload = bytes::Bytes::copy_from_slice(&entry.payload);
         let full = {
             let mut c = self.caches.write().expect("caches lock");
             c.active.insert(entry);
             c.active_kib += kib;
             c.applied = c.applied.max(pos);
-            c.active.bytes() >= self.config.write_cache_bytes / 2
+            c.active.bytes() >= self.config.flush_bytes.min(self.config.write_cache_bytes / 2)
         };
         st.raise_lac(lac);
         st.dirty.store(true, Ordering::Release);

@@ -212,7 +212,7 @@ impl Writer {
                 }
                 record.encode(&mut self.buf);
                 self.pending.push((len, done));
-                self.gc.gathered(len, enqueued_at);
+                self.gc.gathered(len, enqueued_at, Instant::now());
             }
             Request::Checkpoint(upto) => self.delete_before(upto),
         }
@@ -220,7 +220,7 @@ impl Writer {
 
     fn flush(&mut self) {
         if self.pending.is_empty() {
-            self.gc.synced();
+            self.gc.synced(std::time::Duration::ZERO);
             return;
         }
         let started = Instant::now();
@@ -252,7 +252,7 @@ impl Writer {
             }
         }
         self.buf.clear();
-        self.gc.synced();
+        self.gc.synced(started.elapsed());
     }
 
     /// Writes the gathered batch at the end of the current segment (rotating
