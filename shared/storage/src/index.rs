@@ -107,7 +107,7 @@ impl Run {
     }
 
     fn decode(v: &[u8]) -> Result<Run, StorageError> {
-        if v.len() < 16 || (v.len() - 12) % 4 != 0 {
+        if v.len() < 16 || !(v.len() - 12).is_multiple_of(4) {
             return Err(StorageError::Corrupt(format!("index run record of {} bytes", v.len())));
         }
         let ends: Vec<u32> = v[12..].chunks_exact(4).map(|c| u32::from_be_bytes(c.try_into().expect("4"))).collect();
