@@ -1,14 +1,21 @@
-//! `quire-metadata`: A quire metadata replica: ledger metadata, bookie registry and autorecovery state, replicated by Raft (issue METADATA). Today it serves the control service over QUIC with mTLS.
+//! `quire-metadata`: one replica of quire's metadata service.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
+use anyhow::Context;
 use clap::Parser;
+use quire_metadata::node::{Node, RaftTiming};
+use quire_metadata::service::MetaService;
 use quire_proto::Role;
-use quire_rpc::server::{ControlOnly, ServerOptions};
+use quire_rpc::server::ServerOptions;
+use quire_rpc::{ClientOptions, RpcClient};
 use quire_runtime::{logging, new_instance_id, CommonArgs, RunningService};
 
-/// A quire metadata replica: ledger metadata, bookie registry and autorecovery state, replicated by Raft (issue METADATA). Today it serves the control service over QUIC with mTLS.
+/// A quire metadata replica (Raft over QUIC, state in sled).
 #[derive(Debug, Parser)]
 #[command(name = "quire-metadata", version)]
 struct Args {
@@ -18,6 +25,42 @@ struct Args {
     /// UDP address the QUIC server binds.
     #[arg(long, env = "QUIRE_LISTEN", default_value = "127.0.0.1:4181")]
     listen: SocketAddr,
+
+    /// Data directory (the sled database of the log, vote and state).
+    #[arg(long, env = "QUIRE_DATA_DIR", default_value = "data/metadata")]
+    data_dir: PathBuf,
+
+    /// Every replica as ID=HOST:PORT, this one included (repeat or comma-separate).
+    /// The replica's own id is its certificate's id.
+    #[arg(long, env = "QUIRE_PEERS", value_delimiter = ',', required = true)]
+    peers: Vec<String>,
+
+    /// Raft heartbeat, in milliseconds.
+    #[arg(long, default_value_t = 200)]
+    heartbeat_ms: u64,
+
+    /// Shortest election timeout, in milliseconds (the longest is twice this).
+    #[arg(long, default_value_t = 1000)]
+    election_timeout_ms: u64,
+
+    /// Snapshot (and compact the log) every this many entries.
+    #[arg(long, default_value_t = 5000)]
+    snapshot_every: u64,
+
+    /// Log entries kept behind a snapshot (a lagging replica catches up from
+    /// them instead of a whole snapshot).
+    #[arg(long, default_value_t = 500)]
+    logs_to_keep: u64,
+}
+
+fn parse_peers(peers: &[String]) -> anyhow::Result<BTreeMap<u64, String>> {
+    let mut out = BTreeMap::new();
+    for p in peers {
+        let (id, addr) = p.split_once('=').with_context(|| format!("peer {p:?} is not ID=HOST:PORT"))?;
+        let id: u64 = id.trim().parse().with_context(|| format!("peer id in {p:?} is not a number"))?;
+        anyhow::ensure!(out.insert(id, addr.trim().to_string()).is_none(), "peer {id} given twice");
+    }
+    Ok(out)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -25,18 +68,45 @@ fn main() -> anyhow::Result<()> {
     let telemetry =
         logging::init("quire-metadata", &args.common.log, args.common.log_format, args.common.trace_context)?;
     let rt = tokio::runtime::Runtime::new()?;
-    let result = rt.block_on(async {
-        let svc = RunningService::start(
-            Role::Metadata,
-            &args.common,
-            args.listen,
-            new_instance_id(),
-            Arc::new(ControlOnly),
-            ServerOptions::default(),
-        )?;
-        tracing::info!(addr = %svc.server.local_addr(), "quire-metadata ready");
-        svc.run_until_signal().await
-    });
+    let result = rt.block_on(run(args));
     telemetry.shutdown();
+    result
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let members = parse_peers(&args.peers)?;
+    let creds = args.common.credentials(Role::Metadata)?;
+    let id: u64 = creds.identity().id.parse().context("a metadata replica's certificate id must be a number")?;
+    // Raft's timeouts are short: the peer connection must fail fast too.
+    let rpc = RpcClient::new(
+        &creds,
+        ClientOptions {
+            request_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_millis(500),
+            backoff_max: Duration::from_millis(500),
+            ..ClientOptions::default()
+        },
+    )?;
+    let timing = RaftTiming {
+        heartbeat_ms: args.heartbeat_ms,
+        election_min_ms: args.election_timeout_ms,
+        election_max_ms: args.election_timeout_ms * 2,
+        snapshot_every_entries: args.snapshot_every,
+        logs_to_keep: args.logs_to_keep,
+    };
+    let node = Node::start(id, members, &args.data_dir, rpc.clone(), timing).await?;
+    let service = Arc::new(MetaService::new(node.raft.clone(), node.shared.clone()));
+    let svc = RunningService::start(
+        Role::Metadata,
+        &args.common,
+        args.listen,
+        new_instance_id(),
+        service,
+        ServerOptions::default(),
+    )?;
+    tracing::info!(addr = %svc.server.local_addr(), id, "quire-metadata ready");
+    let result = svc.run_until_signal().await;
+    node.shutdown().await;
+    rpc.close(Duration::from_millis(200)).await;
     result
 }

@@ -43,7 +43,7 @@ pub struct CommonArgs {
     pub key: Option<PathBuf>,
 
     /// Log filter in RUST_LOG syntax, e.g. `info,quire_rpc=debug`.
-    #[arg(long, env = "QUIRE_LOG", default_value = "info")]
+    #[arg(long, env = "QUIRE_LOG", default_value = "info,openraft=warn,sled=warn")]
     pub log: String,
 
     /// Log line format.

@@ -25,6 +25,15 @@ pub fn bin_path(name: &str) -> PathBuf {
     p
 }
 
+/// Free UDP ports on 127.0.0.1 for services whose addresses must be known
+/// before they start (a Raft membership). Bound and released: another process
+/// could take one in between, which a test then reports as a bind failure.
+pub fn free_udp_ports(n: usize) -> Vec<u16> {
+    let socks: Vec<std::net::UdpSocket> =
+        (0..n).map(|_| std::net::UdpSocket::bind("127.0.0.1:0").expect("bind a probe socket")).collect();
+    socks.iter().map(|s| s.local_addr().expect("probe address").port()).collect()
+}
+
 /// Polls `cond` every few milliseconds until it returns `Some` or `timeout` passes.
 pub fn wait_until<T>(timeout: Duration, what: &str, mut cond: impl FnMut() -> Option<T>) -> anyhow::Result<T> {
     let deadline = Instant::now() + timeout;
@@ -87,6 +96,13 @@ impl Process {
     /// The process's output so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends a signal by name (`STOP`, `CONT`, `TERM`, ...).
+    pub fn signal(&self, sig: &str) -> anyhow::Result<()> {
+        let ok = Command::new("kill").arg(format!("-{sig}")).arg(self.child.id().to_string()).status()?.success();
+        anyhow::ensure!(ok, "kill -{sig} {} failed", self.child.id());
+        Ok(())
     }
 
     /// SIGKILL, and reaps the process: a crash, as far as the process can tell.

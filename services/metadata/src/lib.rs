@@ -1,0 +1,15 @@
+//! A quire metadata replica: ledger metadata (versioned, compare-and-set),
+//! the bookie registry with leases and cookie ownership, replicated by Raft
+//! (openraft) with sled holding the log, the vote and the state machine.
+//!
+//! - [`state`]: the deterministic state machine (commands, refusals);
+//! - [`raft`]: openraft's types, the sled stores, the QUIC network;
+//! - [`service`]: the RPC handlers (leader writes, linearizable reads, watches);
+//! - [`node`]: starting a replica;
+//! - [`convert`]: wire messages to records and back.
+
+pub mod convert;
+pub mod node;
+pub mod raft;
+pub mod service;
+pub mod state;

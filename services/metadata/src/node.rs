@@ -1,0 +1,134 @@
+//! One metadata replica: its sled database, the Raft node, and the leader's
+//! lease reaper.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use openraft::error::{InitializeError, RaftError};
+use openraft::{BasicNode, Config, SnapshotPolicy};
+use quire_rpc::RpcClient;
+
+use crate::raft::log_store::LogStore;
+use crate::raft::network::Network;
+use crate::raft::state_machine::{Shared, StateMachineStore};
+use crate::raft::MetaRaft;
+use crate::service::now_ms;
+use crate::state::Command;
+
+/// Raft timing and compaction settings.
+#[derive(Debug, Clone)]
+pub struct RaftTiming {
+    /// Leader heartbeat, also the AppendEntries RPC timeout.
+    pub heartbeat_ms: u64,
+    /// Election timeout range.
+    pub election_min_ms: u64,
+    /// Election timeout range.
+    pub election_max_ms: u64,
+    /// Take a snapshot (and compact the log) after this many entries.
+    pub snapshot_every_entries: u64,
+    /// Log entries kept behind the snapshot.
+    pub logs_to_keep: u64,
+}
+
+impl Default for RaftTiming {
+    fn default() -> Self {
+        RaftTiming {
+            heartbeat_ms: 200,
+            election_min_ms: 1000,
+            election_max_ms: 2000,
+            snapshot_every_entries: 5000,
+            logs_to_keep: 500,
+        }
+    }
+}
+
+/// A running replica.
+pub struct Node {
+    /// The Raft handle.
+    pub raft: MetaRaft,
+    /// The state, shared with the RPC handlers.
+    pub shared: Arc<Shared>,
+    reaper: tokio::task::JoinHandle<()>,
+}
+
+impl Node {
+    /// Opens the replica's storage under `dir` and starts Raft. The replica
+    /// with the lowest id in `members` initialises the cluster the first time.
+    pub async fn start(
+        id: u64,
+        members: BTreeMap<u64, String>,
+        dir: &Path,
+        rpc: RpcClient,
+        timing: RaftTiming,
+    ) -> anyhow::Result<Node> {
+        anyhow::ensure!(members.contains_key(&id), "replica {id} is not among the members {members:?}");
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        let db = tokio::task::spawn_blocking({
+            let path = dir.join("raft");
+            move || sled::Config::new().path(path).cache_capacity(64 * 1024 * 1024).open()
+        })
+        .await?
+        .context("open sled")?;
+        let log = LogStore::open(&db).context("open the Raft log")?;
+        let sm = StateMachineStore::open(&db).map_err(|e| anyhow::anyhow!("open the state machine: {e}"))?;
+        let shared = sm.shared();
+        let config = Config {
+            cluster_name: "quire-metadata".into(),
+            heartbeat_interval: timing.heartbeat_ms,
+            election_timeout_min: timing.election_min_ms,
+            election_timeout_max: timing.election_max_ms,
+            install_snapshot_timeout: 10_000,
+            snapshot_max_chunk_size: 1024 * 1024,
+            max_payload_entries: 256,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(timing.snapshot_every_entries),
+            max_in_snapshot_log_to_keep: timing.logs_to_keep,
+            purge_batch_size: 256,
+            ..Default::default()
+        }
+        .validate()
+        .context("raft config")?;
+        let raft = MetaRaft::new(id, Arc::new(config), Network::new(rpc), log, sm)
+            .await
+            .map_err(|e| anyhow::anyhow!("start raft: {e}"))?;
+        if Some(&id) == members.keys().next() && !raft.is_initialized().await.map_err(|e| anyhow::anyhow!("{e}"))? {
+            let nodes: BTreeMap<u64, BasicNode> = members.iter().map(|(i, a)| (*i, BasicNode::new(a))).collect();
+            match raft.initialize(nodes).await {
+                Ok(()) => tracing::info!(members = ?members, "initialised the metadata cluster"),
+                Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+                Err(e) => return Err(anyhow::anyhow!("initialise the cluster: {e}")),
+            }
+        }
+        let reaper = tokio::spawn(reap_leases(raft.clone(), shared.clone(), id));
+        Ok(Node { raft, shared, reaper })
+    }
+
+    /// Stops Raft.
+    pub async fn shutdown(self) {
+        self.reaper.abort();
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!(error = %e, "raft shutdown");
+        }
+    }
+}
+
+/// On the leader: propose the expiry of leases that ran out. Leases are
+/// removed within one tick of their end.
+async fn reap_leases(raft: MetaRaft, shared: Arc<Shared>, id: u64) {
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tick.tick().await;
+        if raft.metrics().borrow().current_leader != Some(id) {
+            continue;
+        }
+        let now = now_ms();
+        let due = shared.state.read().expect("state lock").bookies.values().any(|b| b.expires_at_ms <= now);
+        if due {
+            if let Err(e) = raft.client_write(Command::ExpireLeases { now_ms: now }).await {
+                tracing::debug!(error = %e, "lease expiry not proposed");
+            }
+        }
+    }
+}

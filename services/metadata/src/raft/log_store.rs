@@ -1,0 +1,155 @@
+//! The Raft log and vote in sled.
+//!
+//! Entries are JSON under their index (big-endian, so sled's order is the log's
+//! order). The vote, the last purged log id and the committed log id live in a
+//! second tree. Every write that openraft must find after a crash (appended
+//! entries, the vote, purge and truncation marks) is flushed before it is
+//! acknowledged.
+
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{Entry, LogId, OptionalSend, RaftLogReader, StorageError, StorageIOError, Vote};
+
+use super::TypeConfig;
+
+type SErr = StorageError<u64>;
+
+/// The log store; clones share the same trees.
+#[derive(Clone)]
+pub struct LogStore {
+    db: sled::Db,
+    logs: sled::Tree,
+    meta: sled::Tree,
+}
+
+impl LogStore {
+    /// Opens the log in `db`.
+    pub fn open(db: &sled::Db) -> Result<LogStore, sled::Error> {
+        Ok(LogStore { db: db.clone(), logs: db.open_tree("raft_log")?, meta: db.open_tree("raft_meta")? })
+    }
+
+    fn get_meta<T: serde::de::DeserializeOwned>(&self, key: &str) -> Result<Option<T>, SErr> {
+        match self.meta.get(key).map_err(|e| StorageIOError::read(&e))? {
+            Some(v) => Ok(Some(serde_json::from_slice(&v).map_err(|e| StorageIOError::read(&e))?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn put_meta<T: serde::Serialize>(&self, key: &str, v: &T) -> Result<(), SErr> {
+        let bytes = serde_json::to_vec(v).map_err(|e| StorageIOError::write(&e))?;
+        self.meta.insert(key, bytes).map_err(|e| StorageIOError::write(&e))?;
+        self.flush().await.map_err(|e| StorageIOError::write(&e))?;
+        Ok(())
+    }
+
+    async fn flush(&self) -> Result<(), std::io::Error> {
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || db.flush().map(|_| ()).map_err(std::io::Error::from))
+            .await
+            .map_err(std::io::Error::other)?
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry<TypeConfig>>, SErr> {
+        let start = match range.start_bound() {
+            Bound::Included(x) => *x,
+            Bound::Excluded(x) => *x + 1,
+            Bound::Unbounded => 0,
+        };
+        let mut out = Vec::new();
+        for kv in self.logs.range(start.to_be_bytes()..) {
+            let (k, v) = kv.map_err(|e| StorageIOError::read_logs(&e))?;
+            let idx = u64::from_be_bytes(<[u8; 8]>::try_from(&*k).map_err(|e| StorageIOError::read_logs(&e))?);
+            if !range.contains(&idx) {
+                break;
+            }
+            out.push(serde_json::from_slice(&v).map_err(|e| StorageIOError::read_logs(&e))?);
+        }
+        Ok(out)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, SErr> {
+        let last_purged: Option<LogId<u64>> = self.get_meta("last_purged")?;
+        let last = match self.logs.last().map_err(|e| StorageIOError::read_logs(&e))? {
+            Some((_, v)) => {
+                let e: Entry<TypeConfig> = serde_json::from_slice(&v).map_err(|e| StorageIOError::read_logs(&e))?;
+                Some(e.log_id)
+            }
+            None => last_purged,
+        };
+        Ok(LogState { last_purged_log_id: last_purged, last_log_id: last })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), SErr> {
+        self.put_meta("vote", vote).await
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<u64>>, SErr> {
+        self.get_meta("vote")
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId<u64>>) -> Result<(), SErr> {
+        // Not flushed: losing it only means re-learning the commit index from the leader.
+        let bytes = serde_json::to_vec(&committed).map_err(|e| StorageIOError::write(&e))?;
+        self.meta.insert("committed", bytes).map_err(|e| StorageIOError::write(&e))?;
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId<u64>>, SErr> {
+        Ok(self.get_meta::<Option<LogId<u64>>>("committed")?.flatten())
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), SErr>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut batch = sled::Batch::default();
+        for e in entries {
+            let bytes = serde_json::to_vec(&e).map_err(|x| StorageIOError::write_logs(&x))?;
+            batch.insert(&e.log_id.index.to_be_bytes(), bytes);
+        }
+        self.logs.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;
+        // Acknowledged to openraft only once durable.
+        callback.log_io_completed(self.flush().await);
+        Ok(())
+    }
+
+    async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), SErr> {
+        let mut batch = sled::Batch::default();
+        for kv in self.logs.range(log_id.index.to_be_bytes()..) {
+            let (k, _) = kv.map_err(|e| StorageIOError::write_logs(&e))?;
+            batch.remove(k);
+        }
+        self.logs.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;
+        self.flush().await.map_err(|e| StorageIOError::write_logs(&e))?;
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), SErr> {
+        // The mark first: a crash between the two leaves the log claiming less than it has, never more.
+        self.put_meta("last_purged", &Some(log_id)).await?;
+        let mut batch = sled::Batch::default();
+        for kv in self.logs.range(..=log_id.index.to_be_bytes()) {
+            let (k, _) = kv.map_err(|e| StorageIOError::write_logs(&e))?;
+            batch.remove(k);
+        }
+        self.logs.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;
+        self.flush().await.map_err(|e| StorageIOError::write_logs(&e))?;
+        Ok(())
+    }
+}

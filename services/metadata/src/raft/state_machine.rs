@@ -1,0 +1,297 @@
+//! The state machine store: `state::MetaState` in memory, persisted in sled
+//! as it changes, with snapshots for log compaction and catch-up.
+//!
+//! Each batch of applied entries writes the records it touched and the last
+//! applied log id in one atomic sled batch, so the persisted state and
+//! `last_applied` never disagree. They are flushed lazily: after a crash the
+//! store reopens at some earlier `last_applied` and openraft re-applies the
+//! log from there. A snapshot is built only from flushed state, so the log it
+//! lets openraft purge is never needed again.
+
+use std::io::Cursor;
+use std::sync::{Arc, RwLock};
+
+use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
+use openraft::{
+    BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, StorageError, StorageIOError,
+    StoredMembership,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use super::TypeConfig;
+use crate::state::{MetaState, Outcome, Touched};
+
+type SErr = StorageError<u64>;
+
+/// The state shared with the RPC handlers: readers take the lock briefly,
+/// watchers wait on `applied` (bumped after every applied batch).
+pub struct Shared {
+    /// The state as of `applied`.
+    pub state: RwLock<MetaState>,
+    /// The last applied log index, for watches.
+    pub applied: watch::Sender<u64>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Counters {
+    next_ledger_id: u64,
+    next_lease_id: u64,
+    bookies_version: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredSnapshot {
+    meta: SnapshotMeta<u64, BasicNode>,
+    data: Vec<u8>,
+}
+
+/// The state machine store.
+pub struct StateMachineStore {
+    db: sled::Db,
+    sm: sled::Tree,
+    snap: sled::Tree,
+    shared: Arc<Shared>,
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, BasicNode>,
+}
+
+fn key_ledger(id: u64) -> Vec<u8> {
+    let mut k = b"l/".to_vec();
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
+fn key_bookie(id: &str) -> Vec<u8> {
+    [b"b/".as_slice(), id.as_bytes()].concat()
+}
+
+fn key_cookie(id: &str) -> Vec<u8> {
+    [b"c/".as_slice(), id.as_bytes()].concat()
+}
+
+fn json<T: Serialize>(v: &T) -> Result<Vec<u8>, SErr> {
+    serde_json::to_vec(v).map_err(|e| StorageIOError::write_state_machine(&e).into())
+}
+
+fn unjson<T: serde::de::DeserializeOwned>(v: &[u8]) -> Result<T, SErr> {
+    serde_json::from_slice(v).map_err(|e| StorageIOError::read_state_machine(&e).into())
+}
+
+impl StateMachineStore {
+    /// Opens the state persisted in `db`.
+    pub fn open(db: &sled::Db) -> Result<StateMachineStore, SErr> {
+        let sm = db.open_tree("state").map_err(|e| StorageIOError::read_state_machine(&e))?;
+        let snap = db.open_tree("snapshot").map_err(|e| StorageIOError::read_state_machine(&e))?;
+        let mut state = MetaState::default();
+        for kv in sm.iter() {
+            let (k, v) = kv.map_err(|e| StorageIOError::read_state_machine(&e))?;
+            match k.get(..2) {
+                Some(b"l/") => {
+                    let l: crate::state::Ledger = unjson(&v)?;
+                    state.ledgers.insert(l.ledger_id, l);
+                }
+                Some(b"b/") => {
+                    let b: crate::state::Bookie = unjson(&v)?;
+                    state.bookies.insert(b.bookie_id.clone(), b);
+                }
+                Some(b"c/") => {
+                    let id = String::from_utf8_lossy(&k[2..]).into_owned();
+                    state.cookies.insert(id, unjson(&v)?);
+                }
+                _ => {}
+            }
+        }
+        let get = |key: &str| sm.get(key).map_err(|e| StorageIOError::read_state_machine(&e));
+        if let Some(v) = get("m/counters")? {
+            let c: Counters = unjson(&v)?;
+            state.next_ledger_id = c.next_ledger_id;
+            state.next_lease_id = c.next_lease_id;
+            state.bookies_version = c.bookies_version;
+        }
+        let last_applied: Option<LogId<u64>> = match get("m/last_applied")? {
+            Some(v) => unjson(&v)?,
+            None => None,
+        };
+        let membership = match get("m/membership")? {
+            Some(v) => unjson(&v)?,
+            None => StoredMembership::default(),
+        };
+        let shared = Arc::new(Shared {
+            state: RwLock::new(state),
+            applied: watch::Sender::new(last_applied.map_or(0, |l| l.index)),
+        });
+        Ok(StateMachineStore { db: db.clone(), sm, snap, shared, last_applied, membership })
+    }
+
+    /// The state shared with the RPC handlers.
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
+    fn persist(&self, state: &MetaState, touched: &[Touched], batch: &mut sled::Batch) -> Result<(), SErr> {
+        for t in touched {
+            match t {
+                Touched::Ledger(id) => match state.ledgers.get(id) {
+                    Some(l) => batch.insert(key_ledger(*id), json(l)?),
+                    None => batch.remove(key_ledger(*id)),
+                },
+                Touched::Bookie(id) => match state.bookies.get(id) {
+                    Some(b) => batch.insert(key_bookie(id), json(b)?),
+                    None => batch.remove(key_bookie(id)),
+                },
+                Touched::Cookie(id) => match state.cookies.get(id) {
+                    Some(c) => batch.insert(key_cookie(id), json(c)?),
+                    None => batch.remove(key_cookie(id)),
+                },
+                Touched::Counters => batch.insert(
+                    b"m/counters".to_vec(),
+                    json(&Counters {
+                        next_ledger_id: state.next_ledger_id,
+                        next_lease_id: state.next_lease_id,
+                        bookies_version: state.bookies_version,
+                    })?,
+                ),
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<(), SErr> {
+        self.db.flush().map(|_| ()).map_err(|e| StorageIOError::write_state_machine(&e).into())
+    }
+}
+
+/// Builds snapshots from a copy of the state taken when the build was asked for.
+pub struct SnapshotBuilder {
+    state: MetaState,
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, BasicNode>,
+    db: sled::Db,
+    snap: sled::Tree,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, SErr> {
+        let data = serde_json::to_vec(&self.state).map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        let snapshot_id = match self.last_applied {
+            Some(l) => format!("{}-{}-{}", l.leader_id, l.index, data.len()),
+            None => format!("empty-{}", data.len()),
+        };
+        let meta =
+            SnapshotMeta { last_log_id: self.last_applied, last_membership: self.membership.clone(), snapshot_id };
+        let stored = serde_json::to_vec(&StoredSnapshot { meta: meta.clone(), data: data.clone() })
+            .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        self.snap.insert("current", stored).map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        // Durable before openraft purges the log it covers (the state too: it
+        // was persisted by apply up to last_applied).
+        self.db.flush().map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId<u64>>, StoredMembership<u64, BasicNode>), SErr> {
+        Ok((self.last_applied, self.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Outcome>, SErr>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut out = Vec::new();
+        let mut batch = sled::Batch::default();
+        {
+            let mut state = self.shared.state.write().expect("state lock");
+            for e in entries {
+                self.last_applied = Some(e.log_id);
+                match e.payload {
+                    EntryPayload::Blank => out.push(Outcome::Nothing),
+                    EntryPayload::Normal(cmd) => {
+                        let (outcome, touched) = state.apply(cmd);
+                        self.persist(&state, &touched, &mut batch)?;
+                        out.push(outcome);
+                    }
+                    EntryPayload::Membership(m) => {
+                        self.membership = StoredMembership::new(Some(e.log_id), m);
+                        batch.insert(b"m/membership".to_vec(), json(&self.membership)?);
+                        out.push(Outcome::Nothing);
+                    }
+                }
+            }
+        }
+        batch.insert(b"m/last_applied".to_vec(), json(&self.last_applied)?);
+        self.sm.apply_batch(batch).map_err(|e| StorageIOError::write_state_machine(&e))?;
+        if let Some(l) = self.last_applied {
+            self.shared.applied.send_replace(l.index);
+        }
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        // Flushed now, so the snapshot never covers state a crash could lose.
+        if let Err(e) = self.flush() {
+            tracing::error!(error = %e, "flushing the state machine before a snapshot failed");
+        }
+        SnapshotBuilder {
+            state: self.shared.state.read().expect("state lock").clone(),
+            last_applied: self.last_applied,
+            membership: self.membership.clone(),
+            db: self.db.clone(),
+            snap: self.snap.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, SErr> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<u64, BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), SErr> {
+        let data = snapshot.into_inner();
+        let new_state: MetaState =
+            serde_json::from_slice(&data).map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
+        // Rewrite the persisted state whole.
+        let mut batch = sled::Batch::default();
+        for kv in self.sm.iter() {
+            let (k, _) = kv.map_err(|e| StorageIOError::write_state_machine(&e))?;
+            batch.remove(k);
+        }
+        let mut touched: Vec<Touched> = new_state.ledgers.keys().map(|id| Touched::Ledger(*id)).collect();
+        touched.extend(new_state.bookies.keys().cloned().map(Touched::Bookie));
+        touched.extend(new_state.cookies.keys().cloned().map(Touched::Cookie));
+        touched.push(Touched::Counters);
+        self.persist(&new_state, &touched, &mut batch)?;
+        self.last_applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        batch.insert(b"m/last_applied".to_vec(), json(&self.last_applied)?);
+        batch.insert(b"m/membership".to_vec(), json(&self.membership)?);
+        self.sm.apply_batch(batch).map_err(|e| StorageIOError::write_state_machine(&e))?;
+        let stored = serde_json::to_vec(&StoredSnapshot { meta: meta.clone(), data })
+            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+        self.snap.insert("current", stored).map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+        self.flush()?;
+        *self.shared.state.write().expect("state lock") = new_state;
+        if let Some(l) = self.last_applied {
+            self.shared.applied.send_replace(l.index);
+        }
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, SErr> {
+        match self.snap.get("current").map_err(|e| StorageIOError::read_snapshot(None, &e))? {
+            Some(v) => {
+                let s: StoredSnapshot =
+                    serde_json::from_slice(&v).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+                Ok(Some(Snapshot { meta: s.meta, snapshot: Box::new(Cursor::new(s.data)) }))
+            }
+            None => Ok(None),
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! The metadata RPC handlers.
+//!
+//! Writes go through Raft on the leader; a follower answers NOT_LEADER with
+//! the leader's address. Reads are linearizable (the leader confirms it still
+//! leads before reading) unless the caller asks for a stale read, which any
+//! replica answers from its own state. Watches long-poll on the applied index.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use openraft::error::{ClientWriteError, RaftError};
+use quire_proto::v1::{self, request_frame::Body as Req, ErrorCode};
+use quire_proto::Method;
+use quire_rpc::{RequestContext, ServiceError, ServiceFuture};
+
+use crate::convert::{bookie_from_wire, bookie_to_wire, ledger_from_wire, ledger_to_wire};
+use crate::raft::network::kind;
+use crate::raft::state_machine::Shared;
+use crate::raft::MetaRaft;
+use crate::state::{Command, MetaState, Outcome, Refusal};
+
+/// Ids per ListLedgers page, at most.
+pub const LIST_LIMIT_MAX: usize = 1000;
+/// Lease lengths a bookie may ask for.
+pub const LEASE_MS_MIN: u64 = 1000;
+/// Lease lengths a bookie may ask for.
+pub const LEASE_MS_MAX: u64 = 300_000;
+
+/// The metadata service of one replica.
+pub struct MetaService {
+    raft: MetaRaft,
+    shared: Arc<Shared>,
+}
+
+impl MetaService {
+    /// Serves `raft` and its state.
+    pub fn new(raft: MetaRaft, shared: Arc<Shared>) -> Self {
+        MetaService { raft, shared }
+    }
+}
+
+/// The leader's wall clock, in milliseconds, stamped into commands.
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+fn refusal(r: Refusal) -> ServiceError {
+    let (code, msg) = match r {
+        Refusal::BadRequest(m) => (ErrorCode::BadRequest, m),
+        Refusal::NoSuchLedger(id) => (ErrorCode::NoSuchLedger, format!("no ledger {id}")),
+        Refusal::VersionConflict { actual } => (ErrorCode::VersionConflict, format!("stored version is {actual}")),
+        Refusal::NoSuchBookie(id) => (ErrorCode::NoSuchBookie, format!("no bookie {id} is registered")),
+        Refusal::LeaseExpired(m) => (ErrorCode::LeaseExpired, m),
+        Refusal::AlreadyExists(m) => (ErrorCode::AlreadyExists, m),
+    };
+    ServiceError::new(code, msg)
+}
+
+fn not_leader(leader: Option<&openraft::BasicNode>) -> ServiceError {
+    let mut e = ServiceError::new(ErrorCode::NotLeader, "this replica is not the Raft leader");
+    e.leader_hint = leader.map(|n| n.addr.clone());
+    e
+}
+
+async fn write(raft: &MetaRaft, cmd: Command) -> Result<Outcome, ServiceError> {
+    match raft.client_write(cmd).await {
+        Ok(resp) => match resp.data {
+            Outcome::Refused(r) => Err(refusal(r)),
+            o => Ok(o),
+        },
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(not_leader(f.leader_node.as_ref())),
+        Err(e) => Err(ServiceError::new(ErrorCode::MetadataUnavailable, e.to_string())),
+    }
+}
+
+/// Waits until this replica may answer a linearizable read.
+async fn read_barrier(raft: &MetaRaft, stale_ok: bool) -> Result<(), ServiceError> {
+    if stale_ok {
+        return Ok(());
+    }
+    match raft.ensure_linearizable().await {
+        Ok(_) => Ok(()),
+        Err(e) => match e.forward_to_leader() {
+            Some(f) => Err(not_leader(f.leader_node.as_ref())),
+            None => Err(ServiceError::new(ErrorCode::MetadataUnavailable, e.to_string())),
+        },
+    }
+}
+
+fn ledger_outcome(o: Outcome) -> Result<v1::LedgerMetadata, ServiceError> {
+    match o {
+        Outcome::Ledger(l) => Ok(ledger_to_wire(&l)),
+        other => Err(ServiceError::internal(format!("unexpected outcome {other:?}"))),
+    }
+}
+
+impl quire_rpc::Service for MetaService {
+    fn serves(&self, m: Method) -> bool {
+        m.service() == quire_proto::method::ServiceKind::Metadata
+    }
+
+    fn call(&self, ctx: RequestContext, body: Req) -> ServiceFuture {
+        let raft = self.raft.clone();
+        let shared = self.shared.clone();
+        Box::pin(async move {
+            match body {
+                Req::Raft(r) => raft_rpc(&raft, r).await,
+                Req::CreateLedger(c) => {
+                    let cmd = Command::CreateLedger {
+                        ensemble_size: c.ensemble_size,
+                        write_quorum: c.write_quorum,
+                        ack_quorum: c.ack_quorum,
+                        bookie_ids: c.bookie_ids,
+                        custom: c.custom.into_iter().map(|(k, v)| (k, v.to_vec())).collect(),
+                        now_ms: now_ms(),
+                    };
+                    let l = ledger_outcome(write(&raft, cmd).await?)?;
+                    Ok(v1::CreateLedgerResponse { ledger: Some(l) }.into())
+                }
+                Req::GetLedger(g) => {
+                    read_barrier(&raft, g.stale_ok).await?;
+                    let st = shared.state.read().expect("state lock");
+                    let l = st.ledgers.get(&g.ledger_id).ok_or_else(|| refusal(Refusal::NoSuchLedger(g.ledger_id)))?;
+                    Ok(v1::GetLedgerResponse { ledger: Some(ledger_to_wire(l)) }.into())
+                }
+                Req::UpdateLedger(u) => {
+                    let wire = u.ledger.ok_or_else(|| ServiceError::bad_request("update without a ledger"))?;
+                    let ledger = ledger_from_wire(&wire).map_err(ServiceError::bad_request)?;
+                    let cmd = Command::UpdateLedger { ledger, expected_version: u.expected_version };
+                    let l = ledger_outcome(write(&raft, cmd).await?)?;
+                    Ok(v1::UpdateLedgerResponse { ledger: Some(l) }.into())
+                }
+                Req::DeleteLedger(d) => {
+                    write(&raft, Command::DeleteLedger { ledger_id: d.ledger_id }).await?;
+                    Ok(v1::DeleteLedgerResponse {}.into())
+                }
+                Req::ListLedgers(l) => {
+                    read_barrier(&raft, false).await?;
+                    let limit = match l.limit as usize {
+                        0 => 100,
+                        n => n.min(LIST_LIMIT_MAX),
+                    };
+                    let (ids, next) = shared.state.read().expect("state lock").list_ledgers(l.start_after, limit);
+                    Ok(v1::ListLedgersResponse { ledger_ids: ids, next }.into())
+                }
+                Req::WatchLedger(w) => {
+                    let timeout = Duration::from_millis(w.timeout_ms.into())
+                        .min(ctx.deadline.saturating_duration_since(tokio::time::Instant::now()));
+                    let id = w.ledger_id;
+                    let after = w.after_version;
+                    let (st, timed_out) = watch(&shared, timeout, |s| match s.ledgers.get(&id) {
+                        Some(l) if l.version > after => Some(Some(ledger_to_wire(l))),
+                        None => Some(None),
+                        Some(_) => None,
+                    })
+                    .await;
+                    match st {
+                        Some(Some(l)) => {
+                            Ok(v1::WatchLedgerResponse { ledger: Some(l), timed_out: false, deleted: false }.into())
+                        }
+                        Some(None) => {
+                            Ok(v1::WatchLedgerResponse { ledger: None, timed_out: false, deleted: true }.into())
+                        }
+                        None => {
+                            let cur = shared.state.read().expect("state lock").ledgers.get(&id).map(ledger_to_wire);
+                            Ok(v1::WatchLedgerResponse { ledger: cur, timed_out, deleted: false }.into())
+                        }
+                    }
+                }
+                Req::RegisterBookie(r) => {
+                    let rec = r.bookie.ok_or_else(|| ServiceError::bad_request("registration without a bookie"))?;
+                    if ctx.peer.id != rec.bookie_id {
+                        return Err(ServiceError::new(
+                            ErrorCode::PermissionDenied,
+                            format!("bookie {} may not register as {}", ctx.peer.id, rec.bookie_id),
+                        ));
+                    }
+                    let bookie = bookie_from_wire(&rec).map_err(ServiceError::bad_request)?;
+                    let lease_ms = u64::from(r.lease_ms).clamp(LEASE_MS_MIN, LEASE_MS_MAX);
+                    match write(&raft, Command::RegisterBookie { bookie, lease_ms, now_ms: now_ms() }).await? {
+                        Outcome::Registered { lease_id } => Ok(v1::RegisterBookieResponse { lease_id }.into()),
+                        other => Err(ServiceError::internal(format!("unexpected outcome {other:?}"))),
+                    }
+                }
+                Req::RenewLease(r) => {
+                    if ctx.peer.id != r.bookie_id {
+                        return Err(ServiceError::new(
+                            ErrorCode::PermissionDenied,
+                            "a bookie renews only its own lease",
+                        ));
+                    }
+                    write(
+                        &raft,
+                        Command::RenewLease { bookie_id: r.bookie_id, lease_id: r.lease_id, now_ms: now_ms() },
+                    )
+                    .await?;
+                    Ok(v1::RenewLeaseResponse {}.into())
+                }
+                Req::ListBookies(_) => {
+                    read_barrier(&raft, false).await?;
+                    let st = shared.state.read().expect("state lock");
+                    Ok(v1::ListBookiesResponse {
+                        bookies: st.bookies.values().map(bookie_to_wire).collect(),
+                        version: st.bookies_version,
+                    }
+                    .into())
+                }
+                Req::WatchBookies(w) => {
+                    let timeout = Duration::from_millis(w.timeout_ms.into())
+                        .min(ctx.deadline.saturating_duration_since(tokio::time::Instant::now()));
+                    let after = w.after_version;
+                    let (_, timed_out) = watch(&shared, timeout, |s| (s.bookies_version > after).then_some(())).await;
+                    let st = shared.state.read().expect("state lock");
+                    Ok(v1::WatchBookiesResponse {
+                        bookies: st.bookies.values().map(bookie_to_wire).collect(),
+                        version: st.bookies_version,
+                        timed_out,
+                    }
+                    .into())
+                }
+                other => Err(ServiceError::new(
+                    ErrorCode::UnknownMethod,
+                    format!("{} is not a metadata method", Method::of_request(&other).name()),
+                )),
+            }
+        })
+    }
+}
+
+/// Waits until `check` finds something in the state, or `timeout`.
+async fn watch<T>(shared: &Shared, timeout: Duration, check: impl Fn(&MetaState) -> Option<T>) -> (Option<T>, bool) {
+    let mut rx = shared.applied.subscribe();
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        rx.borrow_and_update();
+        if let Some(v) = check(&shared.state.read().expect("state lock")) {
+            return (Some(v), false);
+        }
+        match tokio::time::timeout_at(deadline, rx.changed()).await {
+            Ok(Ok(())) => continue,
+            Ok(Err(_)) | Err(_) => return (None, true),
+        }
+    }
+}
+
+async fn raft_rpc(raft: &MetaRaft, r: v1::RaftRequest) -> Result<v1::response_frame::Body, ServiceError> {
+    let bad = |e: serde_json::Error| ServiceError::bad_request(format!("undecodable raft message: {e}"));
+    let payload = match r.kind {
+        kind::APPEND_ENTRIES => {
+            let req = serde_json::from_slice(&r.payload).map_err(bad)?;
+            serde_json::to_vec(&raft.append_entries(req).await)
+        }
+        kind::VOTE => {
+            let req = serde_json::from_slice(&r.payload).map_err(bad)?;
+            serde_json::to_vec(&raft.vote(req).await)
+        }
+        kind::INSTALL_SNAPSHOT => {
+            let req = serde_json::from_slice(&r.payload).map_err(bad)?;
+            serde_json::to_vec(&raft.install_snapshot(req).await)
+        }
+        k => return Err(ServiceError::bad_request(format!("unknown raft message kind {k}"))),
+    }
+    .map_err(|e| ServiceError::internal(format!("encode raft response: {e}")))?;
+    Ok(v1::RaftResponse { payload: payload.into() }.into())
+}

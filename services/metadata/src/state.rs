@@ -1,0 +1,557 @@
+//! The metadata state and its commands: a plain, deterministic state machine.
+//!
+//! Every replica applies the same commands in the same order (Raft's log) and
+//! reaches the same state. Nothing here reads a clock or does I/O: time enters
+//! as `now_ms` inside the commands, stamped by the leader that proposed them,
+//! so lease expiry is replayed identically everywhere.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Ledger states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LedgerState {
+    /// Written by its one writer.
+    Open,
+    /// Fenced by a recovering client; closes at the recovered tail.
+    InRecovery,
+    /// Sealed: last_entry_id and length are final.
+    Closed,
+}
+
+/// One ensemble of a ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Segment {
+    /// First entry id stored by this ensemble.
+    pub first_entry_id: u64,
+    /// The bookies, in stripe order.
+    pub bookie_ids: Vec<String>,
+}
+
+/// A ledger's metadata.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ledger {
+    /// Never reused.
+    pub ledger_id: u64,
+    /// Open, in recovery or closed.
+    pub state: LedgerState,
+    /// E.
+    pub ensemble_size: u32,
+    /// Qw.
+    pub write_quorum: u32,
+    /// Qa.
+    pub ack_quorum: u32,
+    /// Ensembles, by first entry id ascending.
+    pub ensembles: Vec<Segment>,
+    /// Last entry id once closed; -1 for empty.
+    pub last_entry_id: i64,
+    /// Total payload bytes once closed.
+    pub length: u64,
+    /// Always "crc32c" today.
+    pub digest_type: String,
+    /// Application metadata.
+    pub custom: BTreeMap<String, Vec<u8>>,
+    /// Leader's clock at creation.
+    pub created_at_ms: u64,
+    /// Bumped by every update: the CAS token.
+    pub version: u64,
+}
+
+/// Bookie states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BookieState {
+    /// Takes adds.
+    Available,
+    /// Serves reads only.
+    ReadOnly,
+    /// Being drained.
+    Decommissioning,
+}
+
+/// A registered bookie and its lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bookie {
+    /// Its id.
+    pub bookie_id: String,
+    /// Where to reach it.
+    pub address: String,
+    /// For placement.
+    pub rack: String,
+    /// The instance that holds the lease.
+    pub instance_id: String,
+    /// Available, read-only or decommissioning.
+    pub state: BookieState,
+    /// Disk figures as last reported.
+    pub total_disk_bytes: u64,
+    /// Disk figures as last reported.
+    pub free_disk_bytes: u64,
+    /// The lease this registration holds.
+    pub lease_id: u64,
+    /// Lease length.
+    pub lease_ms: u64,
+    /// Expires at this leader-clock time unless renewed.
+    pub expires_at_ms: u64,
+}
+
+/// A state change, as proposed to Raft.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Allocate a ledger id and store version 1 of its metadata.
+    CreateLedger {
+        /// E.
+        ensemble_size: u32,
+        /// Qw.
+        write_quorum: u32,
+        /// Qa.
+        ack_quorum: u32,
+        /// The first ensemble (E bookies).
+        bookie_ids: Vec<String>,
+        /// Application metadata.
+        custom: BTreeMap<String, Vec<u8>>,
+        /// Leader clock.
+        now_ms: u64,
+    },
+    /// Compare-and-set a ledger's metadata.
+    UpdateLedger {
+        /// The new metadata (its `version` is ignored; the store sets it).
+        ledger: Ledger,
+        /// Applied only if the stored version is this.
+        expected_version: u64,
+    },
+    /// Delete a ledger's metadata (its id is never reused).
+    DeleteLedger {
+        /// The ledger.
+        ledger_id: u64,
+    },
+    /// Register (or re-register) a bookie with a fresh lease.
+    RegisterBookie {
+        /// The registration (lease fields are set by the store).
+        bookie: Bookie,
+        /// Lease length.
+        lease_ms: u64,
+        /// Leader clock.
+        now_ms: u64,
+    },
+    /// Extend a lease.
+    RenewLease {
+        /// The bookie.
+        bookie_id: String,
+        /// The lease it holds.
+        lease_id: u64,
+        /// Leader clock.
+        now_ms: u64,
+    },
+    /// Remove registrations whose lease ended (proposed by the leader's ticker).
+    ExpireLeases {
+        /// Leader clock.
+        now_ms: u64,
+    },
+}
+
+/// Why a command was refused: maps one to one to wire error codes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Refusal {
+    /// Malformed or inconsistent request.
+    BadRequest(String),
+    /// No such ledger.
+    NoSuchLedger(u64),
+    /// The CAS found another version.
+    VersionConflict {
+        /// Stored version.
+        actual: u64,
+    },
+    /// No such bookie registration.
+    NoSuchBookie(String),
+    /// The lease named is not the current one (expired or replaced).
+    LeaseExpired(String),
+    /// The bookie id is registered by another live instance.
+    AlreadyExists(String),
+}
+
+/// A command's result, returned to the proposer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// The ledger as stored.
+    Ledger(Ledger),
+    /// Deleted.
+    Deleted,
+    /// Registered with this lease.
+    Registered {
+        /// The lease id to renew with.
+        lease_id: u64,
+    },
+    /// Renewed.
+    Renewed,
+    /// These registrations expired.
+    Expired(Vec<String>),
+    /// Refused; nothing changed.
+    Refused(Refusal),
+    /// A Raft-internal entry (blank, membership).
+    Nothing,
+}
+
+/// Limits that keep one record bounded.
+pub const ENSEMBLE_MAX: u32 = 64;
+/// Custom metadata: keys at most, and bytes in all.
+pub const CUSTOM_KEYS_MAX: usize = 64;
+/// Total bytes of custom metadata.
+pub const CUSTOM_BYTES_MAX: usize = 64 * 1024;
+
+/// The replicated state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetaState {
+    /// Ledgers by id.
+    pub ledgers: BTreeMap<u64, Ledger>,
+    /// Registered bookies by id.
+    pub bookies: BTreeMap<String, Bookie>,
+    /// Which instance last registered each bookie id (cookie ownership).
+    pub cookies: BTreeMap<String, String>,
+    /// The next ledger id to allocate (ids are never reused).
+    pub next_ledger_id: u64,
+    /// The next lease id.
+    pub next_lease_id: u64,
+    /// Bumped by every change to the bookie set (for watches).
+    pub bookies_version: u64,
+}
+
+/// What a command touched (for persisting it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Touched {
+    /// A ledger record (absent now if deleted).
+    Ledger(u64),
+    /// A bookie record (absent now if removed).
+    Bookie(String),
+    /// A cookie record.
+    Cookie(String),
+    /// The counters.
+    Counters,
+}
+
+fn validate_custom(custom: &BTreeMap<String, Vec<u8>>) -> Result<(), Refusal> {
+    let bytes: usize = custom.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if custom.len() > CUSTOM_KEYS_MAX || bytes > CUSTOM_BYTES_MAX {
+        return Err(Refusal::BadRequest(format!(
+            "custom metadata of {} keys and {bytes} bytes exceeds {CUSTOM_KEYS_MAX} keys or {CUSTOM_BYTES_MAX} bytes",
+            custom.len()
+        )));
+    }
+    Ok(())
+}
+
+fn validate_quorums(e: u32, qw: u32, qa: u32) -> Result<(), Refusal> {
+    if !(1 <= qa && qa <= qw && qw <= e && e <= ENSEMBLE_MAX) {
+        return Err(Refusal::BadRequest(format!(
+            "quorums must satisfy 1 <= ack ({qa}) <= write ({qw}) <= ensemble ({e}) <= {ENSEMBLE_MAX}"
+        )));
+    }
+    Ok(())
+}
+
+fn validate_ensemble(ids: &[String], e: u32) -> Result<(), Refusal> {
+    if ids.len() != e as usize {
+        return Err(Refusal::BadRequest(format!("an ensemble of {} bookies for ensemble size {e}", ids.len())));
+    }
+    let mut sorted: Vec<&String> = ids.iter().collect();
+    sorted.sort();
+    sorted.dedup();
+    if sorted.len() != ids.len() || ids.iter().any(|b| b.is_empty()) {
+        return Err(Refusal::BadRequest("an ensemble must name distinct, non-empty bookie ids".into()));
+    }
+    Ok(())
+}
+
+impl MetaState {
+    /// Applies one command. Refused commands change nothing.
+    pub fn apply(&mut self, cmd: Command) -> (Outcome, Vec<Touched>) {
+        match self.try_apply(cmd) {
+            Ok(r) => r,
+            Err(refusal) => (Outcome::Refused(refusal), Vec::new()),
+        }
+    }
+
+    fn try_apply(&mut self, cmd: Command) -> Result<(Outcome, Vec<Touched>), Refusal> {
+        match cmd {
+            Command::CreateLedger { ensemble_size, write_quorum, ack_quorum, bookie_ids, custom, now_ms } => {
+                validate_quorums(ensemble_size, write_quorum, ack_quorum)?;
+                validate_ensemble(&bookie_ids, ensemble_size)?;
+                validate_custom(&custom)?;
+                // Ledger ids start at 1; 0 is never a ledger.
+                let id = self.next_ledger_id.max(1);
+                self.next_ledger_id = id + 1;
+                let ledger = Ledger {
+                    ledger_id: id,
+                    state: LedgerState::Open,
+                    ensemble_size,
+                    write_quorum,
+                    ack_quorum,
+                    ensembles: vec![Segment { first_entry_id: 0, bookie_ids }],
+                    last_entry_id: -1,
+                    length: 0,
+                    digest_type: "crc32c".into(),
+                    custom,
+                    created_at_ms: now_ms,
+                    version: 1,
+                };
+                self.ledgers.insert(id, ledger.clone());
+                Ok((Outcome::Ledger(ledger), vec![Touched::Ledger(id), Touched::Counters]))
+            }
+            Command::UpdateLedger { mut ledger, expected_version } => {
+                let id = ledger.ledger_id;
+                let stored = self.ledgers.get(&id).ok_or(Refusal::NoSuchLedger(id))?;
+                if stored.version != expected_version {
+                    return Err(Refusal::VersionConflict { actual: stored.version });
+                }
+                Self::validate_update(stored, &ledger)?;
+                ledger.version = stored.version + 1;
+                self.ledgers.insert(id, ledger.clone());
+                Ok((Outcome::Ledger(ledger), vec![Touched::Ledger(id)]))
+            }
+            Command::DeleteLedger { ledger_id } => {
+                self.ledgers.remove(&ledger_id).ok_or(Refusal::NoSuchLedger(ledger_id))?;
+                Ok((Outcome::Deleted, vec![Touched::Ledger(ledger_id)]))
+            }
+            Command::RegisterBookie { mut bookie, lease_ms, now_ms } => {
+                if bookie.bookie_id.is_empty() || bookie.instance_id.is_empty() || bookie.address.is_empty() {
+                    return Err(Refusal::BadRequest(
+                        "a registration needs a bookie id, an instance id and an address".into(),
+                    ));
+                }
+                if let Some(cur) = self.bookies.get(&bookie.bookie_id) {
+                    if cur.instance_id != bookie.instance_id && cur.expires_at_ms > now_ms {
+                        return Err(Refusal::AlreadyExists(format!(
+                            "bookie {} is registered by live instance {} (lease ends in {} ms)",
+                            cur.bookie_id,
+                            cur.instance_id,
+                            cur.expires_at_ms - now_ms
+                        )));
+                    }
+                }
+                let lease_id = self.next_lease_id.max(1);
+                self.next_lease_id = lease_id + 1;
+                bookie.lease_id = lease_id;
+                bookie.lease_ms = lease_ms;
+                bookie.expires_at_ms = now_ms.saturating_add(lease_ms);
+                let id = bookie.bookie_id.clone();
+                self.cookies.insert(id.clone(), bookie.instance_id.clone());
+                self.bookies.insert(id.clone(), bookie);
+                self.bookies_version += 1;
+                Ok((
+                    Outcome::Registered { lease_id },
+                    vec![Touched::Bookie(id.clone()), Touched::Cookie(id), Touched::Counters],
+                ))
+            }
+            Command::RenewLease { bookie_id, lease_id, now_ms } => {
+                let b = self.bookies.get_mut(&bookie_id).ok_or_else(|| Refusal::NoSuchBookie(bookie_id.clone()))?;
+                if b.lease_id != lease_id || b.expires_at_ms <= now_ms {
+                    return Err(Refusal::LeaseExpired(format!(
+                        "lease {lease_id} of bookie {bookie_id} is not current"
+                    )));
+                }
+                b.expires_at_ms = now_ms.saturating_add(b.lease_ms);
+                Ok((Outcome::Renewed, vec![Touched::Bookie(bookie_id)]))
+            }
+            Command::ExpireLeases { now_ms } => {
+                let gone: Vec<String> =
+                    self.bookies.values().filter(|b| b.expires_at_ms <= now_ms).map(|b| b.bookie_id.clone()).collect();
+                for id in &gone {
+                    self.bookies.remove(id);
+                }
+                let mut touched: Vec<Touched> = gone.iter().cloned().map(Touched::Bookie).collect();
+                if !gone.is_empty() {
+                    self.bookies_version += 1;
+                    touched.push(Touched::Counters);
+                }
+                Ok((Outcome::Expired(gone), touched))
+            }
+        }
+    }
+
+    /// What an update may change: state forward only, ensembles appended or
+    /// their bookies replaced (re-replication), never the quorums; nothing
+    /// once closed.
+    fn validate_update(old: &Ledger, new: &Ledger) -> Result<(), Refusal> {
+        let bad = |m: &str| Err(Refusal::BadRequest(m.to_string()));
+        if old.state == LedgerState::Closed {
+            // Replacing bookies in a closed ledger's ensembles (re-replication)
+            // is the one change allowed: everything else must stay as it is.
+            let same_shape = new.ensembles.len() == old.ensembles.len()
+                && new.ensembles.iter().zip(&old.ensembles).all(|(n, o)| n.first_entry_id == o.first_entry_id);
+            let rest_same = Ledger { ensembles: old.ensembles.clone(), version: old.version, ..new.clone() } == *old;
+            if !same_shape || !rest_same {
+                return bad("a closed ledger's metadata is final (only its ensembles' bookies may be replaced)");
+            }
+        }
+        if (new.ensemble_size, new.write_quorum, new.ack_quorum)
+            != (old.ensemble_size, old.write_quorum, old.ack_quorum)
+        {
+            return bad("quorum sizes are fixed at creation");
+        }
+        if new.created_at_ms != old.created_at_ms || new.digest_type != old.digest_type {
+            return bad("creation time and digest type are fixed at creation");
+        }
+        if old.state == LedgerState::InRecovery && new.state == LedgerState::Open {
+            return bad("a ledger in recovery cannot reopen");
+        }
+        if new.ensembles.len() < old.ensembles.len() || new.ensembles.is_empty() {
+            return bad("ensembles cannot be removed");
+        }
+        for (i, seg) in new.ensembles.iter().enumerate() {
+            validate_ensemble(&seg.bookie_ids, new.ensemble_size)?;
+            if let Some(o) = old.ensembles.get(i) {
+                if o.first_entry_id != seg.first_entry_id {
+                    return bad("an existing ensemble's first entry id cannot change");
+                }
+            }
+            if i > 0 && seg.first_entry_id < new.ensembles[i - 1].first_entry_id {
+                return bad("ensembles must be ordered by first entry id");
+            }
+        }
+        if new.ensembles[0].first_entry_id != 0 {
+            return bad("the first ensemble starts at entry 0");
+        }
+        if new.state == LedgerState::Closed && new.last_entry_id < -1 {
+            return bad("a closed ledger's last entry id is -1 or more");
+        }
+        validate_custom(&new.custom)
+    }
+
+    /// Ledger ids after `start_after` (exclusive), at most `limit`, and whether more follow.
+    pub fn list_ledgers(&self, start_after: Option<u64>, limit: usize) -> (Vec<u64>, Option<u64>) {
+        let from = start_after.map_or(0, |s| s.saturating_add(1));
+        let mut it = self.ledgers.range(from..).map(|(id, _)| *id);
+        let ids: Vec<u64> = it.by_ref().take(limit).collect();
+        let next = if it.next().is_some() { ids.last().copied() } else { None };
+        (ids, next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn create(e: u32, qw: u32, qa: u32) -> Command {
+        Command::CreateLedger {
+            ensemble_size: e,
+            write_quorum: qw,
+            ack_quorum: qa,
+            bookie_ids: (1..=e).map(|i| format!("b{i}")).collect(),
+            custom: BTreeMap::new(),
+            now_ms: 1000,
+        }
+    }
+
+    fn ledger(o: Outcome) -> Ledger {
+        match o {
+            Outcome::Ledger(l) => l,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn ids_are_allocated_and_never_reused() {
+        let mut s = MetaState::default();
+        let a = ledger(s.apply(create(3, 3, 2)).0);
+        let b = ledger(s.apply(create(3, 2, 2)).0);
+        assert_eq!((a.ledger_id, b.ledger_id), (1, 2));
+        assert_eq!(s.apply(Command::DeleteLedger { ledger_id: 2 }).0, Outcome::Deleted);
+        assert_eq!(ledger(s.apply(create(1, 1, 1)).0).ledger_id, 3);
+    }
+
+    #[test]
+    fn bad_quorums_and_ensembles_are_refused() {
+        let mut s = MetaState::default();
+        for (e, qw, qa) in [(3, 2, 3), (2, 3, 1), (0, 0, 0), (3, 3, 0), (65, 1, 1)] {
+            assert!(matches!(s.apply(create(e, qw, qa)).0, Outcome::Refused(Refusal::BadRequest(_))), "{e} {qw} {qa}");
+        }
+        let dup = Command::CreateLedger {
+            ensemble_size: 2,
+            write_quorum: 2,
+            ack_quorum: 2,
+            bookie_ids: vec!["b1".into(), "b1".into()],
+            custom: BTreeMap::new(),
+            now_ms: 0,
+        };
+        assert!(matches!(s.apply(dup).0, Outcome::Refused(Refusal::BadRequest(_))));
+        assert!(s.ledgers.is_empty(), "refusals change nothing");
+    }
+
+    #[test]
+    fn cas_needs_the_current_version_and_bumps_it() {
+        let mut s = MetaState::default();
+        let l = ledger(s.apply(create(3, 3, 2)).0);
+        let mut next = l.clone();
+        next.ensembles.push(Segment { first_entry_id: 10, bookie_ids: vec!["b1".into(), "b2".into(), "b4".into()] });
+        let v2 = ledger(s.apply(Command::UpdateLedger { ledger: next.clone(), expected_version: 1 }).0);
+        assert_eq!(v2.version, 2);
+        // A second writer with the same expectation loses.
+        assert_eq!(
+            s.apply(Command::UpdateLedger { ledger: next, expected_version: 1 }).0,
+            Outcome::Refused(Refusal::VersionConflict { actual: 2 })
+        );
+    }
+
+    #[test]
+    fn a_closed_ledger_is_final_but_its_bookies_can_be_replaced() {
+        let mut s = MetaState::default();
+        let l = ledger(s.apply(create(3, 3, 2)).0);
+        let closed = Ledger { state: LedgerState::Closed, last_entry_id: 41, length: 4200, ..l };
+        let v2 = ledger(s.apply(Command::UpdateLedger { ledger: closed, expected_version: 1 }).0);
+        let reopen = Ledger { state: LedgerState::Open, ..v2.clone() };
+        assert!(matches!(
+            s.apply(Command::UpdateLedger { ledger: reopen, expected_version: 2 }).0,
+            Outcome::Refused(Refusal::BadRequest(_))
+        ));
+        let mut moved = v2.clone();
+        moved.ensembles[0].bookie_ids[1] = "b9".into();
+        assert_eq!(ledger(s.apply(Command::UpdateLedger { ledger: moved, expected_version: 2 }).0).version, 3);
+    }
+
+    #[test]
+    fn leases_expire_renew_and_guard_the_bookie_id() {
+        let mut s = MetaState::default();
+        let reg = |inst: &str, now| Command::RegisterBookie {
+            bookie: Bookie {
+                bookie_id: "b1".into(),
+                address: "127.0.0.1:3181".into(),
+                rack: "r".into(),
+                instance_id: inst.into(),
+                state: BookieState::Available,
+                total_disk_bytes: 0,
+                free_disk_bytes: 0,
+                lease_id: 0,
+                lease_ms: 0,
+                expires_at_ms: 0,
+            },
+            lease_ms: 10_000,
+            now_ms: now,
+        };
+        let Outcome::Registered { lease_id } = s.apply(reg("i1", 0)).0 else { panic!() };
+        // Another instance cannot take the id while the lease lives.
+        assert!(matches!(s.apply(reg("i2", 5_000)).0, Outcome::Refused(Refusal::AlreadyExists(_))));
+        assert_eq!(
+            s.apply(Command::RenewLease { bookie_id: "b1".into(), lease_id, now_ms: 9_000 }).0,
+            Outcome::Renewed
+        );
+        assert_eq!(s.apply(Command::ExpireLeases { now_ms: 18_999 }).0, Outcome::Expired(vec![]));
+        assert_eq!(s.apply(Command::ExpireLeases { now_ms: 19_000 }).0, Outcome::Expired(vec!["b1".into()]));
+        assert!(matches!(
+            s.apply(Command::RenewLease { bookie_id: "b1".into(), lease_id, now_ms: 19_001 }).0,
+            Outcome::Refused(Refusal::NoSuchBookie(_))
+        ));
+        // After expiry a new instance registers, and the cookie records it.
+        assert!(matches!(s.apply(reg("i2", 20_000)).0, Outcome::Registered { .. }));
+        assert_eq!(s.cookies["b1"], "i2");
+    }
+
+    #[test]
+    fn listing_pages_through_ids() {
+        let mut s = MetaState::default();
+        for _ in 0..5 {
+            s.apply(create(1, 1, 1));
+        }
+        assert_eq!(s.list_ledgers(None, 2), (vec![1, 2], Some(2)));
+        assert_eq!(s.list_ledgers(Some(2), 2), (vec![3, 4], Some(4)));
+        assert_eq!(s.list_ledgers(Some(4), 2), (vec![5], None));
+    }
+}

@@ -1,0 +1,361 @@
+//! Three real metadata replicas over QUIC + mTLS: ledger metadata CAS,
+//! leader loss under load, a minority that cannot write, full restarts,
+//! lease expiry, and a replica rebuilt from an empty disk.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use quire_metaclient::{MetaClient, MetaClientOptions};
+use quire_pki::{init_dir, IssueOptions, LocalCluster};
+use quire_proto::v1::{self, ErrorCode};
+use quire_proto::Role;
+use quire_rpc::{ClientOptions, Credentials, RpcClient, RpcError, TlsFiles};
+use quire_testkit::{bin_path, free_udp_ports, wait_until, Process};
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    certs: PathBuf,
+    ports: Vec<u16>,
+    procs: BTreeMap<u64, Process>,
+    extra: Vec<String>,
+}
+
+impl Cluster {
+    fn start(extra: &[&str]) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let certs = dir.path().join("certs");
+        init_dir(&certs, "test", &LocalCluster { metadata: 3, bookies: 2 }, &IssueOptions::default()).unwrap();
+        let ports = free_udp_ports(3);
+        let mut c =
+            Cluster { dir, certs, ports, procs: BTreeMap::new(), extra: extra.iter().map(|s| s.to_string()).collect() };
+        for id in 1..=3 {
+            c.launch(id);
+        }
+        c
+    }
+
+    fn addr(&self, id: u64) -> String {
+        format!("127.0.0.1:{}", self.ports[id as usize - 1])
+    }
+
+    fn addrs(&self) -> Vec<String> {
+        (1..=3).map(|i| self.addr(i)).collect()
+    }
+
+    fn data(&self, id: u64) -> PathBuf {
+        self.dir.path().join(format!("m{id}"))
+    }
+
+    fn launch(&mut self, id: u64) {
+        let ready = self.dir.path().join(format!("m{id}.ready"));
+        let _ = std::fs::remove_file(&ready);
+        let peers = (1..=3).map(|i| format!("{i}={}", self.addr(i))).collect::<Vec<_>>().join(",");
+        let mut args = vec![
+            "--certs-dir".to_string(),
+            self.certs.display().to_string(),
+            "--id".into(),
+            id.to_string(),
+            "--listen".into(),
+            self.addr(id),
+            "--ready-file".into(),
+            ready.display().to_string(),
+            "--data-dir".into(),
+            self.data(id).display().to_string(),
+            "--peers".into(),
+            peers,
+            "--heartbeat-ms".into(),
+            "100".into(),
+            "--election-timeout-ms".into(),
+            "500".into(),
+        ];
+        args.extend(self.extra.iter().cloned());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut p =
+            Process::spawn(&format!("metadata-{id}"), &bin_path("quire-metadata"), &args, self.dir.path()).unwrap();
+        p.wait_ready(&ready, Duration::from_secs(30)).unwrap();
+        self.procs.insert(id, p);
+    }
+
+    fn rpc(&self, role: Role, id: &str) -> RpcClient {
+        let creds = Credentials::load(&TlsFiles::in_dir(&self.certs, role, id)).unwrap();
+        RpcClient::new(
+            &creds,
+            ClientOptions { connect_timeout: Duration::from_millis(500), ..ClientOptions::default() },
+        )
+        .unwrap()
+    }
+
+    fn client(&self) -> MetaClient {
+        MetaClient::new(self.rpc(Role::Gateway, "1"), self.addrs(), MetaClientOptions::default())
+    }
+
+    fn id_of(&self, addr: &str) -> u64 {
+        (1..=3).find(|i| self.addr(*i) == addr).expect("a replica address")
+    }
+}
+
+fn create(e: u32, qw: u32, qa: u32) -> v1::CreateLedgerRequest {
+    v1::CreateLedgerRequest {
+        ensemble_size: e,
+        write_quorum: qw,
+        ack_quorum: qa,
+        bookie_ids: (1..=e).map(|i| format!("b{i}")).collect(),
+        custom: Default::default(),
+    }
+}
+
+fn counter(l: &v1::LedgerMetadata) -> u64 {
+    l.custom.get("n").map(|v| String::from_utf8_lossy(v).parse().unwrap()).unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ledger_metadata_is_created_compared_and_set_listed_and_deleted() {
+    let cluster = Cluster::start(&[]);
+    let meta = cluster.client();
+    let l = meta.call(create(3, 3, 2)).await.unwrap().ledger.unwrap();
+    assert_eq!((l.ledger_id, l.version, l.last_entry_id), (1, 1, -1));
+    assert_eq!(l.state, v1::LedgerState::Open as i32);
+    let mut next = l.clone();
+    next.ensembles
+        .push(v1::EnsembleSegment { first_entry_id: 7, bookie_ids: vec!["b1".into(), "b2".into(), "b4".into()] });
+    let v2 = meta
+        .call(v1::UpdateLedgerRequest { ledger: Some(next.clone()), expected_version: 1 })
+        .await
+        .unwrap()
+        .ledger
+        .unwrap();
+    assert_eq!(v2.version, 2);
+    let err = meta.call(v1::UpdateLedgerRequest { ledger: Some(next), expected_version: 1 }).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::VersionConflict), "{err}");
+    let got = meta.call(v1::GetLedgerRequest { ledger_id: 1, stale_ok: false }).await.unwrap().ledger.unwrap();
+    assert_eq!(got, v2);
+    for _ in 0..4 {
+        meta.call(create(1, 1, 1)).await.unwrap();
+    }
+    let page = meta.call(v1::ListLedgersRequest { start_after: None, limit: 3 }).await.unwrap();
+    assert_eq!((page.ledger_ids, page.next), (vec![1, 2, 3], Some(3)));
+    meta.call(v1::DeleteLedgerRequest { ledger_id: 2 }).await.unwrap();
+    let err = meta.call(v1::GetLedgerRequest { ledger_id: 2, stale_ok: false }).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::NoSuchLedger));
+    // Bad requests are refused, and change nothing.
+    assert_eq!(meta.call(create(2, 3, 1)).await.unwrap_err().code(), Some(ErrorCode::BadRequest));
+    let err = meta.call(v1::UpdateLedgerRequest { ledger: None, expected_version: 1 }).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::BadRequest));
+    let err = meta.call(v1::DeleteLedgerRequest { ledger_id: 999 }).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::NoSuchLedger));
+    // A follower answers a write with the leader's address.
+    let leader = meta.leader().unwrap();
+    let follower = cluster.addrs().into_iter().find(|a| *a != leader).unwrap();
+    let direct = cluster.rpc(Role::Gateway, "1");
+    let err = direct.peer(&follower, Role::Metadata, None).call(create(1, 1, 1)).await.unwrap_err();
+    match err {
+        RpcError::Remote { code: ErrorCode::NotLeader, leader_hint, .. } => {
+            assert_eq!(leader_hint.as_deref(), Some(leader.as_str()))
+        }
+        other => panic!("{other:?}"),
+    }
+    // A bookie may not create ledgers (role table), on any replica.
+    let as_bookie = cluster.rpc(Role::Bookie, "1");
+    let err = as_bookie.peer(&leader, Role::Metadata, None).call(create(1, 1, 1)).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::PermissionDenied));
+}
+
+/// Read-modify-write increments of one counter from two writers, with the
+/// leader killed midway. Every acknowledged CAS must be in the final value and
+/// no two acknowledged CAS may have started from the same version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_acknowledged_cas_is_lost_when_the_leader_dies() {
+    let mut cluster = Cluster::start(&[]);
+    let meta = Arc::new(cluster.client());
+    let id = meta.call(create(3, 3, 2)).await.unwrap().ledger.unwrap().ledger_id;
+    let acked = Arc::new(Mutex::new(Vec::<u64>::new())); // the versions each acknowledged CAS expected
+    let unknown = Arc::new(Mutex::new(0u64));
+    let run = |meta: Arc<MetaClient>, acked: Arc<Mutex<Vec<u64>>>, unknown: Arc<Mutex<u64>>, n: usize| async move {
+        let mut done = 0;
+        while done < n {
+            let Ok(cur) = meta.call(v1::GetLedgerRequest { ledger_id: id, stale_ok: false }).await else { continue };
+            let mut l = cur.ledger.unwrap();
+            let v = l.version;
+            l.custom.insert("n".into(), (counter(&l) + 1).to_string().into_bytes().into());
+            match meta.call(v1::UpdateLedgerRequest { ledger: Some(l), expected_version: v }).await {
+                Ok(_) => {
+                    acked.lock().unwrap().push(v);
+                    done += 1;
+                }
+                Err(e) if e.code() == Some(ErrorCode::VersionConflict) => {}
+                Err(_) => *unknown.lock().unwrap() += 1,
+            }
+        }
+    };
+    let w1 = tokio::spawn(run(meta.clone(), acked.clone(), unknown.clone(), 60));
+    let w2 = tokio::spawn(run(meta.clone(), acked.clone(), unknown.clone(), 60));
+    let a2 = acked.clone();
+    tokio::task::spawn_blocking(move || {
+        wait_until(Duration::from_secs(60), "some CAS done", || (a2.lock().unwrap().len() >= 30).then_some(()))
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let leader = cluster.id_of(&meta.leader().unwrap());
+    cluster.procs.get_mut(&leader).unwrap().kill().unwrap();
+    w1.await.unwrap();
+    w2.await.unwrap();
+    let final_l = meta.call(v1::GetLedgerRequest { ledger_id: id, stale_ok: false }).await.unwrap().ledger.unwrap();
+    let acked = acked.lock().unwrap().clone();
+    let unknown = *unknown.lock().unwrap();
+    let distinct: BTreeSet<u64> = acked.iter().copied().collect();
+    assert_eq!(distinct.len(), acked.len(), "two acknowledged CAS started from the same version: {acked:?}");
+    let n = counter(&final_l);
+    assert!(
+        n >= acked.len() as u64 && n <= acked.len() as u64 + unknown,
+        "n={n} acked={} unknown={unknown}",
+        acked.len()
+    );
+    assert_eq!(final_l.version, 1 + n, "every applied CAS bumped the version once");
+    // The killed replica comes back and catches up.
+    cluster.launch(leader);
+    let direct = cluster.rpc(Role::Gateway, "1");
+    let addr = cluster.addr(leader);
+    let caught_up = tokio::task::spawn_blocking(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        wait_until(Duration::from_secs(30), "the restarted replica to catch up", || {
+            rt.block_on(async {
+                let r = direct
+                    .peer(&addr, Role::Metadata, None)
+                    .call(v1::GetLedgerRequest { ledger_id: id, stale_ok: true })
+                    .await;
+                r.ok().and_then(|r| r.ledger).filter(|l| l.version == final_l.version).map(|_| ())
+            })
+        })
+    });
+    caught_up.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minority_cannot_write_and_the_state_survives_a_full_restart() {
+    let mut cluster = Cluster::start(&[]);
+    let meta = cluster.client();
+    let l = meta.call(create(2, 2, 2)).await.unwrap().ledger.unwrap();
+    let leader = cluster.id_of(&meta.leader().unwrap());
+    // Freeze both followers: the leader alone is a minority.
+    let followers: Vec<u64> = (1..=3).filter(|i| *i != leader).collect();
+    for f in &followers {
+        cluster.procs[f].signal("STOP").unwrap();
+    }
+    let lonely = MetaClient::new(
+        cluster.rpc(Role::Gateway, "1"),
+        vec![cluster.addr(leader)],
+        MetaClientOptions { deadline: Duration::from_secs(3), ..MetaClientOptions::default() },
+    );
+    let err = lonely.call(create(1, 1, 1)).await.unwrap_err();
+    assert!(
+        matches!(err, RpcError::Timeout { .. })
+            || err.code().is_some_and(|c| c == ErrorCode::MetadataUnavailable || c == ErrorCode::NotLeader),
+        "a minority wrote: {err:?}"
+    );
+    for f in &followers {
+        cluster.procs[f].signal("CONT").unwrap();
+    }
+    // The majority is back: writes go on.
+    let l2 = meta.call(create(1, 1, 1)).await.unwrap().ledger.unwrap();
+    assert!(l2.ledger_id > l.ledger_id);
+    // Stop everything, start everything: the state is intact.
+    for id in 1..=3 {
+        cluster.procs.get_mut(&id).unwrap().terminate(Duration::from_secs(10)).unwrap();
+    }
+    for id in 1..=3 {
+        cluster.launch(id);
+    }
+    let meta = cluster.client();
+    let got =
+        meta.call(v1::GetLedgerRequest { ledger_id: l.ledger_id, stale_ok: false }).await.unwrap().ledger.unwrap();
+    assert_eq!(got, l);
+    let l3 = meta.call(create(1, 1, 1)).await.unwrap().ledger.unwrap();
+    assert!(l3.ledger_id > l2.ledger_id, "ledger ids are never reused");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bookie_registration_lives_as_long_as_its_lease() {
+    let cluster = Cluster::start(&[]);
+    let as_bookie = MetaClient::new(cluster.rpc(Role::Bookie, "1"), cluster.addrs(), MetaClientOptions::default());
+    let record = v1::BookieRecord {
+        bookie_id: "1".into(),
+        address: "127.0.0.1:3181".into(),
+        rack: "r1".into(),
+        instance_id: "inst-a".into(),
+        ..Default::default()
+    };
+    let lease = as_bookie
+        .call(v1::RegisterBookieRequest { bookie: Some(record.clone()), lease_ms: 1500 })
+        .await
+        .unwrap()
+        .lease_id;
+    let list = as_bookie.call(v1::ListBookiesRequest {}).await.unwrap();
+    assert_eq!(list.bookies.len(), 1);
+    assert_eq!(list.bookies[0].instance_id, "inst-a");
+    // Renewed at a bookie's cadence, past its first expiry: still there.
+    let mut cadence = tokio::time::interval(Duration::from_millis(900));
+    cadence.tick().await;
+    for _ in 0..2 {
+        cadence.tick().await;
+        as_bookie.call(v1::RenewLeaseRequest { bookie_id: "1".into(), lease_id: lease }).await.unwrap();
+    }
+    assert_eq!(as_bookie.call(v1::ListBookiesRequest {}).await.unwrap().bookies.len(), 1);
+    // A bookie may not register under another's id.
+    let mut other = record.clone();
+    other.bookie_id = "2".into();
+    let err = as_bookie.call(v1::RegisterBookieRequest { bookie: Some(other), lease_ms: 1500 }).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::PermissionDenied));
+    // Not renewed: gone within the lease (plus one reaper tick), watched, not polled.
+    let version = as_bookie.call(v1::ListBookiesRequest {}).await.unwrap().version;
+    let started = std::time::Instant::now();
+    let w = as_bookie
+        .call_waiting(v1::WatchBookiesRequest { after_version: version, timeout_ms: 5000 }, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(!w.timed_out && w.bookies.is_empty(), "{w:?}");
+    assert!(started.elapsed() < Duration::from_millis(1500 + 1000), "removed after {:?}", started.elapsed());
+    let err = as_bookie.call(v1::RenewLeaseRequest { bookie_id: "1".into(), lease_id: lease }).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::NoSuchBookie));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_with_an_empty_disk_catches_up_from_a_snapshot() {
+    let mut cluster = Cluster::start(&["--snapshot-every", "20", "--logs-to-keep", "0"]);
+    let meta = cluster.client();
+    let mut last = None;
+    for _ in 0..80 {
+        last = Some(meta.call(create(1, 1, 1)).await.unwrap().ledger.unwrap());
+    }
+    let last = last.unwrap();
+    let leader = cluster.id_of(&meta.leader().unwrap());
+    let victim = (1..=3).find(|i| *i != leader).unwrap();
+    cluster.procs.get_mut(&victim).unwrap().kill().unwrap();
+    std::fs::remove_dir_all(cluster.data(victim)).unwrap();
+    // Writes go on meanwhile, so the log it missed is compacted away.
+    for _ in 0..40 {
+        meta.call(create(1, 1, 1)).await.unwrap();
+    }
+    cluster.launch(victim);
+    let direct = cluster.rpc(Role::Gateway, "1");
+    let addr = cluster.addr(victim);
+    let id = last.ledger_id;
+    tokio::task::spawn_blocking(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        wait_until(Duration::from_secs(30), "the wiped replica to catch up", || {
+            rt.block_on(async {
+                // A stale read: the follower's own state, not the leader's.
+                let g = direct
+                    .peer(&addr, Role::Metadata, None)
+                    .call(v1::GetLedgerRequest { ledger_id: id + 40, stale_ok: true })
+                    .await;
+                g.ok().map(|_| ())
+            })
+        })
+    })
+    .await
+    .unwrap()
+    .unwrap();
+}

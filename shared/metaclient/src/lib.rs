@@ -1,0 +1,139 @@
+//! A client of the metadata service.
+//!
+//! It keeps the address of the replica that last answered as leader and sends
+//! every request there. A follower's NOT_LEADER answer names the leader; an
+//! unreachable replica or an election in progress (METADATA_UNAVAILABLE) moves
+//! the client on to the next replica, after a short pause, until the deadline.
+//!
+//! Retrying is safe for reads and for refusals that guarantee nothing ran
+//! (NOT_LEADER, no connection). A write whose outcome is unknown (the
+//! connection broke or the deadline passed after it was sent) is returned to
+//! the caller as it is: only the caller knows how to check whether it applied
+//! (re-read the ledger and compare, as with any compare-and-set).
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use quire_proto::method::{Call, ServiceKind};
+use quire_proto::v1::ErrorCode;
+use quire_proto::{Method, Role};
+use quire_rpc::{CallOptions, RpcClient, RpcError};
+use tokio::time::Instant;
+
+/// Client settings.
+#[derive(Debug, Clone)]
+pub struct MetaClientOptions {
+    /// Longest one call may take, retries included.
+    pub deadline: Duration,
+    /// Longest one attempt on one replica may take.
+    pub attempt_timeout: Duration,
+    /// Pause before trying the next replica after an unavailable one.
+    pub retry_pause: Duration,
+}
+
+impl Default for MetaClientOptions {
+    fn default() -> Self {
+        MetaClientOptions {
+            deadline: Duration::from_secs(15),
+            attempt_timeout: Duration::from_secs(3),
+            retry_pause: Duration::from_millis(100),
+        }
+    }
+}
+
+/// The metadata service, as one endpoint.
+pub struct MetaClient {
+    rpc: RpcClient,
+    replicas: Vec<String>,
+    leader: Mutex<Option<String>>,
+    next: Mutex<usize>,
+    opts: MetaClientOptions,
+}
+
+fn reads(m: Method) -> bool {
+    use Method::*;
+    matches!(m, GetLedger | ListLedgers | WatchLedger | ListBookies | WatchBookies)
+}
+
+impl MetaClient {
+    /// A client of the replicas at `replicas` (host:port each).
+    pub fn new(rpc: RpcClient, replicas: Vec<String>, opts: MetaClientOptions) -> MetaClient {
+        assert!(!replicas.is_empty(), "a metadata client needs at least one replica address");
+        MetaClient { rpc, replicas, leader: Mutex::new(None), next: Mutex::new(0), opts }
+    }
+
+    /// The address last seen answering as leader.
+    pub fn leader(&self) -> Option<String> {
+        self.leader.lock().expect("leader lock").clone()
+    }
+
+    fn pick(&self) -> String {
+        if let Some(l) = self.leader() {
+            return l;
+        }
+        let mut n = self.next.lock().expect("next lock");
+        let addr = self.replicas[*n % self.replicas.len()].clone();
+        *n += 1;
+        addr
+    }
+
+    fn forget(&self, addr: &str) {
+        let mut l = self.leader.lock().expect("leader lock");
+        if l.as_deref() == Some(addr) {
+            *l = None;
+        }
+    }
+
+    /// Sends `req` to the leader, following redirects and retrying what is safe.
+    pub async fn call<C: Call + Clone>(&self, req: C) -> Result<C::Response, RpcError> {
+        self.call_waiting(req, Duration::ZERO).await
+    }
+
+    /// As [`MetaClient::call`], for a long poll that may legitimately take `wait`
+    /// on the server before answering.
+    pub async fn call_waiting<C: Call + Clone>(&self, req: C, wait: Duration) -> Result<C::Response, RpcError> {
+        debug_assert_eq!(C::METHOD.service(), ServiceKind::Metadata);
+        let start = Instant::now();
+        let deadline = start + self.opts.deadline + wait;
+        let idempotent = reads(C::METHOD);
+        loop {
+            let addr = self.pick();
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(RpcError::Timeout {
+                    method: C::METHOD.name(),
+                    peer: addr,
+                    elapsed_ms: start.elapsed().as_millis() as u64,
+                });
+            }
+            let attempt = (self.opts.attempt_timeout + wait).min(left);
+            let peer = self.rpc.peer(&addr, Role::Metadata, None);
+            match peer.call_full(req.clone(), CallOptions::timeout(attempt)).await {
+                Ok(r) => {
+                    *self.leader.lock().expect("leader lock") = Some(addr);
+                    return Ok(r.body);
+                }
+                Err(RpcError::Remote { code: ErrorCode::NotLeader, leader_hint, .. }) => {
+                    *self.leader.lock().expect("leader lock") = leader_hint.filter(|h| *h != addr);
+                    if self.leader().is_none() {
+                        tokio::time::sleep(self.opts.retry_pause.min(left)).await;
+                    }
+                }
+                Err(RpcError::Remote { code: ErrorCode::MetadataUnavailable, .. }) => {
+                    self.forget(&addr);
+                    tokio::time::sleep(self.opts.retry_pause.min(left)).await;
+                }
+                Err(e @ (RpcError::Unavailable { .. } | RpcError::WrongPeer { .. })) => {
+                    tracing::debug!(replica = %addr, error = %e, "metadata replica unavailable");
+                    self.forget(&addr);
+                    tokio::time::sleep(self.opts.retry_pause.min(left)).await;
+                }
+                Err(e @ (RpcError::ConnectionLost { .. } | RpcError::Timeout { .. })) if idempotent => {
+                    tracing::debug!(replica = %addr, error = %e, "retrying a read elsewhere");
+                    self.forget(&addr);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
