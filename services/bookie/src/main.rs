@@ -6,6 +6,7 @@
 //! reach it. Registration with the metadata service (leases, the cookie's
 //! ownership record) arrives with the metadata service.
 
+mod registration;
 mod service;
 
 use std::net::SocketAddr;
@@ -51,6 +52,20 @@ struct Args {
     /// or none (after a disk replacement). Existing data is not trusted.
     #[arg(long)]
     format: bool,
+
+    /// Metadata replicas (host:port, comma-separated). With them the bookie
+    /// registers its address, rack and instance id under a lease and keeps it
+    /// renewed; without them it runs in static mode.
+    #[arg(long, env = "QUIRE_METADATA", value_delimiter = ',')]
+    metadata: Vec<String>,
+
+    /// The address clients should use (defaults to --listen; required when that is a wildcard).
+    #[arg(long, env = "QUIRE_ADVERTISE_ADDR")]
+    advertise_addr: Option<String>,
+
+    /// Registration lease, in milliseconds; renewed every third of it.
+    #[arg(long, default_value_t = 10_000)]
+    lease_ms: u32,
 
     /// Rack (or zone) for placement policies.
     #[arg(long, env = "QUIRE_RACK", default_value = "default-rack")]
@@ -171,6 +186,29 @@ async fn run(args: Args) -> anyhow::Result<()> {
     )?;
     tracing::info!(addr = %svc.server.local_addr(), bookie_id, "quire-bookie ready");
 
+    let advertise = match &args.advertise_addr {
+        Some(a) => a.clone(),
+        None if args.listen.ip().is_unspecified() => {
+            anyhow::bail!("--advertise-addr is required when --listen is a wildcard address")
+        }
+        None => svc.server.local_addr().to_string(),
+    };
+    let registration = if args.metadata.is_empty() {
+        tracing::info!("no --metadata given: static mode, not registered anywhere");
+        None
+    } else {
+        let rpc = quire_rpc::RpcClient::new(&creds, quire_rpc::ClientOptions::default())?;
+        let meta = quire_metaclient::MetaClient::new(rpc, args.metadata.clone(), Default::default());
+        let me = registration::Registration {
+            bookie_id: bookie_id.clone(),
+            address: advertise,
+            rack: args.rack.clone(),
+            instance_id: cookie.instance_id.clone(),
+            lease_ms: args.lease_ms,
+            data_dir: ledger_dir.clone(),
+        };
+        Some(tokio::spawn(registration::keep_registered(meta, me, store.clone())))
+    };
     let guard = tokio::spawn(disk_guard(
         store.clone(),
         vec![journal_dir, ledger_dir],
@@ -179,6 +217,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     ));
     let result = svc.run_until_signal().await;
     guard.abort();
+    if let Some(r) = registration {
+        r.abort();
+    }
     let j = store.journal_stats();
     let syncs = j.syncs.load(std::sync::atomic::Ordering::Relaxed).max(1);
     let records = j.records.load(std::sync::atomic::Ordering::Relaxed);

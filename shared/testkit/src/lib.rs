@@ -126,3 +126,50 @@ impl Drop for Process {
         let _ = self.child.wait();
     }
 }
+
+/// A metadata cluster of real `quire-metadata` processes on loopback, for
+/// tests of the services that use it. Certificates must exist in `certs`
+/// (`quire certs init`) for replicas 1..=n.
+pub struct MetadataCluster {
+    /// The replicas' addresses, by id (1-based).
+    pub addrs: Vec<String>,
+    /// The processes, by id - 1.
+    pub procs: Vec<Process>,
+}
+
+impl MetadataCluster {
+    /// Starts `n` replicas with data under `dir` and waits until each serves.
+    pub fn start(certs: &Path, dir: &Path, n: usize) -> anyhow::Result<MetadataCluster> {
+        let ports = free_udp_ports(n);
+        let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let peers = addrs.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect::<Vec<_>>().join(",");
+        let mut procs = Vec::new();
+        for (i, addr) in addrs.iter().enumerate() {
+            let id = (i + 1).to_string();
+            let ready = dir.join(format!("metadata-{id}.ready"));
+            let data = dir.join(format!("metadata-{id}"));
+            let args = [
+                "--certs-dir",
+                certs.to_str().context("certs path")?,
+                "--id",
+                &id,
+                "--listen",
+                addr,
+                "--ready-file",
+                ready.to_str().context("ready path")?,
+                "--data-dir",
+                data.to_str().context("data path")?,
+                "--peers",
+                &peers,
+                "--heartbeat-ms",
+                "100",
+                "--election-timeout-ms",
+                "500",
+            ];
+            let mut p = Process::spawn(&format!("metadata-{id}"), &bin_path("quire-metadata"), &args, dir)?;
+            p.wait_ready(&ready, Duration::from_secs(30))?;
+            procs.push(p);
+        }
+        Ok(MetadataCluster { addrs, procs })
+    }
+}

@@ -1,0 +1,85 @@
+//! A bookie registers with a real metadata cluster, keeps its lease, and is
+//! gone from the registry within its lease after it dies.
+
+use std::time::{Duration, Instant};
+
+use quire_metaclient::{MetaClient, MetaClientOptions};
+use quire_pki::{init_dir, IssueOptions, LocalCluster};
+use quire_proto::v1;
+use quire_proto::Role;
+use quire_rpc::{ClientOptions, Credentials, RpcClient, TlsFiles};
+use quire_testkit::{bin_path, MetadataCluster, Process};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bookie_registers_renews_and_expires_with_its_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    init_dir(&certs, "test", &LocalCluster { metadata: 3, bookies: 1 }, &IssueOptions::default()).unwrap();
+    let meta_cluster = MetadataCluster::start(&certs, dir.path(), 3).unwrap();
+    let ready = dir.path().join("bookie.ready");
+    let data = dir.path().join("bookie");
+    let metadata = meta_cluster.addrs.join(",");
+    let args = [
+        "--certs-dir",
+        certs.to_str().unwrap(),
+        "--id",
+        "1",
+        "--listen",
+        "127.0.0.1:0",
+        "--ready-file",
+        ready.to_str().unwrap(),
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--metadata",
+        &metadata,
+        "--lease-ms",
+        "2000",
+        "--rack",
+        "rack-a",
+    ];
+    let mut bookie = Process::spawn("bookie", &bin_path("quire-bookie"), &args, dir.path()).unwrap();
+    let addr = bookie.wait_ready(&ready, Duration::from_secs(30)).unwrap();
+
+    let creds = Credentials::load(&TlsFiles::in_dir(&certs, Role::Admin, "1")).unwrap();
+    let rpc = RpcClient::new(&creds, ClientOptions::default()).unwrap();
+    let meta = MetaClient::new(rpc.clone(), meta_cluster.addrs.clone(), MetaClientOptions::default());
+    // Registered: watch the registry until it appears.
+    let mut version = 0;
+    let rec = loop {
+        let w = meta
+            .call_waiting(
+                v1::WatchBookiesRequest { after_version: version, timeout_ms: 10_000 },
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+        if let Some(b) = w.bookies.iter().find(|b| b.bookie_id == "1") {
+            break b.clone();
+        }
+        assert!(!w.timed_out, "the bookie never registered:\n{}", bookie.log());
+        version = w.version;
+    };
+    assert_eq!(rec.address, addr);
+    assert_eq!(rec.rack, "rack-a");
+    let instance = rpc.peer(&addr, Role::Bookie, Some("1")).call(v1::BookieInfoRequest {}).await.unwrap().instance_id;
+    assert_eq!(rec.instance_id, instance, "the registry names the cookie's instance");
+
+    // It keeps its 2 s lease alive well past 2 s.
+    let list = meta.call(v1::ListBookiesRequest {}).await.unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    let w = meta
+        .call_waiting(v1::WatchBookiesRequest { after_version: list.version, timeout_ms: 5000 }, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(w.timed_out && Instant::now() >= until - Duration::from_millis(100), "the registry changed: {w:?}");
+
+    // Killed: gone within its lease (plus a reaper tick).
+    bookie.kill().unwrap();
+    let killed = Instant::now();
+    let w = meta
+        .call_waiting(v1::WatchBookiesRequest { after_version: w.version, timeout_ms: 10_000 }, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(w.bookies.iter().all(|b| b.bookie_id != "1"), "{w:?}");
+    assert!(killed.elapsed() < Duration::from_millis(2000 + 1000), "took {:?}", killed.elapsed());
+}
