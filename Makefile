@@ -7,7 +7,7 @@ BENCH_SECS ?= 5
 FUZZ_SECS ?= 60
 DATA ?= $(CURDIR)/data
 
-.PHONY: all build test verify fmt fmt-check clippy lint bench-rpc bench-bookie fuzz run clean
+.PHONY: all build test verify fmt fmt-check clippy lint bench-rpc bench-bookie bench-metadata fuzz run clean
 
 all: build
 
@@ -44,6 +44,10 @@ bench-rpc:
 # One bookie process, pipelined 1 KiB adds over QUIC: see docs/benchmarks.md.
 bench-bookie: build
 	BENCH_SECS=$(BENCH_SECS) $(CARGO) bench -p quire-bookie --bench bookie
+
+# Three metadata replicas, 64 clients doing CAS updates: see docs/benchmarks.md.
+bench-metadata: build
+	BENCH_SECS=$(BENCH_SECS) $(CARGO) bench -p quire-metadata --bench metadata
 
 # Fuzz every decoder for FUZZ_SECS seconds each (installs cargo-fuzz if missing).
 fuzz:

@@ -244,19 +244,19 @@ async fn watch<T>(shared: &Shared, timeout: Duration, check: impl Fn(&MetaState)
 }
 
 async fn raft_rpc(raft: &MetaRaft, r: v1::RaftRequest) -> Result<v1::response_frame::Body, ServiceError> {
-    let bad = |e: serde_json::Error| ServiceError::bad_request(format!("undecodable raft message: {e}"));
+    let bad = |e: postcard::Error| ServiceError::bad_request(format!("undecodable raft message: {e}"));
     let payload = match r.kind {
         kind::APPEND_ENTRIES => {
-            let req = serde_json::from_slice(&r.payload).map_err(bad)?;
-            serde_json::to_vec(&raft.append_entries(req).await)
+            let req = postcard::from_bytes(&r.payload).map_err(bad)?;
+            postcard::to_stdvec(&raft.append_entries(req).await)
         }
         kind::VOTE => {
-            let req = serde_json::from_slice(&r.payload).map_err(bad)?;
-            serde_json::to_vec(&raft.vote(req).await)
+            let req = postcard::from_bytes(&r.payload).map_err(bad)?;
+            postcard::to_stdvec(&raft.vote(req).await)
         }
         kind::INSTALL_SNAPSHOT => {
-            let req = serde_json::from_slice(&r.payload).map_err(bad)?;
-            serde_json::to_vec(&raft.install_snapshot(req).await)
+            let req = postcard::from_bytes(&r.payload).map_err(bad)?;
+            postcard::to_stdvec(&raft.install_snapshot(req).await)
         }
         k => return Err(ServiceError::bad_request(format!("unknown raft message kind {k}"))),
     }

@@ -1,6 +1,6 @@
 //! The Raft log and vote in sled.
 //!
-//! Entries are JSON under their index (big-endian, so sled's order is the log's
+//! Entries are postcard-encoded under their index (big-endian, so sled's order is the log's
 //! order). The vote, the last purged log id and the committed log id live in a
 //! second tree. Every write that openraft must find after a crash (appended
 //! entries, the vote, purge and truncation marks) is flushed before it is
@@ -32,13 +32,13 @@ impl LogStore {
 
     fn get_meta<T: serde::de::DeserializeOwned>(&self, key: &str) -> Result<Option<T>, SErr> {
         match self.meta.get(key).map_err(|e| StorageIOError::read(&e))? {
-            Some(v) => Ok(Some(serde_json::from_slice(&v).map_err(|e| StorageIOError::read(&e))?)),
+            Some(v) => Ok(Some(postcard::from_bytes(&v).map_err(|e| StorageIOError::read(&e))?)),
             None => Ok(None),
         }
     }
 
     async fn put_meta<T: serde::Serialize>(&self, key: &str, v: &T) -> Result<(), SErr> {
-        let bytes = serde_json::to_vec(v).map_err(|e| StorageIOError::write(&e))?;
+        let bytes = postcard::to_stdvec(v).map_err(|e| StorageIOError::write(&e))?;
         self.meta.insert(key, bytes).map_err(|e| StorageIOError::write(&e))?;
         self.flush().await.map_err(|e| StorageIOError::write(&e))?;
         Ok(())
@@ -69,7 +69,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
             if !range.contains(&idx) {
                 break;
             }
-            out.push(serde_json::from_slice(&v).map_err(|e| StorageIOError::read_logs(&e))?);
+            out.push(postcard::from_bytes(&v).map_err(|e| StorageIOError::read_logs(&e))?);
         }
         Ok(out)
     }
@@ -82,7 +82,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let last_purged: Option<LogId<u64>> = self.get_meta("last_purged")?;
         let last = match self.logs.last().map_err(|e| StorageIOError::read_logs(&e))? {
             Some((_, v)) => {
-                let e: Entry<TypeConfig> = serde_json::from_slice(&v).map_err(|e| StorageIOError::read_logs(&e))?;
+                let e: Entry<TypeConfig> = postcard::from_bytes(&v).map_err(|e| StorageIOError::read_logs(&e))?;
                 Some(e.log_id)
             }
             None => last_purged,
@@ -104,7 +104,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_committed(&mut self, committed: Option<LogId<u64>>) -> Result<(), SErr> {
         // Not flushed: losing it only means re-learning the commit index from the leader.
-        let bytes = serde_json::to_vec(&committed).map_err(|e| StorageIOError::write(&e))?;
+        let bytes = postcard::to_stdvec(&committed).map_err(|e| StorageIOError::write(&e))?;
         self.meta.insert("committed", bytes).map_err(|e| StorageIOError::write(&e))?;
         Ok(())
     }
@@ -120,7 +120,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let mut batch = sled::Batch::default();
         for e in entries {
-            let bytes = serde_json::to_vec(&e).map_err(|x| StorageIOError::write_logs(&x))?;
+            let bytes = postcard::to_stdvec(&e).map_err(|x| StorageIOError::write_logs(&x))?;
             batch.insert(&e.log_id.index.to_be_bytes(), bytes);
         }
         self.logs.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;

@@ -1,5 +1,5 @@
 //! Raft messages over quire's RPC layer: one `RaftRequest` per openraft RPC,
-//! its request and result JSON-encoded (openraft's types are serde), sent to
+//! its request and result postcard-encoded (openraft's types are serde), sent to
 //! the peer replica over QUIC + mTLS. Only certificates of role metadata may
 //! send them (the role table).
 
@@ -63,7 +63,7 @@ impl PeerLink {
         req: &Req,
         option: &RPCOption,
     ) -> Result<Resp, RPCError<u64, BasicNode, RaftError<u64, E>>> {
-        let payload = serde_json::to_vec(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let payload = postcard::to_stdvec(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let reply = self
             .peer
             .call_full(RaftRequest { kind, payload: payload.into() }, CallOptions::timeout(option.hard_ttl()))
@@ -75,7 +75,7 @@ impl PeerLink {
                 other => RPCError::Network(NetworkError::from(AnyError::error(other.to_string()))),
             })?;
         let result: Result<Resp, RaftError<u64, E>> =
-            serde_json::from_slice(&reply.body.payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+            postcard::from_bytes(&reply.body.payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }

@@ -71,11 +71,11 @@ fn key_cookie(id: &str) -> Vec<u8> {
 }
 
 fn json<T: Serialize>(v: &T) -> Result<Vec<u8>, SErr> {
-    serde_json::to_vec(v).map_err(|e| StorageIOError::write_state_machine(&e).into())
+    postcard::to_stdvec(v).map_err(|e| StorageIOError::write_state_machine(&e).into())
 }
 
 fn unjson<T: serde::de::DeserializeOwned>(v: &[u8]) -> Result<T, SErr> {
-    serde_json::from_slice(v).map_err(|e| StorageIOError::read_state_machine(&e).into())
+    postcard::from_bytes(v).map_err(|e| StorageIOError::read_state_machine(&e).into())
 }
 
 impl StateMachineStore {
@@ -173,14 +173,14 @@ pub struct SnapshotBuilder {
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, SErr> {
-        let data = serde_json::to_vec(&self.state).map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        let data = postcard::to_stdvec(&self.state).map_err(|e| StorageIOError::write_snapshot(None, &e))?;
         let snapshot_id = match self.last_applied {
             Some(l) => format!("{}-{}-{}", l.leader_id, l.index, data.len()),
             None => format!("empty-{}", data.len()),
         };
         let meta =
             SnapshotMeta { last_log_id: self.last_applied, last_membership: self.membership.clone(), snapshot_id };
-        let stored = serde_json::to_vec(&StoredSnapshot { meta: meta.clone(), data: data.clone() })
+        let stored = postcard::to_stdvec(&StoredSnapshot { meta: meta.clone(), data: data.clone() })
             .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
         self.snap.insert("current", stored).map_err(|e| StorageIOError::write_snapshot(None, &e))?;
         // Durable before openraft purges the log it covers (the state too: it
@@ -256,7 +256,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     ) -> Result<(), SErr> {
         let data = snapshot.into_inner();
         let new_state: MetaState =
-            serde_json::from_slice(&data).map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
+            postcard::from_bytes(&data).map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
         // Rewrite the persisted state whole.
         let mut batch = sled::Batch::default();
         for kv in self.sm.iter() {
@@ -273,7 +273,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         batch.insert(b"m/last_applied".to_vec(), json(&self.last_applied)?);
         batch.insert(b"m/membership".to_vec(), json(&self.membership)?);
         self.sm.apply_batch(batch).map_err(|e| StorageIOError::write_state_machine(&e))?;
-        let stored = serde_json::to_vec(&StoredSnapshot { meta: meta.clone(), data })
+        let stored = postcard::to_stdvec(&StoredSnapshot { meta: meta.clone(), data })
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         self.snap.insert("current", stored).map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         self.flush()?;
@@ -288,7 +288,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         match self.snap.get("current").map_err(|e| StorageIOError::read_snapshot(None, &e))? {
             Some(v) => {
                 let s: StoredSnapshot =
-                    serde_json::from_slice(&v).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+                    postcard::from_bytes(&v).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
                 Ok(Some(Snapshot { meta: s.meta, snapshot: Box::new(Cursor::new(s.data)) }))
             }
             None => Ok(None),
