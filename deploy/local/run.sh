@@ -8,7 +8,7 @@
 #        ONESHOT=1 deploy/local/run.sh  (start, check every service, stop: a smoke test)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-BIN="$ROOT/target/release"
+BIN="${QUIRE_BIN:-$ROOT/target/release}"
 DATA=${1:-$ROOT/data}
 CERTS="$DATA/certs"
 mkdir -p "$DATA/run"
@@ -21,20 +21,27 @@ stop() {
 }
 trap stop EXIT INT TERM
 
-# service binary, role, id, port
+# service binary, role, id, port, extra flags...
 start() {
   local bin=$1 role=$2 id=$3 port=$4
+  shift 4
   local ready="$DATA/run/$role-$id.ready"
   rm -f "$ready"
   "$BIN/$bin" --certs-dir "$CERTS" --id "$id" --listen "127.0.0.1:$port" \
-    --ready-file "$ready" >"$DATA/run/$role-$id.log" 2>&1 &
+    --ready-file "$ready" "$@" >"$DATA/run/$role-$id.log" 2>&1 &
   PIDS+=($!)
   SERVICES+=("$role $id $ready")
 }
 
 SERVICES=()
-for i in 1 2 3; do start quire-metadata metadata $i $((4180 + i)); done
-for i in 1 2 3; do start quire-bookie bookie $i $((3180 + i)); done
+PEERS="1=127.0.0.1:4181,2=127.0.0.1:4182,3=127.0.0.1:4183"
+METADATA="127.0.0.1:4181,127.0.0.1:4182,127.0.0.1:4183"
+for i in 1 2 3; do
+  start quire-metadata metadata $i $((4180 + i)) --peers "$PEERS" --data-dir "$DATA/metadata-$i"
+done
+for i in 1 2 3; do
+  start quire-bookie bookie $i $((3180 + i)) --data-dir "$DATA/bookie-$i" --metadata "$METADATA" --rack "rack-$i"
+done
 start quire-auditor auditor 1 5181
 start quire-replication-worker replication-worker 1 5281
 start quire-gateway gateway 1 6181
@@ -47,6 +54,9 @@ for s in "${SERVICES[@]}"; do
   info=$("$BIN/quire" server-info --addr "$addr" --role "$role" --certs-dir "$CERTS" --json)
   echo "$role-$id at $addr: $info"
 done
+echo
+"$BIN/quire" bookies --metadata "$METADATA" --certs-dir "$CERTS" --at-least 3
+echo
 echo "quire local cluster up (logs in $DATA/run)."
 if [ -n "${ONESHOT:-}" ]; then exit 0; fi
 echo "Ctrl-C to stop."

@@ -58,7 +58,9 @@ fn main() {
                     l.custom.insert("v".into(), vec![(n % 251) as u8; value].into());
                     let t = Instant::now();
                     let expected = l.version;
-                    let r = meta.call(v1::UpdateLedgerRequest { ledger: Some(l.clone()), expected_version: expected }).await;
+                    let r = meta
+                        .call(v1::UpdateLedgerRequest { ledger: Some(l.clone()), expected_version: expected })
+                        .await;
                     h.record(t.elapsed().as_micros().max(1) as u64).unwrap();
                     l = r.expect("CAS").ledger.unwrap();
                     n += 1;

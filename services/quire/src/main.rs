@@ -4,6 +4,7 @@
 //! quire server over QUIC with mTLS (`quire ping`, `quire server-info`). The
 //! shell commands over ledgers and bookies arrive with the services they drive.
 
+mod bookies;
 mod certs;
 mod probe;
 
@@ -26,6 +27,8 @@ enum Cmd {
     Ping(probe::PingArgs),
     /// Ask a quire server who it is (role, id, instance id, version, uptime).
     ServerInfo(probe::InfoArgs),
+    /// List the bookies registered with the metadata service.
+    Bookies(bookies::BookiesArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -34,5 +37,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::Certs(c) => certs::run(c),
         Cmd::Ping(a) => probe::ping(a),
         Cmd::ServerInfo(a) => probe::info(a),
+        Cmd::Bookies(a) => bookies::list(a),
     }
 }

@@ -1,0 +1,95 @@
+//! `quire bookies`: the bookie registry, from the metadata service.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use quire_metaclient::{MetaClient, MetaClientOptions};
+use quire_proto::v1;
+use quire_proto::Role;
+use quire_rpc::{ClientOptions, Credentials, RpcClient, TlsFiles};
+
+#[derive(Debug, Args)]
+pub struct BookiesArgs {
+    /// Metadata replicas, host:port, comma-separated.
+    #[arg(long, env = "QUIRE_METADATA", value_delimiter = ',', required = true)]
+    metadata: Vec<String>,
+    /// Directory with ca.pem and the operator's certificate (admin-<as-id>.pem).
+    #[arg(long, env = "QUIRE_CERTS_DIR")]
+    certs_dir: PathBuf,
+    /// See --certs-dir.
+    #[arg(long, default_value = "1")]
+    as_id: String,
+    /// Wait until at least this many bookies are registered (at most --wait-ms).
+    #[arg(long, default_value_t = 0)]
+    at_least: usize,
+    /// How long --at-least may wait, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    wait_ms: u64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn state_name(s: i32) -> &'static str {
+    match v1::BookieState::try_from(s) {
+        Ok(v1::BookieState::Available) => "available",
+        Ok(v1::BookieState::ReadOnly) => "read-only",
+        Ok(v1::BookieState::Decommissioning) => "decommissioning",
+        Ok(v1::BookieState::Decommissioned) => "decommissioned",
+        _ => "unknown",
+    }
+}
+
+pub fn list(a: BookiesArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let creds =
+            Credentials::load(&TlsFiles::in_dir(&a.certs_dir, Role::Admin, &a.as_id)).context("load credentials")?;
+        let rpc = RpcClient::new(&creds, ClientOptions::default())?;
+        let meta = MetaClient::new(rpc.clone(), a.metadata.clone(), MetaClientOptions::default());
+        let mut resp = meta.call(v1::ListBookiesRequest {}).await.context("list bookies")?;
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(a.wait_ms);
+        while resp.bookies.len() < a.at_least {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            anyhow::ensure!(!left.is_zero(), "only {} of {} bookies registered", resp.bookies.len(), a.at_least);
+            let w = v1::WatchBookiesRequest { after_version: resp.version, timeout_ms: left.as_millis() as u32 };
+            let w = meta.call_waiting(w, left).await.context("watch bookies")?;
+            resp = v1::ListBookiesResponse { bookies: w.bookies, version: w.version };
+        }
+        rpc.close(Duration::from_millis(100)).await;
+        if a.json {
+            let rows: Vec<_> = resp
+                .bookies
+                .iter()
+                .map(|b| {
+                    serde_json::json!({
+                        "id": b.bookie_id, "address": b.address, "rack": b.rack, "state": state_name(b.state),
+                        "instance_id": b.instance_id, "free_disk_bytes": b.free_disk_bytes, "total_disk_bytes": b.total_disk_bytes,
+                    })
+                })
+                .collect();
+            println!("{}", serde_json::Value::Array(rows));
+        } else {
+            println!("{:<10} {:<22} {:<12} {:<10} {:<34} {:>8}", "ID", "ADDRESS", "RACK", "STATE", "INSTANCE", "DISK");
+            for b in &resp.bookies {
+                let used = if b.total_disk_bytes > 0 {
+                    format!("{:.0}%", 100.0 * (1.0 - b.free_disk_bytes as f64 / b.total_disk_bytes as f64))
+                } else {
+                    "-".into()
+                };
+                println!(
+                    "{:<10} {:<22} {:<12} {:<10} {:<34} {:>8}",
+                    b.bookie_id,
+                    b.address,
+                    b.rack,
+                    state_name(b.state),
+                    b.instance_id,
+                    used
+                );
+            }
+        }
+        Ok(())
+    })
+}
