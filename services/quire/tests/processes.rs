@@ -25,9 +25,13 @@ fn ok(out: Output) -> String {
 }
 
 fn start(bin: &str, name: &str, dir: &Path, extra: &[&str]) -> (Process, String) {
+    start_at(bin, name, dir, "127.0.0.1:0", extra)
+}
+
+fn start_at(bin: &str, name: &str, dir: &Path, listen: &str, extra: &[&str]) -> (Process, String) {
     let ready = dir.join(format!("{name}.ready"));
     let ready_s = ready.to_str().unwrap().to_string();
-    let mut args = vec!["--listen", "127.0.0.1:0", "--ready-file", &ready_s];
+    let mut args = vec!["--listen", listen, "--ready-file", &ready_s];
     args.extend_from_slice(extra);
     let mut p = Process::spawn(name, &bin_path(bin), &args, dir).unwrap();
     let addr = p.wait_ready(&ready, READY).unwrap();
@@ -42,9 +46,25 @@ fn requests_cross_real_processes_over_mtls() {
     let out = ok(quire(&["certs", "init", "--dir", certs_s]));
     assert!(out.contains("bookie-3.pem"), "{out}");
 
-    let (mut bookie, bookie_addr) =
-        start("quire-bookie", "bookie-1", tmp.path(), &["--certs-dir", certs_s, "--id", "1"]);
-    let (_meta, meta_addr) = start("quire-metadata", "metadata-2", tmp.path(), &["--certs-dir", certs_s, "--id", "2"]);
+    let bookie_data = tmp.path().join("bookie-1");
+    let (mut bookie, bookie_addr) = start(
+        "quire-bookie",
+        "bookie-1",
+        tmp.path(),
+        &["--certs-dir", certs_s, "--id", "1", "--data-dir", bookie_data.to_str().unwrap()],
+    );
+    // A one-replica metadata cluster: its address must be known before it starts.
+    let meta_port = quire_testkit::free_udp_ports(1)[0];
+    let meta_listen = format!("127.0.0.1:{meta_port}");
+    let meta_peers = format!("2={meta_listen}");
+    let meta_data = tmp.path().join("metadata-2");
+    let (_meta, meta_addr) = start_at(
+        "quire-metadata",
+        "metadata-2",
+        tmp.path(),
+        &meta_listen,
+        &["--certs-dir", certs_s, "--id", "2", "--peers", &meta_peers, "--data-dir", meta_data.to_str().unwrap()],
+    );
 
     // The CLI (role admin) pings the bookie: three round trips across processes.
     let out = ok(quire(&[

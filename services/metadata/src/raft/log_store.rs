@@ -142,7 +142,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), SErr> {
         // The mark first: a crash between the two leaves the log claiming less than it has, never more.
-        self.put_meta("last_purged", &Some(log_id)).await?;
+        self.put_meta("last_purged", &log_id).await?;
         let mut batch = sled::Batch::default();
         for kv in self.logs.range(..=log_id.index.to_be_bytes()) {
             let (k, _) = kv.map_err(|e| StorageIOError::write_logs(&e))?;
