@@ -2,7 +2,7 @@
 
 use quire_proto::v1;
 
-use crate::state::{Bookie, BookieState, Ledger, LedgerState, Segment};
+use crate::state::{Bookie, BookieState, Ledger, LedgerState, Lock, Mark, Segment};
 
 /// A ledger record as the wire carries it.
 pub fn ledger_to_wire(l: &Ledger) -> v1::LedgerMetadata {
@@ -95,4 +95,19 @@ pub fn bookie_from_wire(r: &v1::BookieRecord) -> Result<Bookie, String> {
         lease_ms: 0,
         expires_at_ms: 0,
     })
+}
+
+/// An under-replication mark as the wire carries it.
+pub fn mark_to_wire(m: &Mark) -> v1::UnderReplicatedMark {
+    v1::UnderReplicatedMark {
+        ledger_id: m.ledger_id,
+        missing_bookie_ids: m.missing.clone(),
+        reason: m.reason.clone(),
+        marked_at_ms: m.marked_at_ms,
+    }
+}
+
+/// A lock as the wire carries it.
+pub fn lock_to_wire(l: &Lock) -> v1::LockRecord {
+    v1::LockRecord { name: l.name.clone(), owner: l.owner.clone(), lock_id: l.lock_id, expires_at_ms: l.expires_at_ms }
 }

@@ -13,7 +13,7 @@ use quire_proto::v1::{self, request_frame::Body as Req, ErrorCode};
 use quire_proto::Method;
 use quire_rpc::{RequestContext, ServiceError, ServiceFuture};
 
-use crate::convert::{bookie_from_wire, bookie_to_wire, ledger_from_wire, ledger_to_wire};
+use crate::convert::{bookie_from_wire, bookie_to_wire, ledger_from_wire, ledger_to_wire, lock_to_wire, mark_to_wire};
 use crate::raft::network::kind;
 use crate::raft::state_machine::Shared;
 use crate::raft::MetaRaft;
@@ -25,6 +25,8 @@ pub const LIST_LIMIT_MAX: usize = 1000;
 pub const LEASE_MS_MIN: u64 = 1000;
 /// Lease lengths a bookie may ask for.
 pub const LEASE_MS_MAX: u64 = 300_000;
+/// Lock names, at most this long.
+pub const LOCK_NAME_MAX: usize = 256;
 
 /// The metadata service of one replica.
 pub struct MetaService {
@@ -52,6 +54,7 @@ fn refusal(r: Refusal) -> ServiceError {
         Refusal::NoSuchBookie(id) => (ErrorCode::NoSuchBookie, format!("no bookie {id} is registered")),
         Refusal::LeaseExpired(m) => (ErrorCode::LeaseExpired, m),
         Refusal::AlreadyExists(m) => (ErrorCode::AlreadyExists, m),
+        Refusal::LockHeld(m) => (ErrorCode::LockHeld, m),
     };
     ServiceError::new(code, msg)
 }
@@ -217,6 +220,65 @@ impl quire_rpc::Service for MetaService {
                         timed_out,
                     }
                     .into())
+                }
+                Req::MarkUnderReplicated(m) => {
+                    let cmd = Command::MarkUnderReplicated {
+                        ledger_id: m.ledger_id,
+                        missing: m.missing_bookie_ids,
+                        reason: m.reason,
+                        now_ms: now_ms(),
+                    };
+                    match write(&raft, cmd).await? {
+                        Outcome::Mark(Some(mark)) => {
+                            Ok(v1::MarkUnderReplicatedResponse { mark: Some(mark_to_wire(&mark)) }.into())
+                        }
+                        other => Err(ServiceError::internal(format!("unexpected outcome {other:?}"))),
+                    }
+                }
+                Req::ClearUnderReplicated(c) => {
+                    let cmd = Command::ClearUnderReplicated { ledger_id: c.ledger_id, bookies: c.bookie_ids };
+                    match write(&raft, cmd).await? {
+                        Outcome::Mark(m) => {
+                            Ok(v1::ClearUnderReplicatedResponse { mark: m.as_ref().map(mark_to_wire) }.into())
+                        }
+                        other => Err(ServiceError::internal(format!("unexpected outcome {other:?}"))),
+                    }
+                }
+                Req::ListUnderReplicated(l) => {
+                    read_barrier(&raft, false).await?;
+                    let limit = match l.limit as usize {
+                        0 => 100,
+                        n => n.min(LIST_LIMIT_MAX),
+                    };
+                    let (marks, next) = shared.state.read().expect("state lock").list_marks(l.start_after, limit);
+                    Ok(v1::ListUnderReplicatedResponse { marks: marks.iter().map(mark_to_wire).collect(), next }.into())
+                }
+                Req::AcquireLock(a) => {
+                    if a.name.len() > LOCK_NAME_MAX {
+                        return Err(ServiceError::bad_request(format!("lock names are at most {LOCK_NAME_MAX} bytes")));
+                    }
+                    let lease_ms = u64::from(a.lease_ms).clamp(LEASE_MS_MIN, LEASE_MS_MAX);
+                    let cmd = Command::AcquireLock { name: a.name, owner: a.owner, lease_ms, now_ms: now_ms() };
+                    match write(&raft, cmd).await? {
+                        Outcome::Lock(l) => Ok(v1::AcquireLockResponse { lock: Some(lock_to_wire(&l)) }.into()),
+                        other => Err(ServiceError::internal(format!("unexpected outcome {other:?}"))),
+                    }
+                }
+                Req::RenewLock(r) => {
+                    let cmd = Command::RenewLock { name: r.name, lock_id: r.lock_id, now_ms: now_ms() };
+                    match write(&raft, cmd).await? {
+                        Outcome::Lock(l) => Ok(v1::RenewLockResponse { lock: Some(lock_to_wire(&l)) }.into()),
+                        other => Err(ServiceError::internal(format!("unexpected outcome {other:?}"))),
+                    }
+                }
+                Req::ReleaseLock(r) => {
+                    write(&raft, Command::ReleaseLock { name: r.name, lock_id: r.lock_id }).await?;
+                    Ok(v1::ReleaseLockResponse {}.into())
+                }
+                Req::GetLock(g) => {
+                    read_barrier(&raft, false).await?;
+                    let st = shared.state.read().expect("state lock");
+                    Ok(v1::GetLockResponse { lock: st.live_lock(&g.name, now_ms()).map(lock_to_wire) }.into())
                 }
                 other => Err(ServiceError::new(
                     ErrorCode::UnknownMethod,

@@ -94,6 +94,34 @@ pub struct Bookie {
     pub expires_at_ms: u64,
 }
 
+/// A ledger below its write quorum, and the bookies whose copies it lacks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mark {
+    /// The ledger.
+    pub ledger_id: u64,
+    /// Bookies whose copies are missing (sorted, distinct).
+    pub missing: Vec<String>,
+    /// Why, as the auditor said.
+    pub reason: String,
+    /// Leader clock when first marked.
+    pub marked_at_ms: u64,
+}
+
+/// A named exclusive lock under a lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lock {
+    /// The lock's name.
+    pub name: String,
+    /// Who holds it.
+    pub owner: String,
+    /// Changes at every grant: a renewal or release must name the grant it holds.
+    pub lock_id: u64,
+    /// Lease length.
+    pub lease_ms: u64,
+    /// Free for others after this leader-clock time.
+    pub expires_at_ms: u64,
+}
+
 /// A state change, as proposed to Raft.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
@@ -147,6 +175,51 @@ pub enum Command {
         /// Leader clock.
         now_ms: u64,
     },
+    /// Mark a ledger under-replicated (or add missing bookies to its mark).
+    MarkUnderReplicated {
+        /// The ledger.
+        ledger_id: u64,
+        /// Bookies whose copies are missing.
+        missing: Vec<String>,
+        /// Why.
+        reason: String,
+        /// Leader clock.
+        now_ms: u64,
+    },
+    /// Remove bookies from a mark (all when empty); the mark goes when empty.
+    ClearUnderReplicated {
+        /// The ledger.
+        ledger_id: u64,
+        /// Bookies now repaired.
+        bookies: Vec<String>,
+    },
+    /// Take a named lock if free, expired, or already ours.
+    AcquireLock {
+        /// Lock name.
+        name: String,
+        /// Who asks.
+        owner: String,
+        /// Lease length.
+        lease_ms: u64,
+        /// Leader clock.
+        now_ms: u64,
+    },
+    /// Extend a held lock.
+    RenewLock {
+        /// Lock name.
+        name: String,
+        /// The grant held.
+        lock_id: u64,
+        /// Leader clock.
+        now_ms: u64,
+    },
+    /// Give a lock up.
+    ReleaseLock {
+        /// Lock name.
+        name: String,
+        /// The grant held.
+        lock_id: u64,
+    },
 }
 
 /// Why a command was refused: maps one to one to wire error codes.
@@ -167,6 +240,8 @@ pub enum Refusal {
     LeaseExpired(String),
     /// The bookie id is registered by another live instance.
     AlreadyExists(String),
+    /// Another owner holds the lock under a live lease.
+    LockHeld(String),
 }
 
 /// A command's result, returned to the proposer.
@@ -187,6 +262,12 @@ pub enum Outcome {
     Expired(Vec<String>),
     /// Refused; nothing changed.
     Refused(Refusal),
+    /// A mark as it stands (absent: cleared).
+    Mark(Option<Mark>),
+    /// A lock granted or renewed.
+    Lock(Lock),
+    /// Released.
+    Released,
     /// A Raft-internal entry (blank, membership).
     Nothing,
 }
@@ -213,6 +294,12 @@ pub struct MetaState {
     pub next_lease_id: u64,
     /// Bumped by every change to the bookie set (for watches).
     pub bookies_version: u64,
+    /// Under-replicated ledgers.
+    pub marks: BTreeMap<u64, Mark>,
+    /// Named locks.
+    pub locks: BTreeMap<String, Lock>,
+    /// The next lock grant id.
+    pub next_lock_id: u64,
 }
 
 /// What a command touched (for persisting it).
@@ -224,6 +311,10 @@ pub enum Touched {
     Bookie(String),
     /// A cookie record.
     Cookie(String),
+    /// An under-replication mark.
+    Mark(u64),
+    /// A lock.
+    Lock(String),
     /// The counters.
     Counters,
 }
@@ -309,7 +400,9 @@ impl MetaState {
             }
             Command::DeleteLedger { ledger_id } => {
                 self.ledgers.remove(&ledger_id).ok_or(Refusal::NoSuchLedger(ledger_id))?;
-                Ok((Outcome::Deleted, vec![Touched::Ledger(ledger_id)]))
+                // A deleted ledger needs no repair.
+                self.marks.remove(&ledger_id);
+                Ok((Outcome::Deleted, vec![Touched::Ledger(ledger_id), Touched::Mark(ledger_id)]))
             }
             Command::RegisterBookie { mut bookie, lease_ms, now_ms } => {
                 if bookie.bookie_id.is_empty() || bookie.instance_id.is_empty() || bookie.address.is_empty() {
@@ -364,7 +457,101 @@ impl MetaState {
                 }
                 Ok((Outcome::Expired(gone), touched))
             }
+            Command::MarkUnderReplicated { ledger_id, missing, reason, now_ms } => {
+                if missing.is_empty() || missing.iter().any(|b| b.is_empty()) {
+                    return Err(Refusal::BadRequest("a mark names at least one missing bookie".into()));
+                }
+                if !self.ledgers.contains_key(&ledger_id) {
+                    return Err(Refusal::NoSuchLedger(ledger_id));
+                }
+                let mark = self.marks.entry(ledger_id).or_insert_with(|| Mark {
+                    ledger_id,
+                    missing: Vec::new(),
+                    reason: reason.clone(),
+                    marked_at_ms: now_ms,
+                });
+                mark.missing.extend(missing);
+                mark.missing.sort();
+                mark.missing.dedup();
+                if mark.missing.len() > ENSEMBLE_MAX as usize * 4 {
+                    return Err(Refusal::BadRequest("too many missing bookies in one mark".into()));
+                }
+                let m = mark.clone();
+                Ok((Outcome::Mark(Some(m)), vec![Touched::Mark(ledger_id)]))
+            }
+            Command::ClearUnderReplicated { ledger_id, bookies } => {
+                let Some(mark) = self.marks.get_mut(&ledger_id) else {
+                    return Ok((Outcome::Mark(None), Vec::new()));
+                };
+                if bookies.is_empty() {
+                    mark.missing.clear();
+                } else {
+                    mark.missing.retain(|b| !bookies.contains(b));
+                }
+                let left = (!mark.missing.is_empty()).then(|| mark.clone());
+                if left.is_none() {
+                    self.marks.remove(&ledger_id);
+                }
+                Ok((Outcome::Mark(left), vec![Touched::Mark(ledger_id)]))
+            }
+            Command::AcquireLock { name, owner, lease_ms, now_ms } => {
+                if name.is_empty() || owner.is_empty() {
+                    return Err(Refusal::BadRequest("a lock needs a name and an owner".into()));
+                }
+                if let Some(cur) = self.locks.get(&name) {
+                    if cur.owner != owner && cur.expires_at_ms > now_ms {
+                        return Err(Refusal::LockHeld(format!(
+                            "{name} is held by {} for {} ms more",
+                            cur.owner,
+                            cur.expires_at_ms - now_ms
+                        )));
+                    }
+                }
+                let lock_id = self.next_lock_id.max(1);
+                self.next_lock_id = lock_id + 1;
+                let lock = Lock {
+                    name: name.clone(),
+                    owner,
+                    lock_id,
+                    lease_ms,
+                    expires_at_ms: now_ms.saturating_add(lease_ms),
+                };
+                self.locks.insert(name.clone(), lock.clone());
+                Ok((Outcome::Lock(lock), vec![Touched::Lock(name), Touched::Counters]))
+            }
+            Command::RenewLock { name, lock_id, now_ms } => {
+                let lock = self.locks.get_mut(&name).filter(|l| l.lock_id == lock_id && l.expires_at_ms > now_ms);
+                let Some(lock) = lock else {
+                    return Err(Refusal::LeaseExpired(format!("lock {name} grant {lock_id} is not current")));
+                };
+                lock.expires_at_ms = now_ms.saturating_add(lock.lease_ms);
+                let l = lock.clone();
+                Ok((Outcome::Lock(l), vec![Touched::Lock(name)]))
+            }
+            Command::ReleaseLock { name, lock_id } => {
+                if self.locks.get(&name).is_some_and(|l| l.lock_id == lock_id) {
+                    self.locks.remove(&name);
+                    return Ok((Outcome::Released, vec![Touched::Lock(name)]));
+                }
+                // Releasing a grant one no longer holds is a no-op, not an error:
+                // the lease may have ended and another owner taken over.
+                Ok((Outcome::Released, Vec::new()))
+            }
         }
+    }
+
+    /// The lock `name` if someone holds it under a live lease at `now_ms`.
+    pub fn live_lock(&self, name: &str, now_ms: u64) -> Option<&Lock> {
+        self.locks.get(name).filter(|l| l.expires_at_ms > now_ms)
+    }
+
+    /// Marks after `start_after` (exclusive), at most `limit`, and whether more follow.
+    pub fn list_marks(&self, start_after: Option<u64>, limit: usize) -> (Vec<Mark>, Option<u64>) {
+        let from = start_after.map_or(0, |s| s.saturating_add(1));
+        let mut it = self.marks.range(from..).map(|(_, m)| m.clone());
+        let marks: Vec<Mark> = it.by_ref().take(limit).collect();
+        let next = if it.next().is_some() { marks.last().map(|m| m.ledger_id) } else { None };
+        (marks, next)
     }
 
     /// What an update may change: state forward only, ensembles appended or
@@ -542,6 +729,62 @@ mod tests {
         // After expiry a new instance registers, and the cookie records it.
         assert!(matches!(s.apply(reg("i2", 20_000)).0, Outcome::Registered { .. }));
         assert_eq!(s.cookies["b1"], "i2");
+    }
+
+    #[test]
+    fn marks_merge_clear_and_go_with_their_ledger() {
+        let mut s = MetaState::default();
+        let l = ledger(s.apply(create(3, 3, 2)).0);
+        let mark = |missing: &[&str]| Command::MarkUnderReplicated {
+            ledger_id: l.ledger_id,
+            missing: missing.iter().map(|b| b.to_string()).collect(),
+            reason: "bookie lost".into(),
+            now_ms: 5,
+        };
+        s.apply(mark(&["b2"]));
+        let Outcome::Mark(Some(m)) = s.apply(mark(&["b3", "b2"])).0 else { panic!() };
+        assert_eq!(m.missing, vec!["b2", "b3"]);
+        let Outcome::Mark(Some(m)) =
+            s.apply(Command::ClearUnderReplicated { ledger_id: l.ledger_id, bookies: vec!["b2".into()] }).0
+        else {
+            panic!()
+        };
+        assert_eq!(m.missing, vec!["b3"]);
+        s.apply(mark(&["b1"]));
+        s.apply(Command::DeleteLedger { ledger_id: l.ledger_id });
+        assert!(s.marks.is_empty(), "a deleted ledger's mark goes with it");
+        assert!(matches!(s.apply(mark(&["b1"])).0, Outcome::Refused(Refusal::NoSuchLedger(_))));
+    }
+
+    #[test]
+    fn a_lock_is_exclusive_until_its_lease_ends() {
+        let mut s = MetaState::default();
+        let acq = |owner: &str, now| Command::AcquireLock {
+            name: "auditor".into(),
+            owner: owner.into(),
+            lease_ms: 1000,
+            now_ms: now,
+        };
+        let Outcome::Lock(a) = s.apply(acq("a1", 0)).0 else { panic!() };
+        assert!(matches!(s.apply(acq("a2", 500)).0, Outcome::Refused(Refusal::LockHeld(_))));
+        // The holder re-acquires (a restart) and renews.
+        let Outcome::Lock(a2) = s.apply(acq("a1", 600)).0 else { panic!() };
+        assert_ne!(a2.lock_id, a.lock_id);
+        assert!(matches!(
+            s.apply(Command::RenewLock { name: "auditor".into(), lock_id: a.lock_id, now_ms: 700 }).0,
+            Outcome::Refused(Refusal::LeaseExpired(_))
+        ));
+        assert!(matches!(
+            s.apply(Command::RenewLock { name: "auditor".into(), lock_id: a2.lock_id, now_ms: 1500 }).0,
+            Outcome::Lock(_)
+        ));
+        // Expired: another owner takes it, and the old grant's release is a no-op.
+        let Outcome::Lock(b) = s.apply(acq("a2", 2501)).0 else { panic!() };
+        assert_eq!(b.owner, "a2");
+        s.apply(Command::ReleaseLock { name: "auditor".into(), lock_id: a2.lock_id });
+        assert_eq!(s.live_lock("auditor", 2600).map(|l| l.owner.as_str()), Some("a2"));
+        s.apply(Command::ReleaseLock { name: "auditor".into(), lock_id: b.lock_id });
+        assert!(s.live_lock("auditor", 2600).is_none());
     }
 
     #[test]

@@ -359,3 +359,79 @@ async fn a_replica_with_an_empty_disk_catches_up_from_a_snapshot() {
     .unwrap()
     .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn autorecovery_bookkeeping_marks_locks_and_watches() {
+    let cluster = Cluster::start(&[]);
+    let gw = cluster.client();
+    let l = gw.call(create(3, 3, 2)).await.unwrap().ledger.unwrap();
+
+    // A watcher parked on the ledger wakes when it changes.
+    let watcher = MetaClient::new(cluster.rpc(Role::Gateway, "1"), cluster.addrs(), MetaClientOptions::default());
+    let watch = tokio::spawn(async move {
+        watcher
+            .call_waiting(
+                v1::WatchLedgerRequest { ledger_id: l.ledger_id, after_version: 1, timeout_ms: 20_000 },
+                Duration::from_secs(20),
+            )
+            .await
+    });
+    let auditor = MetaClient::new(cluster.rpc(Role::Auditor, "1"), cluster.addrs(), MetaClientOptions::default());
+    let mark = v1::MarkUnderReplicatedRequest {
+        ledger_id: l.ledger_id,
+        missing_bookie_ids: vec!["b2".into()],
+        reason: "bookie b2 lost".into(),
+    };
+    let m = auditor.call(mark).await.unwrap().mark.unwrap();
+    assert_eq!(m.missing_bookie_ids, vec!["b2"]);
+    let list = auditor.call(v1::ListUnderReplicatedRequest { start_after: None, limit: 10 }).await.unwrap();
+    assert_eq!(list.marks.len(), 1);
+    // A gateway may not mark (role table).
+    let err = gw
+        .call(v1::MarkUnderReplicatedRequest {
+            ledger_id: l.ledger_id,
+            missing_bookie_ids: vec!["b1".into()],
+            reason: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::PermissionDenied));
+
+    // Two workers race for the ledger's lock: one wins until its lease ends.
+    let w1 = MetaClient::new(cluster.rpc(Role::ReplicationWorker, "1"), cluster.addrs(), MetaClientOptions::default());
+    let name = format!("replicate/{}", l.ledger_id);
+    let lock = w1
+        .call(v1::AcquireLockRequest { name: name.clone(), owner: "worker-1".into(), lease_ms: 1500 })
+        .await
+        .unwrap()
+        .lock
+        .unwrap();
+    let err = w1
+        .call(v1::AcquireLockRequest { name: name.clone(), owner: "worker-2".into(), lease_ms: 1500 })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::LockHeld), "{err}");
+    assert_eq!(w1.call(v1::GetLockRequest { name: name.clone() }).await.unwrap().lock.unwrap().owner, "worker-1");
+
+    // The repair: the worker moves the ensemble and clears the mark.
+    let mut moved = l.clone();
+    moved.ensembles[0].bookie_ids[1] = "b4".into();
+    w1.call(v1::UpdateLedgerRequest { ledger: Some(moved), expected_version: 1 }).await.unwrap();
+    let cleared = w1
+        .call(v1::ClearUnderReplicatedRequest { ledger_id: l.ledger_id, bookie_ids: vec!["b2".into()] })
+        .await
+        .unwrap();
+    assert!(cleared.mark.is_none());
+    w1.call(v1::ReleaseLockRequest { name: name.clone(), lock_id: lock.lock_id }).await.unwrap();
+    assert!(w1.call(v1::GetLockRequest { name }).await.unwrap().lock.is_none());
+    assert!(auditor
+        .call(v1::ListUnderReplicatedRequest { start_after: None, limit: 10 })
+        .await
+        .unwrap()
+        .marks
+        .is_empty());
+
+    let w = watch.await.unwrap().unwrap();
+    assert!(!w.timed_out && !w.deleted);
+    assert_eq!(w.ledger.unwrap().version, 2);
+}

@@ -95,6 +95,13 @@ methods! {
     RenewLease => RenewLeaseRequest, RenewLeaseResponse, "renew_lease";
     ListBookies => ListBookiesRequest, ListBookiesResponse, "list_bookies";
     WatchBookies => WatchBookiesRequest, WatchBookiesResponse, "watch_bookies";
+    MarkUnderReplicated => MarkUnderReplicatedRequest, MarkUnderReplicatedResponse, "mark_under_replicated";
+    ListUnderReplicated => ListUnderReplicatedRequest, ListUnderReplicatedResponse, "list_under_replicated";
+    ClearUnderReplicated => ClearUnderReplicatedRequest, ClearUnderReplicatedResponse, "clear_under_replicated";
+    AcquireLock => AcquireLockRequest, AcquireLockResponse, "acquire_lock";
+    RenewLock => RenewLockRequest, RenewLockResponse, "renew_lock";
+    ReleaseLock => ReleaseLockRequest, ReleaseLockResponse, "release_lock";
+    GetLock => GetLockRequest, GetLockResponse, "get_lock";
     Raft => RaftRequest, RaftResponse, "raft";
 }
 
@@ -117,7 +124,8 @@ impl Method {
             Ping | ServerInfo => ServiceKind::Control,
             AddEntry | ReadEntry | ReadLac | WaitLac | WriteLac | FenceLedger | BookieInfo => ServiceKind::Bookie,
             CreateLedger | GetLedger | UpdateLedger | DeleteLedger | ListLedgers | WatchLedger | RegisterBookie
-            | RenewLease | ListBookies | WatchBookies | Raft => ServiceKind::Metadata,
+            | RenewLease | ListBookies | WatchBookies | MarkUnderReplicated | ListUnderReplicated
+            | ClearUnderReplicated | AcquireLock | RenewLock | ReleaseLock | GetLock | Raft => ServiceKind::Metadata,
         }
     }
 }

@@ -125,6 +125,10 @@ pub fn allowed(role: Role, method: Method) -> bool {
         // Bookies read ledger state (first add of an unknown ledger, GC) and the registry.
         GetLedger | ListLedgers | WatchLedger | ListBookies | WatchBookies => true,
         RegisterBookie | RenewLease => role == Bookie,
+        // Autorecovery's bookkeeping: the auditor marks, workers repair and clear.
+        MarkUnderReplicated | ClearUnderReplicated => matches!(role, Auditor | ReplicationWorker | Admin),
+        ListUnderReplicated | GetLock => matches!(role, Auditor | ReplicationWorker | Gateway | Admin),
+        AcquireLock | RenewLock | ReleaseLock => matches!(role, Auditor | ReplicationWorker | Admin),
         Raft => role == Metadata,
     }
 }

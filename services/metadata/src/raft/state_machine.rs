@@ -38,6 +38,7 @@ struct Counters {
     next_ledger_id: u64,
     next_lease_id: u64,
     bookies_version: u64,
+    next_lock_id: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -70,6 +71,16 @@ fn key_cookie(id: &str) -> Vec<u8> {
     [b"c/".as_slice(), id.as_bytes()].concat()
 }
 
+fn key_mark(id: u64) -> Vec<u8> {
+    let mut k = b"u/".to_vec();
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
+fn key_lock(name: &str) -> Vec<u8> {
+    [b"k/".as_slice(), name.as_bytes()].concat()
+}
+
 fn json<T: Serialize>(v: &T) -> Result<Vec<u8>, SErr> {
     postcard::to_stdvec(v).map_err(|e| StorageIOError::write_state_machine(&e).into())
 }
@@ -99,6 +110,14 @@ impl StateMachineStore {
                     let id = String::from_utf8_lossy(&k[2..]).into_owned();
                     state.cookies.insert(id, unjson(&v)?);
                 }
+                Some(b"u/") => {
+                    let m: crate::state::Mark = unjson(&v)?;
+                    state.marks.insert(m.ledger_id, m);
+                }
+                Some(b"k/") => {
+                    let l: crate::state::Lock = unjson(&v)?;
+                    state.locks.insert(l.name.clone(), l);
+                }
                 _ => {}
             }
         }
@@ -108,6 +127,7 @@ impl StateMachineStore {
             state.next_ledger_id = c.next_ledger_id;
             state.next_lease_id = c.next_lease_id;
             state.bookies_version = c.bookies_version;
+            state.next_lock_id = c.next_lock_id;
         }
         let last_applied: Option<LogId<u64>> = match get("m/last_applied")? {
             Some(v) => unjson(&v)?,
@@ -144,12 +164,21 @@ impl StateMachineStore {
                     Some(c) => batch.insert(key_cookie(id), json(c)?),
                     None => batch.remove(key_cookie(id)),
                 },
+                Touched::Mark(id) => match state.marks.get(id) {
+                    Some(m) => batch.insert(key_mark(*id), json(m)?),
+                    None => batch.remove(key_mark(*id)),
+                },
+                Touched::Lock(name) => match state.locks.get(name) {
+                    Some(l) => batch.insert(key_lock(name), json(l)?),
+                    None => batch.remove(key_lock(name)),
+                },
                 Touched::Counters => batch.insert(
                     b"m/counters".to_vec(),
                     json(&Counters {
                         next_ledger_id: state.next_ledger_id,
                         next_lease_id: state.next_lease_id,
                         bookies_version: state.bookies_version,
+                        next_lock_id: state.next_lock_id,
                     })?,
                 ),
             }
@@ -266,6 +295,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let mut touched: Vec<Touched> = new_state.ledgers.keys().map(|id| Touched::Ledger(*id)).collect();
         touched.extend(new_state.bookies.keys().cloned().map(Touched::Bookie));
         touched.extend(new_state.cookies.keys().cloned().map(Touched::Cookie));
+        touched.extend(new_state.marks.keys().map(|id| Touched::Mark(*id)));
+        touched.extend(new_state.locks.keys().cloned().map(Touched::Lock));
         touched.push(Touched::Counters);
         self.persist(&new_state, &touched, &mut batch)?;
         self.last_applied = meta.last_log_id;
