@@ -280,6 +280,31 @@ impl quire_rpc::Service for MetaService {
                     let st = shared.state.read().expect("state lock");
                     Ok(v1::GetLockResponse { lock: st.live_lock(&g.name, now_ms()).map(lock_to_wire) }.into())
                 }
+                Req::ChangeMembership(c) => change_membership(&raft, c).await,
+                Req::MetadataStatus(_) => {
+                    let m = raft.metrics().borrow().clone();
+                    let nodes: std::collections::BTreeMap<u64, String> =
+                        m.membership_config.nodes().map(|(id, n)| (*id, n.addr.clone())).collect();
+                    let voters = m
+                        .membership_config
+                        .membership()
+                        .voter_ids()
+                        .map(|id| v1::Replica { id, address: nodes.get(&id).cloned().unwrap_or_default() })
+                        .collect();
+                    let st = shared.state.read().expect("state lock");
+                    Ok(v1::MetadataStatusResponse {
+                        replica_id: m.id,
+                        raft_state: format!("{:?}", m.state).to_lowercase(),
+                        term: m.current_term,
+                        leader_id: m.current_leader,
+                        leader_address: m.current_leader.and_then(|l| nodes.get(&l).cloned()).unwrap_or_default(),
+                        last_applied_index: m.last_applied.map_or(0, |l| l.index),
+                        voters,
+                        under_replicated_ledgers: st.marks.len() as u64,
+                        bookies: st.bookies.len() as u64,
+                    }
+                    .into())
+                }
                 other => Err(ServiceError::new(
                     ErrorCode::UnknownMethod,
                     format!("{} is not a metadata method", Method::of_request(&other).name()),
@@ -324,4 +349,43 @@ async fn raft_rpc(raft: &MetaRaft, r: v1::RaftRequest) -> Result<v1::response_fr
     }
     .map_err(|e| ServiceError::internal(format!("encode raft response: {e}")))?;
     Ok(v1::RaftResponse { payload: payload.into() }.into())
+}
+
+/// Sets the voters: new replicas join as learners and catch up first, then
+/// the joint-consensus change to exactly `voters` commits.
+async fn change_membership(
+    raft: &MetaRaft,
+    c: v1::ChangeMembershipRequest,
+) -> Result<v1::response_frame::Body, ServiceError> {
+    if c.voters.is_empty() {
+        return Err(ServiceError::bad_request("a membership needs at least one voter"));
+    }
+    let ids: std::collections::BTreeSet<u64> = c.voters.iter().map(|r| r.id).collect();
+    if ids.len() != c.voters.len() || c.voters.iter().any(|r| r.address.is_empty()) {
+        return Err(ServiceError::bad_request("voters need distinct ids and addresses"));
+    }
+    let fail = |e: RaftError<u64, ClientWriteError<u64, openraft::BasicNode>>| match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => not_leader(f.leader_node.as_ref()),
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => ServiceError::bad_request(e.to_string()),
+        other => ServiceError::new(ErrorCode::MetadataUnavailable, other.to_string()),
+    };
+    let known: std::collections::BTreeSet<u64> =
+        raft.metrics().borrow().membership_config.nodes().map(|(id, _)| *id).collect();
+    for r in &c.voters {
+        if !known.contains(&r.id) {
+            // Blocks until the learner has caught up with the leader's log.
+            raft.add_learner(r.id, openraft::BasicNode::new(&r.address), true).await.map_err(fail)?;
+        }
+    }
+    raft.change_membership(ids, false).await.map_err(fail)?;
+    let m = raft.metrics().borrow().clone();
+    let nodes: std::collections::BTreeMap<u64, String> =
+        m.membership_config.nodes().map(|(id, n)| (*id, n.addr.clone())).collect();
+    let voters = m
+        .membership_config
+        .membership()
+        .voter_ids()
+        .map(|id| v1::Replica { id, address: nodes.get(&id).cloned().unwrap_or_default() })
+        .collect();
+    Ok(v1::ChangeMembershipResponse { voters }.into())
 }

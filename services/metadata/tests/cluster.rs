@@ -24,10 +24,17 @@ struct Cluster {
 
 impl Cluster {
     fn start(extra: &[&str]) -> Cluster {
+        Self::start_with_spares(extra, 0)
+    }
+
+    /// Three replicas running, and `spares` more with certificates and ports
+    /// but not started (for membership changes).
+    fn start_with_spares(extra: &[&str], spares: usize) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let certs = dir.path().join("certs");
-        init_dir(&certs, "test", &LocalCluster { metadata: 3, bookies: 2 }, &IssueOptions::default()).unwrap();
-        let ports = free_udp_ports(3);
+        let total = 3 + spares as u32;
+        init_dir(&certs, "test", &LocalCluster { metadata: total, bookies: 2 }, &IssueOptions::default()).unwrap();
+        let ports = free_udp_ports(3 + spares);
         let mut c =
             Cluster { dir, certs, ports, procs: BTreeMap::new(), extra: extra.iter().map(|s| s.to_string()).collect() };
         for id in 1..=3 {
@@ -51,7 +58,8 @@ impl Cluster {
     fn launch(&mut self, id: u64) {
         let ready = self.dir.path().join(format!("m{id}.ready"));
         let _ = std::fs::remove_file(&ready);
-        let peers = (1..=3).map(|i| format!("{i}={}", self.addr(i))).collect::<Vec<_>>().join(",");
+        // The initial three, plus this replica itself when it is a later addition.
+        let peers = (1..=3.max(id)).map(|i| format!("{i}={}", self.addr(i))).collect::<Vec<_>>().join(",");
         let mut args = vec![
             "--certs-dir".to_string(),
             self.certs.display().to_string(),
@@ -434,4 +442,46 @@ async fn autorecovery_bookkeeping_marks_locks_and_watches() {
     let w = watch.await.unwrap().unwrap();
     assert!(!w.timed_out && !w.deleted);
     assert_eq!(w.ledger.unwrap().version, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_is_added_and_another_replaced_without_losing_writes() {
+    let mut cluster = Cluster::start_with_spares(&[], 1);
+    let meta = cluster.client();
+    let first = meta.call(create(1, 1, 1)).await.unwrap().ledger.unwrap();
+    let admin = MetaClient::new(cluster.rpc(Role::Admin, "1"), cluster.addrs(), MetaClientOptions::default());
+    // Only the operator may change the membership.
+    let addrs: Vec<String> = (1..=4).map(|i| cluster.addr(i)).collect();
+    let voters = |ids: &[u64]| v1::ChangeMembershipRequest {
+        voters: ids.iter().map(|i| v1::Replica { id: *i, address: addrs[*i as usize - 1].clone() }).collect(),
+    };
+    let err = meta.call(voters(&[1, 2, 3])).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::PermissionDenied));
+
+    // Add replica 4: it starts, catches up as a learner, then votes.
+    cluster.launch(4);
+    let r = admin.call_waiting(voters(&[1, 2, 3, 4]), Duration::from_secs(20)).await.unwrap();
+    assert_eq!(r.voters.iter().map(|v| v.id).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
+    let direct = cluster.rpc(Role::Admin, "1");
+    let got = direct
+        .peer(&cluster.addr(4), Role::Metadata, Some("4"))
+        .call(v1::GetLedgerRequest { ledger_id: first.ledger_id, stale_ok: true })
+        .await
+        .unwrap();
+    assert_eq!(got.ledger.unwrap(), first);
+
+    // Replace replica 3: take it out of the voters, then stop it.
+    let r = admin.call_waiting(voters(&[1, 2, 4]), Duration::from_secs(20)).await.unwrap();
+    assert_eq!(r.voters.iter().map(|v| v.id).collect::<Vec<_>>(), vec![1, 2, 4]);
+    cluster.procs.get_mut(&3).unwrap().kill().unwrap();
+    let meta = MetaClient::new(
+        cluster.rpc(Role::Gateway, "1"),
+        vec![cluster.addr(1), cluster.addr(2), cluster.addr(4)],
+        MetaClientOptions::default(),
+    );
+    let later = meta.call(create(1, 1, 1)).await.unwrap().ledger.unwrap();
+    assert!(later.ledger_id > first.ledger_id);
+    let status = meta.call(v1::MetadataStatusRequest {}).await.unwrap();
+    assert_eq!(status.voters.iter().map(|v| v.id).collect::<Vec<_>>(), vec![1, 2, 4]);
+    assert!(status.leader_id.is_some() && !status.leader_address.is_empty(), "{status:?}");
 }

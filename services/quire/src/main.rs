@@ -6,6 +6,7 @@
 
 mod bookies;
 mod certs;
+mod metadata;
 mod probe;
 
 use clap::{Parser, Subcommand};
@@ -29,6 +30,8 @@ enum Cmd {
     ServerInfo(probe::InfoArgs),
     /// List the bookies registered with the metadata service.
     Bookies(bookies::BookiesArgs),
+    /// The metadata cluster: status of each replica, voting membership.
+    Metadata(metadata::MetadataArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -38,5 +41,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::Ping(a) => probe::ping(a),
         Cmd::ServerInfo(a) => probe::info(a),
         Cmd::Bookies(a) => bookies::list(a),
+        Cmd::Metadata(a) => metadata::run(a),
     }
 }

@@ -102,6 +102,8 @@ methods! {
     RenewLock => RenewLockRequest, RenewLockResponse, "renew_lock";
     ReleaseLock => ReleaseLockRequest, ReleaseLockResponse, "release_lock";
     GetLock => GetLockRequest, GetLockResponse, "get_lock";
+    ChangeMembership => ChangeMembershipRequest, ChangeMembershipResponse, "change_membership";
+    MetadataStatus => MetadataStatusRequest, MetadataStatusResponse, "metadata_status";
     Raft => RaftRequest, RaftResponse, "raft";
 }
 
@@ -125,7 +127,8 @@ impl Method {
             AddEntry | ReadEntry | ReadLac | WaitLac | WriteLac | FenceLedger | BookieInfo => ServiceKind::Bookie,
             CreateLedger | GetLedger | UpdateLedger | DeleteLedger | ListLedgers | WatchLedger | RegisterBookie
             | RenewLease | ListBookies | WatchBookies | MarkUnderReplicated | ListUnderReplicated
-            | ClearUnderReplicated | AcquireLock | RenewLock | ReleaseLock | GetLock | Raft => ServiceKind::Metadata,
+            | ClearUnderReplicated | AcquireLock | RenewLock | ReleaseLock | GetLock | ChangeMembership
+            | MetadataStatus | Raft => ServiceKind::Metadata,
         }
     }
 }

@@ -130,6 +130,8 @@ pub fn allowed(role: Role, method: Method) -> bool {
         ListUnderReplicated | GetLock => matches!(role, Auditor | ReplicationWorker | Gateway | Admin),
         AcquireLock | RenewLock | ReleaseLock => matches!(role, Auditor | ReplicationWorker | Admin),
         Raft => role == Metadata,
+        ChangeMembership => role == Admin,
+        MetadataStatus => true,
     }
 }
 

@@ -1,0 +1,97 @@
+//! `quire metadata`: the metadata cluster's status and membership.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use quire_metaclient::{MetaClient, MetaClientOptions};
+use quire_proto::v1;
+use quire_proto::Role;
+use quire_rpc::{CallOptions, ClientOptions, Credentials, RpcClient, TlsFiles};
+
+#[derive(Debug, Args)]
+pub struct MetadataArgs {
+    /// Metadata replicas, host:port, comma-separated.
+    #[arg(long, env = "QUIRE_METADATA", value_delimiter = ',', required = true)]
+    metadata: Vec<String>,
+    /// Directory with ca.pem and the operator's certificate (admin-<as-id>.pem).
+    #[arg(long, env = "QUIRE_CERTS_DIR")]
+    certs_dir: PathBuf,
+    /// See --certs-dir.
+    #[arg(long, default_value = "1")]
+    as_id: String,
+    #[command(subcommand)]
+    cmd: MetadataCmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MetadataCmd {
+    /// Each replica's view: Raft state, term, leader, applied index, voters.
+    Status,
+    /// Set the voting replicas to exactly ID=HOST:PORT,... (new ones must be running).
+    SetVoters {
+        /// The voters, ID=HOST:PORT, comma-separated.
+        #[arg(value_delimiter = ',', required = true)]
+        voters: Vec<String>,
+    },
+}
+
+pub fn run(a: MetadataArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let creds =
+            Credentials::load(&TlsFiles::in_dir(&a.certs_dir, Role::Admin, &a.as_id)).context("load credentials")?;
+        let rpc = RpcClient::new(&creds, ClientOptions::default())?;
+        match a.cmd {
+            MetadataCmd::Status => {
+                println!(
+                    "{:<22} {:<9} {:<10} {:>6} {:<22} {:>9} VOTERS",
+                    "REPLICA", "ID", "STATE", "TERM", "LEADER", "APPLIED"
+                );
+                for addr in &a.metadata {
+                    let peer = rpc.peer(addr, Role::Metadata, None);
+                    match peer
+                        .call_full(v1::MetadataStatusRequest {}, CallOptions::timeout(Duration::from_secs(3)))
+                        .await
+                    {
+                        Ok(r) => {
+                            let s = r.body;
+                            let voters: Vec<String> = s.voters.iter().map(|v| v.id.to_string()).collect();
+                            println!(
+                                "{:<22} {:<9} {:<10} {:>6} {:<22} {:>9} {}",
+                                addr,
+                                s.replica_id,
+                                s.raft_state,
+                                s.term,
+                                s.leader_address,
+                                s.last_applied_index,
+                                voters.join(",")
+                            );
+                        }
+                        Err(e) => println!("{addr:<22} unreachable: {e}"),
+                    }
+                }
+            }
+            MetadataCmd::SetVoters { voters } => {
+                let mut replicas = Vec::new();
+                for v in &voters {
+                    let (id, addr) = v.split_once('=').with_context(|| format!("{v:?} is not ID=HOST:PORT"))?;
+                    replicas.push(v1::Replica {
+                        id: id.parse().with_context(|| format!("bad id in {v:?}"))?,
+                        address: addr.into(),
+                    });
+                }
+                let meta = MetaClient::new(rpc.clone(), a.metadata.clone(), MetaClientOptions::default());
+                let r = meta
+                    .call_waiting(v1::ChangeMembershipRequest { voters: replicas }, Duration::from_secs(60))
+                    .await
+                    .context("change membership")?;
+                let now: Vec<String> = r.voters.iter().map(|v| format!("{}={}", v.id, v.address)).collect();
+                println!("voters: {}", now.join(","));
+            }
+        }
+        rpc.close(Duration::from_millis(100)).await;
+        Ok(())
+    })
+}
