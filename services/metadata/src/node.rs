@@ -68,7 +68,14 @@ impl Node {
         std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
         let db = tokio::task::spawn_blocking({
             let path = dir.join("raft");
-            move || sled::Config::new().path(path).cache_capacity(64 * 1024 * 1024).open()
+            move || {
+                sled::Config::new()
+                    .path(path)
+                    .cache_capacity(64 * 1024 * 1024)
+                    .flush_every_ms(None)
+                    .mode(sled::Mode::HighThroughput)
+                    .open()
+            }
         })
         .await?
         .context("open sled")?;

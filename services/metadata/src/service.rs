@@ -32,12 +32,84 @@ pub const LOCK_NAME_MAX: usize = 256;
 pub struct MetaService {
     raft: MetaRaft,
     shared: Arc<Shared>,
+    proposer: Proposer,
 }
 
 impl MetaService {
     /// Serves `raft` and its state.
     pub fn new(raft: MetaRaft, shared: Arc<Shared>) -> Self {
-        MetaService { raft, shared }
+        let proposer = Proposer::start(raft.clone());
+        MetaService { raft, shared, proposer }
+    }
+}
+
+/// Commands proposed together, at most (one log entry).
+const BATCH_MAX: usize = 256;
+/// Commands waiting to be proposed, at most; beyond it writers wait.
+const PROPOSE_QUEUE: usize = 4096;
+
+type Proposal = (Command, tokio::sync::oneshot::Sender<Result<Outcome, ServiceError>>);
+
+/// Batches concurrent writes into one Raft entry: while one batch is being
+/// replicated and fsynced, the next gathers. openraft appends (and syncs) one
+/// client write at a time, so without this every write costs a whole Raft
+/// round on its own.
+#[derive(Clone)]
+struct Proposer {
+    tx: tokio::sync::mpsc::Sender<Proposal>,
+}
+
+impl Proposer {
+    fn start(raft: MetaRaft) -> Proposer {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Proposal>(PROPOSE_QUEUE);
+        tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut batch = vec![first];
+                while batch.len() < BATCH_MAX {
+                    match rx.try_recv() {
+                        Ok(p) => batch.push(p),
+                        Err(_) => break,
+                    }
+                }
+                let (cmds, waiters): (Vec<Command>, Vec<_>) = batch.into_iter().unzip();
+                let cmd = if cmds.len() == 1 { cmds.into_iter().next().expect("one") } else { Command::Batch(cmds) };
+                match write_raw(&raft, cmd).await {
+                    Ok(Outcome::Batch(outs)) if outs.len() == waiters.len() => {
+                        for (w, o) in waiters.into_iter().zip(outs) {
+                            let _ = w.send(outcome(o));
+                        }
+                    }
+                    Ok(o) if waiters.len() == 1 => {
+                        let w = waiters.into_iter().next().expect("one");
+                        let _ = w.send(outcome(o));
+                    }
+                    Ok(o) => {
+                        for w in waiters {
+                            let _ = w.send(Err(ServiceError::internal(format!("batch answered with {o:?}"))));
+                        }
+                    }
+                    Err(e) => {
+                        for w in waiters {
+                            let _ = w.send(Err(e.clone()));
+                        }
+                    }
+                }
+            }
+        });
+        Proposer { tx }
+    }
+
+    async fn propose(&self, cmd: Command) -> Result<Outcome, ServiceError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.tx.send((cmd, tx)).await.map_err(|_| ServiceError::new(ErrorCode::ShuttingDown, "proposer stopped"))?;
+        rx.await.map_err(|_| ServiceError::new(ErrorCode::ShuttingDown, "proposer stopped"))?
+    }
+}
+
+fn outcome(o: Outcome) -> Result<Outcome, ServiceError> {
+    match o {
+        Outcome::Refused(r) => Err(refusal(r)),
+        o => Ok(o),
     }
 }
 
@@ -65,12 +137,9 @@ fn not_leader(leader: Option<&openraft::BasicNode>) -> ServiceError {
     e
 }
 
-async fn write(raft: &MetaRaft, cmd: Command) -> Result<Outcome, ServiceError> {
+async fn write_raw(raft: &MetaRaft, cmd: Command) -> Result<Outcome, ServiceError> {
     match raft.client_write(cmd).await {
-        Ok(resp) => match resp.data {
-            Outcome::Refused(r) => Err(refusal(r)),
-            o => Ok(o),
-        },
+        Ok(resp) => Ok(resp.data),
         Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(not_leader(f.leader_node.as_ref())),
         Err(e) => Err(ServiceError::new(ErrorCode::MetadataUnavailable, e.to_string())),
     }
@@ -105,6 +174,7 @@ impl quire_rpc::Service for MetaService {
     fn call(&self, ctx: RequestContext, body: Req) -> ServiceFuture {
         let raft = self.raft.clone();
         let shared = self.shared.clone();
+        let proposer = self.proposer.clone();
         Box::pin(async move {
             match body {
                 Req::Raft(r) => raft_rpc(&raft, r).await,
@@ -117,7 +187,7 @@ impl quire_rpc::Service for MetaService {
                         custom: c.custom.into_iter().map(|(k, v)| (k, v.to_vec())).collect(),
                         now_ms: now_ms(),
                     };
-                    let l = ledger_outcome(write(&raft, cmd).await?)?;
+                    let l = ledger_outcome(proposer.propose(cmd).await?)?;
                     Ok(v1::CreateLedgerResponse { ledger: Some(l) }.into())
                 }
                 Req::GetLedger(g) => {
@@ -130,11 +200,11 @@ impl quire_rpc::Service for MetaService {
                     let wire = u.ledger.ok_or_else(|| ServiceError::bad_request("update without a ledger"))?;
                     let ledger = ledger_from_wire(&wire).map_err(ServiceError::bad_request)?;
                     let cmd = Command::UpdateLedger { ledger, expected_version: u.expected_version };
-                    let l = ledger_outcome(write(&raft, cmd).await?)?;
+                    let l = ledger_outcome(proposer.propose(cmd).await?)?;
                     Ok(v1::UpdateLedgerResponse { ledger: Some(l) }.into())
                 }
                 Req::DeleteLedger(d) => {
-                    write(&raft, Command::DeleteLedger { ledger_id: d.ledger_id }).await?;
+                    proposer.propose(Command::DeleteLedger { ledger_id: d.ledger_id }).await?;
                     Ok(v1::DeleteLedgerResponse {}.into())
                 }
                 Req::ListLedgers(l) => {
@@ -180,7 +250,7 @@ impl quire_rpc::Service for MetaService {
                     }
                     let bookie = bookie_from_wire(&rec).map_err(ServiceError::bad_request)?;
                     let lease_ms = u64::from(r.lease_ms).clamp(LEASE_MS_MIN, LEASE_MS_MAX);
-                    match write(&raft, Command::RegisterBookie { bookie, lease_ms, now_ms: now_ms() }).await? {
+                    match proposer.propose(Command::RegisterBookie { bookie, lease_ms, now_ms: now_ms() }).await? {
                         Outcome::Registered { lease_id } => Ok(v1::RegisterBookieResponse { lease_id }.into()),
                         other => Err(ServiceError::internal(format!("unexpected outcome {other:?}"))),
                     }
@@ -192,11 +262,9 @@ impl quire_rpc::Service for MetaService {
                             "a bookie renews only its own lease",
                         ));
                     }
-                    write(
-                        &raft,
-                        Command::RenewLease { bookie_id: r.bookie_id, lease_id: r.lease_id, now_ms: now_ms() },
-                    )
-                    .await?;
+                    proposer
+                        .propose(Command::RenewLease { bookie_id: r.bookie_id, lease_id: r.lease_id, now_ms: now_ms() })
+                        .await?;
                     Ok(v1::RenewLeaseResponse {}.into())
                 }
                 Req::ListBookies(_) => {
@@ -228,7 +296,7 @@ impl quire_rpc::Service for MetaService {
                         reason: m.reason,
                         now_ms: now_ms(),
                     };
-                    match write(&raft, cmd).await? {
+                    match proposer.propose(cmd).await? {
                         Outcome::Mark(Some(mark)) => {
                             Ok(v1::MarkUnderReplicatedResponse { mark: Some(mark_to_wire(&mark)) }.into())
                         }
@@ -237,7 +305,7 @@ impl quire_rpc::Service for MetaService {
                 }
                 Req::ClearUnderReplicated(c) => {
                     let cmd = Command::ClearUnderReplicated { ledger_id: c.ledger_id, bookies: c.bookie_ids };
-                    match write(&raft, cmd).await? {
+                    match proposer.propose(cmd).await? {
                         Outcome::Mark(m) => {
                             Ok(v1::ClearUnderReplicatedResponse { mark: m.as_ref().map(mark_to_wire) }.into())
                         }
@@ -259,20 +327,20 @@ impl quire_rpc::Service for MetaService {
                     }
                     let lease_ms = u64::from(a.lease_ms).clamp(LEASE_MS_MIN, LEASE_MS_MAX);
                     let cmd = Command::AcquireLock { name: a.name, owner: a.owner, lease_ms, now_ms: now_ms() };
-                    match write(&raft, cmd).await? {
+                    match proposer.propose(cmd).await? {
                         Outcome::Lock(l) => Ok(v1::AcquireLockResponse { lock: Some(lock_to_wire(&l)) }.into()),
                         other => Err(ServiceError::internal(format!("unexpected outcome {other:?}"))),
                     }
                 }
                 Req::RenewLock(r) => {
                     let cmd = Command::RenewLock { name: r.name, lock_id: r.lock_id, now_ms: now_ms() };
-                    match write(&raft, cmd).await? {
+                    match proposer.propose(cmd).await? {
                         Outcome::Lock(l) => Ok(v1::RenewLockResponse { lock: Some(lock_to_wire(&l)) }.into()),
                         other => Err(ServiceError::internal(format!("unexpected outcome {other:?}"))),
                     }
                 }
                 Req::ReleaseLock(r) => {
-                    write(&raft, Command::ReleaseLock { name: r.name, lock_id: r.lock_id }).await?;
+                    proposer.propose(Command::ReleaseLock { name: r.name, lock_id: r.lock_id }).await?;
                     Ok(v1::ReleaseLockResponse {}.into())
                 }
                 Req::GetLock(g) => {

@@ -220,6 +220,10 @@ pub enum Command {
         /// The grant held.
         lock_id: u64,
     },
+    /// Several commands proposed as one log entry (the leader batches
+    /// concurrent writes: one Raft round and one fsync for all of them).
+    /// Applied in order; each has its own outcome.
+    Batch(Vec<Command>),
 }
 
 /// Why a command was refused: maps one to one to wire error codes.
@@ -268,6 +272,8 @@ pub enum Outcome {
     Lock(Lock),
     /// Released.
     Released,
+    /// The outcomes of a batch, in order.
+    Batch(Vec<Outcome>),
     /// A Raft-internal entry (blank, membership).
     Nothing,
 }
@@ -363,6 +369,21 @@ impl MetaState {
 
     fn try_apply(&mut self, cmd: Command) -> Result<(Outcome, Vec<Touched>), Refusal> {
         match cmd {
+            Command::Batch(cmds) => {
+                let mut outcomes = Vec::with_capacity(cmds.len());
+                let mut touched = Vec::new();
+                for c in cmds {
+                    // A nested batch is flattened by nobody: refuse it rather than recurse.
+                    if matches!(c, Command::Batch(_)) {
+                        outcomes.push(Outcome::Refused(Refusal::BadRequest("nested batch".into())));
+                        continue;
+                    }
+                    let (o, t) = self.apply(c);
+                    outcomes.push(o);
+                    touched.extend(t);
+                }
+                Ok((Outcome::Batch(outcomes), touched))
+            }
             Command::CreateLedger { ensemble_size, write_quorum, ack_quorum, bookie_ids, custom, now_ms } => {
                 validate_quorums(ensemble_size, write_quorum, ack_quorum)?;
                 validate_ensemble(&bookie_ids, ensemble_size)?;
@@ -785,6 +806,16 @@ mod tests {
         assert_eq!(s.live_lock("auditor", 2600).map(|l| l.owner.as_str()), Some("a2"));
         s.apply(Command::ReleaseLock { name: "auditor".into(), lock_id: b.lock_id });
         assert!(s.live_lock("auditor", 2600).is_none());
+    }
+
+    #[test]
+    fn a_batch_applies_in_order_with_one_outcome_each() {
+        let mut s = MetaState::default();
+        let (o, _) = s.apply(Command::Batch(vec![create(1, 1, 1), create(2, 3, 1), create(1, 1, 1)]));
+        let Outcome::Batch(outs) = o else { panic!("{o:?}") };
+        assert!(matches!(&outs[0], Outcome::Ledger(l) if l.ledger_id == 1));
+        assert!(matches!(&outs[1], Outcome::Refused(Refusal::BadRequest(_))), "one refusal spoils nothing else");
+        assert!(matches!(&outs[2], Outcome::Ledger(l) if l.ledger_id == 2));
     }
 
     #[test]
