@@ -351,14 +351,7 @@ impl quire_rpc::Service for MetaService {
                 Req::ChangeMembership(c) => change_membership(&raft, c).await,
                 Req::MetadataStatus(_) => {
                     let m = raft.metrics().borrow().clone();
-                    let nodes: std::collections::BTreeMap<u64, String> =
-                        m.membership_config.nodes().map(|(id, n)| (*id, n.addr.clone())).collect();
-                    let voters = m
-                        .membership_config
-                        .membership()
-                        .voter_ids()
-                        .map(|id| v1::Replica { id, address: nodes.get(&id).cloned().unwrap_or_default() })
-                        .collect();
+                    let (voters, nodes) = voters_of(&m);
                     let st = shared.state.read().expect("state lock");
                     Ok(v1::MetadataStatusResponse {
                         replica_id: m.id,
@@ -446,7 +439,14 @@ async fn change_membership(
         }
     }
     raft.change_membership(ids, false).await.map_err(fail)?;
-    let m = raft.metrics().borrow().clone();
+    let (voters, _) = voters_of(&raft.metrics().borrow());
+    Ok(v1::ChangeMembershipResponse { voters }.into())
+}
+
+/// The voters of a replica's current membership, and every member's address.
+fn voters_of(
+    m: &openraft::RaftMetrics<u64, openraft::BasicNode>,
+) -> (Vec<v1::Replica>, std::collections::BTreeMap<u64, String>) {
     let nodes: std::collections::BTreeMap<u64, String> =
         m.membership_config.nodes().map(|(id, n)| (*id, n.addr.clone())).collect();
     let voters = m
@@ -455,5 +455,5 @@ async fn change_membership(
         .voter_ids()
         .map(|id| v1::Replica { id, address: nodes.get(&id).cloned().unwrap_or_default() })
         .collect();
-    Ok(v1::ChangeMembershipResponse { voters }.into())
+    (voters, nodes)
 }

@@ -10,17 +10,33 @@ use quire_proto::v1;
 use quire_proto::Role;
 use quire_rpc::{ClientOptions, Credentials, RpcClient, TlsFiles};
 
+/// Where the metadata service is, and the operator's certificate to reach it.
 #[derive(Debug, Args)]
-pub struct BookiesArgs {
+pub struct MetaTarget {
     /// Metadata replicas, host:port, comma-separated.
     #[arg(long, env = "QUIRE_METADATA", value_delimiter = ',', required = true)]
-    metadata: Vec<String>,
+    pub metadata: Vec<String>,
     /// Directory with ca.pem and the operator's certificate (admin-<as-id>.pem).
     #[arg(long, env = "QUIRE_CERTS_DIR")]
-    certs_dir: PathBuf,
+    pub certs_dir: PathBuf,
     /// See --certs-dir.
     #[arg(long, default_value = "1")]
-    as_id: String,
+    pub as_id: String,
+}
+
+impl MetaTarget {
+    /// An RPC client holding the operator's certificate (inside a runtime).
+    pub fn rpc(&self) -> anyhow::Result<RpcClient> {
+        let files = TlsFiles::in_dir(&self.certs_dir, Role::Admin, &self.as_id);
+        let creds = Credentials::load(&files).context("load credentials")?;
+        Ok(RpcClient::new(&creds, ClientOptions::default())?)
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct BookiesArgs {
+    #[command(flatten)]
+    target: MetaTarget,
     /// Wait until at least this many bookies are registered (at most --wait-ms).
     #[arg(long, default_value_t = 0)]
     at_least: usize,
@@ -45,10 +61,8 @@ fn state_name(s: i32) -> &'static str {
 pub fn list(a: BookiesArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
-        let creds =
-            Credentials::load(&TlsFiles::in_dir(&a.certs_dir, Role::Admin, &a.as_id)).context("load credentials")?;
-        let rpc = RpcClient::new(&creds, ClientOptions::default())?;
-        let meta = MetaClient::new(rpc.clone(), a.metadata.clone(), MetaClientOptions::default());
+        let rpc = a.target.rpc()?;
+        let meta = MetaClient::new(rpc.clone(), a.target.metadata.clone(), MetaClientOptions::default());
         let mut resp = meta.call(v1::ListBookiesRequest {}).await.context("list bookies")?;
         let deadline = tokio::time::Instant::now() + Duration::from_millis(a.wait_ms);
         while resp.bookies.len() < a.at_least {

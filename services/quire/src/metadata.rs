@@ -1,6 +1,5 @@
 //! `quire metadata`: the metadata cluster's status and membership.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -8,19 +7,14 @@ use clap::{Args, Subcommand};
 use quire_metaclient::{MetaClient, MetaClientOptions};
 use quire_proto::v1;
 use quire_proto::Role;
-use quire_rpc::{CallOptions, ClientOptions, Credentials, RpcClient, TlsFiles};
+use quire_rpc::CallOptions;
+
+use crate::bookies::MetaTarget;
 
 #[derive(Debug, Args)]
 pub struct MetadataArgs {
-    /// Metadata replicas, host:port, comma-separated.
-    #[arg(long, env = "QUIRE_METADATA", value_delimiter = ',', required = true)]
-    metadata: Vec<String>,
-    /// Directory with ca.pem and the operator's certificate (admin-<as-id>.pem).
-    #[arg(long, env = "QUIRE_CERTS_DIR")]
-    certs_dir: PathBuf,
-    /// See --certs-dir.
-    #[arg(long, default_value = "1")]
-    as_id: String,
+    #[command(flatten)]
+    target: MetaTarget,
     #[command(subcommand)]
     cmd: MetadataCmd,
 }
@@ -40,16 +34,14 @@ pub enum MetadataCmd {
 pub fn run(a: MetadataArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
-        let creds =
-            Credentials::load(&TlsFiles::in_dir(&a.certs_dir, Role::Admin, &a.as_id)).context("load credentials")?;
-        let rpc = RpcClient::new(&creds, ClientOptions::default())?;
+        let rpc = a.target.rpc()?;
         match a.cmd {
             MetadataCmd::Status => {
                 println!(
                     "{:<22} {:<9} {:<10} {:>6} {:<22} {:>9} VOTERS",
                     "REPLICA", "ID", "STATE", "TERM", "LEADER", "APPLIED"
                 );
-                for addr in &a.metadata {
+                for addr in &a.target.metadata {
                     let peer = rpc.peer(addr, Role::Metadata, None);
                     match peer
                         .call_full(v1::MetadataStatusRequest {}, CallOptions::timeout(Duration::from_secs(3)))
@@ -82,7 +74,7 @@ pub fn run(a: MetadataArgs) -> anyhow::Result<()> {
                         address: addr.into(),
                     });
                 }
-                let meta = MetaClient::new(rpc.clone(), a.metadata.clone(), MetaClientOptions::default());
+                let meta = MetaClient::new(rpc.clone(), a.target.metadata.clone(), MetaClientOptions::default());
                 let r = meta
                     .call_waiting(v1::ChangeMembershipRequest { voters: replicas }, Duration::from_secs(60))
                     .await
