@@ -266,6 +266,18 @@ async fn a_minority_cannot_write_and_the_state_survives_a_full_restart() {
     for f in &followers {
         cluster.procs[f].signal("CONT").unwrap();
     }
+    // The other way round: with one replica cut off, the other two go on.
+    let cut = followers[0];
+    cluster.procs[&cut].signal("STOP").unwrap();
+    let majority = MetaClient::new(
+        cluster.rpc(Role::Gateway, "1"),
+        (1..=3).filter(|i| *i != cut).map(|i| cluster.addr(i)).collect(),
+        MetaClientOptions::default(),
+    );
+    for _ in 0..5 {
+        majority.call(create(1, 1, 1)).await.unwrap();
+    }
+    cluster.procs[&cut].signal("CONT").unwrap();
     // The majority is back: writes go on.
     let l2 = meta.call(create(1, 1, 1)).await.unwrap().ledger.unwrap();
     assert!(l2.ledger_id > l.ledger_id);
