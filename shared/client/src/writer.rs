@@ -1,0 +1,478 @@
+//! The ledger writer as a state machine.
+//!
+//! Striping: entry `e` goes to the write set of `Qw` consecutive ensemble
+//! positions starting at `e mod E`. An add is *acknowledged* when `Qa` bookies
+//! of its write set have confirmed it AND every lower entry is acknowledged;
+//! acknowledgements therefore leave in entry order, and the LAC is the highest
+//! acknowledged entry. Every entry carries the LAC as of its sending.
+//!
+//! A bookie that fails (error, timeout, or an answer from another instance
+//! than the one in the ensemble: seed 003) is replaced by an ensemble change:
+//! the new ensemble starts at the first unacknowledged entry, and the pending
+//! entries whose write sets included the failed position are sent again to
+//! the replacement. The metadata update is the shell's job (CAS); it reports
+//! back with [`Writer::ensemble_changed`] or [`Writer::fenced`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use quire_proto::v1::Entry;
+
+/// Quorum sizes of a ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quorums {
+    /// E: bookies in the ensemble.
+    pub ensemble: usize,
+    /// Qw: copies of each entry.
+    pub write: usize,
+    /// Qa: confirmations to acknowledge.
+    pub ack: usize,
+}
+
+impl Quorums {
+    /// Checks 1 <= Qa <= Qw <= E.
+    pub fn new(ensemble: usize, write: usize, ack: usize) -> Option<Quorums> {
+        (1 <= ack && ack <= write && write <= ensemble).then_some(Quorums { ensemble, write, ack })
+    }
+
+    /// The ensemble positions that store `entry_id`.
+    pub fn write_set(&self, entry_id: u64) -> Vec<usize> {
+        let start = (entry_id % self.ensemble as u64) as usize;
+        (0..self.write).map(|i| (start + i) % self.ensemble).collect()
+    }
+}
+
+/// A member of an ensemble, as the writer knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// Bookie id.
+    pub bookie_id: String,
+    /// The instance the writer expects to answer (from the registry). An
+    /// answer from any other instance is a failure, never a success.
+    pub instance_id: String,
+}
+
+/// What the writer asks its shell to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// Send `entry` to the bookie at ensemble `position`.
+    Send {
+        /// Ensemble position.
+        position: usize,
+        /// The member there (and the instance it must be).
+        member: Member,
+        /// The entry, sealed with its digest.
+        entry: Entry,
+    },
+    /// These adds are acknowledged, in order; the LAC is now `lac`.
+    Acknowledge {
+        /// Entry ids, ascending and contiguous.
+        entry_ids: Vec<u64>,
+        /// The new LAC.
+        lac: i64,
+    },
+    /// Replace the members at `failed` positions, from entry `first_entry_id`
+    /// on (update the metadata by CAS, then call `ensemble_changed`).
+    ChangeEnsemble {
+        /// Positions to replace.
+        failed: Vec<usize>,
+        /// First entry of the new ensemble.
+        first_entry_id: u64,
+    },
+    /// The ledger can take no more adds: every pending add failed with this.
+    Fail {
+        /// Why.
+        reason: FailReason,
+        /// The adds that failed, ascending.
+        entry_ids: Vec<u64>,
+    },
+}
+
+/// Why adds failed for good.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailReason {
+    /// The ledger was fenced or closed by someone else (recovery): this writer is done.
+    Fenced,
+    /// The writer was closed.
+    Closed,
+}
+
+/// Why an add was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddError {
+    /// `max_pending` adds are already in flight: wait for acknowledgements.
+    #[error("{0} adds pending; wait for acknowledgements")]
+    Backpressure(usize),
+    /// The writer has failed or closed.
+    #[error("writer is {0:?}")]
+    Done(FailReason),
+}
+
+/// How a bookie answered an add.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// Stored; `instance_id` answered.
+    Stored {
+        /// The instance id in the response.
+        instance_id: String,
+    },
+    /// The ledger is fenced on that bookie.
+    Fenced,
+    /// Any other failure (unreachable, timeout, read-only, corrupt...).
+    Failed,
+}
+
+#[derive(Debug)]
+struct Pending {
+    payload: Bytes,
+    /// LAC the entry was first sent with (kept on resends: the digest covers it).
+    lac: i64,
+    confirmed: BTreeSet<usize>,
+    sent_at: Instant,
+}
+
+/// The writer of one ledger.
+#[derive(Debug)]
+pub struct Writer {
+    ledger_id: u64,
+    quorums: Quorums,
+    /// Ensembles by first entry id; the last is current.
+    ensembles: BTreeMap<u64, Vec<Member>>,
+    next_entry_id: u64,
+    lac: i64,
+    pending: BTreeMap<u64, Pending>,
+    max_pending: usize,
+    add_timeout: Duration,
+    /// Positions of the current ensemble known failed, awaiting replacement.
+    failed: BTreeSet<usize>,
+    changing: bool,
+    done: Option<FailReason>,
+}
+
+impl Writer {
+    /// A writer for a new (empty) ledger with its first ensemble.
+    pub fn new(
+        ledger_id: u64,
+        quorums: Quorums,
+        ensemble: Vec<Member>,
+        max_pending: usize,
+        add_timeout: Duration,
+    ) -> Writer {
+        assert_eq!(ensemble.len(), quorums.ensemble, "ensemble size");
+        Writer {
+            ledger_id,
+            quorums,
+            ensembles: BTreeMap::from([(0, ensemble)]),
+            next_entry_id: 0,
+            lac: -1,
+            pending: BTreeMap::new(),
+            max_pending: max_pending.max(1),
+            add_timeout,
+            failed: BTreeSet::new(),
+            changing: false,
+            done: None,
+        }
+    }
+
+    /// The highest acknowledged entry (-1: none).
+    pub fn lac(&self) -> i64 {
+        self.lac
+    }
+
+    /// Adds in flight.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    fn current(&self) -> (u64, &Vec<Member>) {
+        let (first, members) = self.ensembles.iter().next_back().expect("a writer always has an ensemble");
+        (*first, members)
+    }
+
+    fn sends(&self, entry_id: u64, positions: impl IntoIterator<Item = usize>) -> Vec<Command> {
+        let p = &self.pending[&entry_id];
+        let entry = Entry::sealed(self.ledger_id, entry_id, p.lac, p.payload.clone());
+        let (_, members) = self.current();
+        positions
+            .into_iter()
+            .filter(|pos| !self.failed.contains(pos))
+            .map(|position| Command::Send { position, member: members[position].clone(), entry: entry.clone() })
+            .collect()
+    }
+
+    /// Accepts an add: assigns its entry id and sends it to its write set.
+    pub fn add(&mut self, payload: Bytes, now: Instant) -> Result<(u64, Vec<Command>), AddError> {
+        if let Some(r) = &self.done {
+            return Err(AddError::Done(r.clone()));
+        }
+        if self.pending.len() >= self.max_pending {
+            return Err(AddError::Backpressure(self.pending.len()));
+        }
+        let id = self.next_entry_id;
+        self.next_entry_id += 1;
+        self.pending.insert(id, Pending { payload, lac: self.lac, confirmed: BTreeSet::new(), sent_at: now });
+        // During an ensemble change, sends go out when the new ensemble is known.
+        let cmds = if self.changing { Vec::new() } else { self.sends(id, self.quorums.write_set(id)) };
+        Ok((id, cmds))
+    }
+
+    /// A bookie answered an add of `entry_id` sent to `position`.
+    pub fn answer(&mut self, entry_id: u64, position: usize, member: &Member, answer: Answer) -> Vec<Command> {
+        if self.done.is_some() || !self.pending.contains_key(&entry_id) {
+            return Vec::new(); // late answer for a settled entry
+        }
+        // An answer from a member that is no longer at that position (replaced
+        // meanwhile) says nothing about the current ensemble.
+        let (_, members) = self.current();
+        if members.get(position) != Some(member) {
+            return Vec::new();
+        }
+        match answer {
+            Answer::Stored { instance_id } if instance_id == member.instance_id => {
+                self.pending.get_mut(&entry_id).expect("checked").confirmed.insert(position);
+                self.acknowledge()
+            }
+            // Seed 003: another process at the old address is a failed bookie.
+            Answer::Stored { .. } | Answer::Failed => self.bookie_failed(position),
+            Answer::Fenced => self.fenced(),
+        }
+    }
+
+    fn acknowledge(&mut self) -> Vec<Command> {
+        let mut acked = Vec::new();
+        while let Some((&id, p)) = self.pending.iter().next() {
+            let in_set = self.quorums.write_set(id);
+            let confirmed = p.confirmed.iter().filter(|pos| in_set.contains(pos)).count();
+            if confirmed < self.quorums.ack {
+                break;
+            }
+            debug_assert_eq!(id as i64, self.lac + 1, "acknowledgements leave in entry order");
+            self.pending.remove(&id);
+            self.lac = id as i64;
+            acked.push(id);
+        }
+        if acked.is_empty() {
+            Vec::new()
+        } else {
+            vec![Command::Acknowledge { entry_ids: acked, lac: self.lac }]
+        }
+    }
+
+    fn bookie_failed(&mut self, position: usize) -> Vec<Command> {
+        if !self.failed.insert(position) || self.changing {
+            return Vec::new();
+        }
+        self.changing = true;
+        let first = self.pending.keys().next().copied().unwrap_or(self.next_entry_id);
+        vec![Command::ChangeEnsemble { failed: self.failed.iter().copied().collect(), first_entry_id: first }]
+    }
+
+    /// Adds older than the add timeout: their unanswered bookies count as failed.
+    pub fn tick(&mut self, now: Instant) -> Vec<Command> {
+        if self.done.is_some() || self.changing {
+            return Vec::new();
+        }
+        let mut late = BTreeSet::new();
+        for (&id, p) in &self.pending {
+            if now.duration_since(p.sent_at) >= self.add_timeout {
+                for pos in self.quorums.write_set(id) {
+                    if !p.confirmed.contains(&pos) {
+                        late.insert(pos);
+                    }
+                }
+            }
+        }
+        if late.is_empty() {
+            return Vec::new();
+        }
+        self.failed.extend(late);
+        self.changing = true;
+        let first = self.pending.keys().next().copied().unwrap_or(self.next_entry_id);
+        vec![Command::ChangeEnsemble { failed: self.failed.iter().copied().collect(), first_entry_id: first }]
+    }
+
+    /// The metadata now has a new ensemble from `first_entry_id` on: resend
+    /// every pending entry to the positions that changed (and any not yet sent).
+    pub fn ensemble_changed(&mut self, first_entry_id: u64, members: Vec<Member>, now: Instant) -> Vec<Command> {
+        assert_eq!(members.len(), self.quorums.ensemble, "ensemble size");
+        let (_, old) = self.current();
+        let changed: BTreeSet<usize> = (0..members.len()).filter(|i| old[*i] != members[*i]).collect();
+        self.ensembles.insert(first_entry_id, members);
+        self.failed.clear();
+        self.changing = false;
+        let ids: Vec<u64> = self.pending.keys().copied().collect();
+        let mut out = Vec::new();
+        for id in ids {
+            let p = self.pending.get_mut(&id).expect("listed");
+            // Confirmations from replaced members no longer count.
+            p.confirmed.retain(|pos| !changed.contains(pos));
+            p.sent_at = now;
+            let missing: Vec<usize> = self
+                .quorums
+                .write_set(id)
+                .into_iter()
+                .filter(|pos| !self.pending[&id].confirmed.contains(pos))
+                .collect();
+            out.extend(self.sends(id, missing));
+        }
+        out
+    }
+
+    /// The ledger was fenced or closed under us (a bookie said so, or the
+    /// metadata CAS found it): every pending and later add fails.
+    pub fn fenced(&mut self) -> Vec<Command> {
+        self.finish(FailReason::Fenced)
+    }
+
+    /// Closes the writer: pending adds fail with `Closed`.
+    pub fn close(&mut self) -> Vec<Command> {
+        self.finish(FailReason::Closed)
+    }
+
+    fn finish(&mut self, reason: FailReason) -> Vec<Command> {
+        if self.done.is_some() {
+            return Vec::new();
+        }
+        self.done = Some(reason.clone());
+        let ids: Vec<u64> = std::mem::take(&mut self.pending).into_keys().collect();
+        vec![Command::Fail { reason, entry_ids: ids }]
+    }
+
+    /// The ensembles, by first entry id.
+    pub fn ensembles(&self) -> &BTreeMap<u64, Vec<Member>> {
+        &self.ensembles
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn members(n: usize) -> Vec<Member> {
+        (1..=n).map(|i| Member { bookie_id: format!("b{i}"), instance_id: format!("i{i}") }).collect()
+    }
+
+    fn stored(m: &Member) -> Answer {
+        Answer::Stored { instance_id: m.instance_id.clone() }
+    }
+
+    fn writer(e: usize, w: usize, a: usize) -> Writer {
+        Writer::new(9, Quorums::new(e, w, a).unwrap(), members(e), 100, Duration::from_secs(1))
+    }
+
+    fn acked(cmds: &[Command]) -> Vec<u64> {
+        cmds.iter()
+            .flat_map(|c| match c {
+                Command::Acknowledge { entry_ids, .. } => entry_ids.clone(),
+                _ => vec![],
+            })
+            .collect()
+    }
+
+    #[test]
+    fn write_sets_stripe_over_the_ensemble() {
+        let q = Quorums::new(5, 3, 2).unwrap();
+        assert_eq!(q.write_set(0), vec![0, 1, 2]);
+        assert_eq!(q.write_set(3), vec![3, 4, 0]);
+        assert_eq!(q.write_set(7), vec![2, 3, 4]);
+        assert!(Quorums::new(3, 2, 3).is_none());
+    }
+
+    #[test]
+    fn an_add_is_acknowledged_at_qa_and_only_after_every_lower_entry() {
+        let t = Instant::now();
+        let mut w = writer(3, 3, 2);
+        let ms = members(3);
+        let (e0, s0) = w.add(Bytes::from_static(b"a"), t).unwrap();
+        let (e1, _) = w.add(Bytes::from_static(b"b"), t).unwrap();
+        assert_eq!((e0, e1), (0, 1));
+        assert_eq!(s0.len(), 3);
+        // Entry 1 reaches Qa first: held back until entry 0 does.
+        assert!(acked(&w.answer(1, 0, &ms[0], stored(&ms[0]))).is_empty());
+        assert!(acked(&w.answer(1, 1, &ms[1], stored(&ms[1]))).is_empty());
+        assert!(acked(&w.answer(0, 2, &ms[2], stored(&ms[2]))).is_empty());
+        let out = w.answer(0, 0, &ms[0], stored(&ms[0]));
+        assert_eq!(out, vec![Command::Acknowledge { entry_ids: vec![0, 1], lac: 1 }]);
+        // The next entry carries the LAC.
+        let (_, s2) = w.add(Bytes::from_static(b"c"), t).unwrap();
+        let Command::Send { entry, .. } = &s2[0] else { panic!() };
+        assert_eq!(entry.last_add_confirmed, 1);
+        assert!(entry.digest_ok());
+    }
+
+    #[test]
+    fn a_replaced_process_at_the_same_address_is_a_failure_not_a_success() {
+        let t = Instant::now();
+        let mut w = writer(2, 2, 2);
+        let ms = members(2);
+        w.add(Bytes::from_static(b"x"), t).unwrap();
+        w.answer(0, 0, &ms[0], stored(&ms[0]));
+        // Seed 003: bookie 2 was wiped and restarted at its address.
+        let out = w.answer(0, 1, &ms[1], Answer::Stored { instance_id: "fresh".into() });
+        assert_eq!(out, vec![Command::ChangeEnsemble { failed: vec![1], first_entry_id: 0 }]);
+        assert_eq!(w.lac(), -1, "nothing acknowledged on the impostor's word");
+    }
+
+    #[test]
+    fn an_ensemble_change_resends_pending_entries_to_the_replacement_only() {
+        let t = Instant::now();
+        let mut w = writer(3, 3, 2);
+        let ms = members(3);
+        for _ in 0..2 {
+            w.add(Bytes::from_static(b"x"), t).unwrap();
+        }
+        w.answer(0, 0, &ms[0], stored(&ms[0]));
+        let out = w.answer(0, 2, &ms[2], Answer::Failed);
+        assert_eq!(out, vec![Command::ChangeEnsemble { failed: vec![2], first_entry_id: 0 }]);
+        // Adds during the change wait for the new ensemble.
+        let (_, none) = w.add(Bytes::from_static(b"y"), t).unwrap();
+        assert!(none.is_empty());
+        let mut new = ms.clone();
+        new[2] = Member { bookie_id: "b4".into(), instance_id: "i4".into() };
+        let resent = w.ensemble_changed(0, new.clone(), t);
+        // Entry 0: only positions 1 and 2 lack it (0 confirmed); entries 1 and 2: all three.
+        let count = |id: u64| {
+            resent.iter().filter(|c| matches!(c, Command::Send { entry, .. } if entry.entry_id == id)).count()
+        };
+        assert_eq!((count(0), count(1), count(2)), (2, 3, 3));
+        assert!(resent.iter().all(|c| !matches!(c, Command::Send { position: 2, member, .. } if *member != new[2])));
+        // The old member's late answer counts for nothing now.
+        assert!(w.answer(1, 2, &ms[2], stored(&ms[2])).is_empty());
+        let out = w.answer(0, 2, &new[2], stored(&new[2]));
+        assert_eq!(acked(&out), vec![0]);
+    }
+
+    #[test]
+    fn fencing_fails_every_pending_and_later_add() {
+        let t = Instant::now();
+        let mut w = writer(3, 2, 2);
+        let ms = members(3);
+        w.add(Bytes::from_static(b"x"), t).unwrap();
+        w.add(Bytes::from_static(b"y"), t).unwrap();
+        let out = w.answer(1, 1, &ms[1], Answer::Fenced);
+        assert_eq!(out, vec![Command::Fail { reason: FailReason::Fenced, entry_ids: vec![0, 1] }]);
+        assert_eq!(w.add(Bytes::new(), t), Err(AddError::Done(FailReason::Fenced)));
+        assert!(w.answer(0, 0, &ms[0], stored(&ms[0])).is_empty(), "nothing is acknowledged after a fence");
+    }
+
+    #[test]
+    fn timeouts_count_as_failures_and_pending_adds_are_bounded() {
+        let t = Instant::now();
+        let mut w = Writer::new(1, Quorums::new(3, 3, 2).unwrap(), members(3), 2, Duration::from_millis(100));
+        let ms = members(3);
+        w.add(Bytes::new(), t).unwrap();
+        w.add(Bytes::new(), t).unwrap();
+        assert_eq!(w.add(Bytes::new(), t), Err(AddError::Backpressure(2)));
+        w.answer(0, 0, &ms[0], stored(&ms[0]));
+        w.answer(0, 1, &ms[1], stored(&ms[1]));
+        w.answer(1, 0, &ms[0], stored(&ms[0]));
+        w.answer(1, 1, &ms[1], stored(&ms[1]));
+        assert!(w.tick(t + Duration::from_millis(50)).is_empty());
+        // Both acknowledged (Qa = 2); nothing pending, so no timeouts either.
+        assert_eq!(w.lac(), 1);
+        w.add(Bytes::new(), t).unwrap();
+        let out = w.tick(t + Duration::from_millis(150));
+        assert_eq!(out, vec![Command::ChangeEnsemble { failed: vec![0, 1, 2], first_entry_id: 2 }]);
+    }
+}
