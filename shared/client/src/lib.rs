@@ -1,5 +1,6 @@
 //! quire's ledger protocol (BookKeeper's, with seed 003 closed).
 //!
+//! - [`placement`]: rack-aware choice of ensembles and replacements.
 //! - [`writer`]: the writer's state machine: striping over the ensemble,
 //!   pending adds, the ack rule, LAC, bookie failures and ensemble changes,
 //!   the instance-id guard. Plain: events in (with the time), commands out;
@@ -8,4 +9,5 @@
 //! The async shell that drives it over quire-rpc, recovery, readers and the
 //! deterministic simulator arrive with the rest of the CLIENT issue.
 
+pub mod placement;
 pub mod writer;

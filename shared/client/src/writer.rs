@@ -219,7 +219,15 @@ impl Writer {
 
     /// A bookie answered an add of `entry_id` sent to `position`.
     pub fn answer(&mut self, entry_id: u64, position: usize, member: &Member, answer: Answer) -> Vec<Command> {
-        if self.done.is_some() || !self.pending.contains_key(&entry_id) {
+        if self.done.is_some() {
+            return Vec::new();
+        }
+        // A fence is a fact about the ledger, whichever entry reported it, even
+        // one already acknowledged: nothing may be acknowledged after it.
+        if answer == Answer::Fenced {
+            return self.fenced();
+        }
+        if !self.pending.contains_key(&entry_id) {
             return Vec::new(); // late answer for a settled entry
         }
         // An answer from a member that is no longer at that position (replaced

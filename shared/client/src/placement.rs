@@ -1,0 +1,194 @@
+//! Placement: which bookies form an ensemble, and which one replaces a failed
+//! member, spreading every write quorum over racks.
+//!
+//! A write set is Qw *consecutive* ensemble positions, so the ensemble is laid
+//! out by dealing bookies from the racks in turn: with at least Qw racks, every
+//! window of Qw positions then spans Qw racks, and one rack's loss costs any
+//! entry at most one copy. With fewer racks than `min_racks`, the policy does
+//! the best the cluster allows (every rack in every window) rather than refuse.
+//! Deterministic for a given seed, so the simulator can replay it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A bookie placement may choose.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    /// Its id.
+    pub bookie_id: String,
+    /// Its rack.
+    pub rack: String,
+    /// Only writable bookies are placed on.
+    pub writable: bool,
+    /// Free disk, the tie-breaker.
+    pub free_bytes: u64,
+}
+
+/// Why no placement exists.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlacementError {
+    /// Fewer writable bookies than the ensemble needs.
+    #[error("need {needed} writable bookies, {available} available")]
+    NotEnoughBookies {
+        /// Bookies the ensemble needs.
+        needed: usize,
+        /// Writable bookies not excluded.
+        available: usize,
+    },
+}
+
+fn mix(seed: u64, s: &str) -> u64 {
+    // FNV-1a over the id, salted: a stable pseudo-random order per seed.
+    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ seed;
+    for b in s.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// Chooses an ensemble of `e` bookies so that every window of `qw` consecutive
+/// positions spans as many distinct racks as possible.
+pub fn choose_ensemble(candidates: &[Candidate], e: usize, seed: u64) -> Result<Vec<String>, PlacementError> {
+    let mut racks: BTreeMap<&str, Vec<&Candidate>> = BTreeMap::new();
+    for c in candidates.iter().filter(|c| c.writable) {
+        racks.entry(c.rack.as_str()).or_default().push(c);
+    }
+    let available: usize = racks.values().map(Vec::len).sum();
+    if available < e {
+        return Err(PlacementError::NotEnoughBookies { needed: e, available });
+    }
+    // Within a rack: most free disk first, then the seed's order.
+    for list in racks.values_mut() {
+        list.sort_by_key(|c| (std::cmp::Reverse(c.free_bytes / (1 << 30)), mix(seed, &c.bookie_id)));
+    }
+    // Racks in the seed's order, largest first so that they do not run out early.
+    let mut order: Vec<&str> = racks.keys().copied().collect();
+    order.sort_by_key(|r| (std::cmp::Reverse(racks[r].len()), mix(seed, r)));
+    let mut queues: Vec<std::collections::VecDeque<&Candidate>> =
+        order.iter().map(|r| racks[r].iter().copied().collect()).collect();
+    let mut out = Vec::with_capacity(e);
+    while out.len() < e {
+        for q in queues.iter_mut() {
+            if out.len() == e {
+                break;
+            }
+            if let Some(c) = q.pop_front() {
+                out.push(c.bookie_id.clone());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Chooses a replacement for position `failed` of `ensemble`: a writable
+/// bookie outside the ensemble (and outside `exclude`) that maximises the
+/// distinct racks of the write sets containing that position.
+pub fn choose_replacement(
+    ensemble: &[String],
+    failed: usize,
+    qw: usize,
+    candidates: &[Candidate],
+    exclude: &BTreeSet<String>,
+    seed: u64,
+) -> Result<String, PlacementError> {
+    let rack_of: BTreeMap<&str, &str> = candidates.iter().map(|c| (c.bookie_id.as_str(), c.rack.as_str())).collect();
+    let e = ensemble.len();
+    let windows: Vec<Vec<usize>> = (0..e)
+        .map(|start| (0..qw).map(|i| (start + i) % e).collect::<Vec<_>>())
+        .filter(|w| w.contains(&failed))
+        .collect();
+    let score = |c: &Candidate| -> usize {
+        windows
+            .iter()
+            .map(|w| {
+                let racks: BTreeSet<&str> = w
+                    .iter()
+                    .map(|p| {
+                        if *p == failed {
+                            c.rack.as_str()
+                        } else {
+                            rack_of.get(ensemble[*p].as_str()).copied().unwrap_or("?")
+                        }
+                    })
+                    .collect();
+                racks.len()
+            })
+            .sum()
+    };
+    let pool: Vec<&Candidate> = candidates
+        .iter()
+        .filter(|c| c.writable && !ensemble.contains(&c.bookie_id) && !exclude.contains(&c.bookie_id))
+        .collect();
+    pool.iter()
+        .max_by_key(|c| (score(c), c.free_bytes / (1 << 30), std::cmp::Reverse(mix(seed, &c.bookie_id))))
+        .map(|c| c.bookie_id.clone())
+        .ok_or(PlacementError::NotEnoughBookies { needed: 1, available: 0 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cands(racks: &[(&str, usize)]) -> Vec<Candidate> {
+        let mut v = Vec::new();
+        for (r, n) in racks {
+            for i in 0..*n {
+                v.push(Candidate {
+                    bookie_id: format!("{r}-{i}"),
+                    rack: r.to_string(),
+                    writable: true,
+                    free_bytes: 1 << 40,
+                });
+            }
+        }
+        v
+    }
+
+    fn racks_of(ids: &[String], c: &[Candidate]) -> Vec<String> {
+        ids.iter().map(|id| c.iter().find(|x| &x.bookie_id == id).unwrap().rack.clone()).collect()
+    }
+
+    fn min_window_racks(racks: &[String], qw: usize) -> usize {
+        let e = racks.len();
+        (0..e).map(|s| (0..qw).map(|i| racks[(s + i) % e].as_str()).collect::<BTreeSet<_>>().len()).min().unwrap()
+    }
+
+    #[test]
+    fn every_write_quorum_spans_distinct_racks_when_there_are_enough() {
+        let c = cands(&[("r1", 3), ("r2", 3), ("r3", 3)]);
+        for seed in 0..20 {
+            let ens = choose_ensemble(&c, 6, seed).unwrap();
+            assert_eq!(ens.iter().collect::<BTreeSet<_>>().len(), 6, "distinct bookies");
+            assert_eq!(min_window_racks(&racks_of(&ens, &c), 3), 3, "seed {seed}: {ens:?}");
+        }
+        // Fewer racks than Qw: every window still uses every rack there is.
+        let c = cands(&[("r1", 4), ("r2", 4)]);
+        let ens = choose_ensemble(&c, 4, 1).unwrap();
+        assert_eq!(min_window_racks(&racks_of(&ens, &c), 3), 2);
+    }
+
+    #[test]
+    fn read_only_bookies_are_not_placed_on_and_shortage_is_an_error() {
+        let mut c = cands(&[("r1", 2), ("r2", 1)]);
+        c[0].writable = false;
+        assert_eq!(choose_ensemble(&c, 3, 0), Err(PlacementError::NotEnoughBookies { needed: 3, available: 2 }));
+        let ens = choose_ensemble(&c, 2, 0).unwrap();
+        assert!(!ens.contains(&c[0].bookie_id));
+    }
+
+    #[test]
+    fn a_replacement_is_new_to_the_ensemble_and_keeps_racks_apart() {
+        let c = cands(&[("r1", 2), ("r2", 2), ("r3", 2)]);
+        let ens = vec!["r1-0".to_string(), "r2-0".to_string(), "r3-0".to_string()];
+        // Replacing r2-0: r2-1 keeps all three racks apart; r1-1 or r3-1 would not.
+        let r = choose_replacement(&ens, 1, 3, &c, &BTreeSet::new(), 7).unwrap();
+        assert_eq!(r, "r2-1");
+        let excluded = BTreeSet::from(["r2-1".to_string()]);
+        let r = choose_replacement(&ens, 1, 3, &c, &excluded, 7).unwrap();
+        assert!(!ens.contains(&r) && r != "r2-1");
+        // Nobody outside the ensemble: no replacement, rather than a duplicate.
+        let members: Vec<Candidate> = c.iter().filter(|x| ens.contains(&x.bookie_id)).cloned().collect();
+        let none = choose_replacement(&ens, 1, 3, &members, &BTreeSet::new(), 7);
+        assert!(none.is_err(), "{none:?}");
+    }
+}
