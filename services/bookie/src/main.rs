@@ -175,7 +175,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         instance_id: cookie.instance_id.clone(),
         rack: args.rack.clone(),
     };
-    let service = Arc::new(BookieService::new(store.clone(), me, ledger_dir.clone()));
+    let meta = if args.metadata.is_empty() {
+        None
+    } else {
+        let rpc = quire_rpc::RpcClient::new(&creds, quire_rpc::ClientOptions::default())?;
+        Some(Arc::new(quire_metaclient::MetaClient::new(rpc, args.metadata.clone(), Default::default())))
+    };
+    let service = Arc::new(BookieService::new(store.clone(), me, ledger_dir.clone(), meta.clone()));
     let svc = RunningService::start(
         Role::Bookie,
         &args.common,
@@ -193,12 +199,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
         None => svc.server.local_addr().to_string(),
     };
-    let registration = if args.metadata.is_empty() {
-        tracing::info!("no --metadata given: static mode, not registered anywhere");
-        None
-    } else {
-        let rpc = quire_rpc::RpcClient::new(&creds, quire_rpc::ClientOptions::default())?;
-        let meta = quire_metaclient::MetaClient::new(rpc, args.metadata.clone(), Default::default());
+    let registration = if let Some(meta) = meta {
         let me = registration::Registration {
             bookie_id: bookie_id.clone(),
             address: advertise,
@@ -208,6 +209,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
             data_dir: ledger_dir.clone(),
         };
         Some(tokio::spawn(registration::keep_registered(meta, me, store.clone())))
+    } else {
+        tracing::info!("no --metadata given: static mode, not registered anywhere");
+        None
     };
     let guard = tokio::spawn(disk_guard(
         store.clone(),

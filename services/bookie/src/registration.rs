@@ -45,7 +45,7 @@ fn record(me: &Registration, store: &Store) -> v1::BookieRecord {
 }
 
 /// Runs until aborted.
-pub async fn keep_registered(meta: MetaClient, me: Registration, store: Arc<Store>) {
+pub async fn keep_registered(meta: Arc<MetaClient>, me: Registration, store: Arc<Store>) {
     let renew_every = Duration::from_millis(u64::from(me.lease_ms) / 3).max(Duration::from_millis(100));
     let mut lease: Option<u64> = None;
     let mut tick = tokio::time::interval(renew_every);

@@ -25,13 +25,48 @@ pub struct BookieService {
     me: BookieIdentity,
     /// Directory whose filesystem BookieInfo reports.
     data_dir: std::path::PathBuf,
+    /// The metadata service, when configured: consulted before the first add
+    /// of a ledger this bookie has never seen.
+    meta: Option<Arc<quire_metaclient::MetaClient>>,
 }
 
 impl BookieService {
-    /// Serves `store`.
-    pub fn new(store: Arc<Store>, me: BookieIdentity, data_dir: std::path::PathBuf) -> Self {
-        BookieService { store, me, data_dir }
+    /// Serves `store`; with `meta`, unknown ledgers are checked there first.
+    pub fn new(
+        store: Arc<Store>,
+        me: BookieIdentity,
+        data_dir: std::path::PathBuf,
+        meta: Option<Arc<quire_metaclient::MetaClient>>,
+    ) -> Self {
+        BookieService { store, me, data_dir, meta }
     }
+}
+
+/// Seed 003's second guard. A bookie that has never seen a ledger (a fresh
+/// process on a replaced disk, say) asks the metadata service before taking
+/// a normal add for it: a closed or recovering ledger is fenced here too and
+/// the add refused, so a writer that missed the recovery cannot get an
+/// acknowledgement from bookies that missed the fence.
+async fn check_unknown_ledger(
+    store: &Store,
+    meta: &quire_metaclient::MetaClient,
+    ledger_id: u64,
+) -> Result<(), ServiceError> {
+    let resp = meta.call(v1::GetLedgerRequest { ledger_id, stale_ok: false }).await.map_err(|e| match e.code() {
+        Some(ErrorCode::NoSuchLedger) => {
+            ServiceError::new(ErrorCode::NoSuchLedger, format!("ledger {ledger_id} is unknown to the metadata service"))
+        }
+        _ => ServiceError::new(
+            ErrorCode::MetadataUnavailable,
+            format!("cannot check ledger {ledger_id} with the metadata service: {e}"),
+        ),
+    })?;
+    let state = resp.ledger.map(|l| l.state).unwrap_or_default();
+    if state != v1::LedgerState::Open as i32 {
+        store.fence(ledger_id).await.map_err(to_service_error)?;
+        return Err(to_service_error(StorageError::Fenced(ledger_id)));
+    }
+    Ok(())
 }
 
 /// The protocol code for a storage outcome.
@@ -90,6 +125,14 @@ impl quire_rpc::Service for BookieService {
                     )));
                 }
                 let (l, e) = (entry.ledger_id, entry.entry_id);
+                if let Some(meta) = self.meta.clone().filter(|_| !a.recovery && !self.store.knows_ledger(l)) {
+                    let store = self.store.clone();
+                    return Box::pin(async move {
+                        check_unknown_ledger(&store, &meta, l).await?;
+                        store.add(entry, false).await.map_err(to_service_error)?;
+                        Ok(v1::AddEntryResponse { ledger_id: l, entry_id: e }.into())
+                    });
+                }
                 // Queued to the journal here, in lane order; awaited below.
                 let added = self.store.add(entry, a.recovery);
                 Box::pin(async move {

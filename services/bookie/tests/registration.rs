@@ -83,3 +83,68 @@ async fn a_bookie_registers_renews_and_expires_with_its_lease() {
     assert!(w.bookies.iter().all(|b| b.bookie_id != "1"), "{w:?}");
     assert!(killed.elapsed() < Duration::from_millis(2000 + 1000), "took {:?}", killed.elapsed());
 }
+
+/// Seed 003's second guard: a bookie asked to take an add for a ledger it has
+/// never seen checks the ledger with the metadata service first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bookie_refuses_adds_to_a_ledger_the_metadata_service_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    init_dir(&certs, "test", &LocalCluster { metadata: 3, bookies: 1 }, &IssueOptions::default()).unwrap();
+    let meta_cluster = MetadataCluster::start(&certs, dir.path(), 3).unwrap();
+    let ready = dir.path().join("bookie.ready");
+    let data = dir.path().join("bookie");
+    let metadata = meta_cluster.addrs.join(",");
+    let args = [
+        "--certs-dir",
+        certs.to_str().unwrap(),
+        "--id",
+        "1",
+        "--listen",
+        "127.0.0.1:0",
+        "--ready-file",
+        ready.to_str().unwrap(),
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--metadata",
+        &metadata,
+    ];
+    let mut bookie = Process::spawn("bookie", &bin_path("quire-bookie"), &args, dir.path()).unwrap();
+    let addr = bookie.wait_ready(&ready, Duration::from_secs(30)).unwrap();
+    let creds = Credentials::load(&TlsFiles::in_dir(&certs, Role::Admin, "1")).unwrap();
+    let rpc = RpcClient::new(&creds, ClientOptions::default()).unwrap();
+    let meta = MetaClient::new(rpc.clone(), meta_cluster.addrs.clone(), MetaClientOptions::default());
+    let create = || v1::CreateLedgerRequest {
+        ensemble_size: 1,
+        write_quorum: 1,
+        ack_quorum: 1,
+        bookie_ids: vec!["1".into()],
+        custom: Default::default(),
+    };
+    let open = meta.call(create()).await.unwrap().ledger.unwrap();
+    let mut closed = meta.call(create()).await.unwrap().ledger.unwrap();
+    let v = closed.version;
+    closed.state = v1::LedgerState::Closed as i32;
+    meta.call(v1::UpdateLedgerRequest { ledger: Some(closed.clone()), expected_version: v }).await.unwrap();
+
+    let peer = rpc.peer(&addr, Role::Bookie, Some("1"));
+    let add = |l: u64, recovery: bool| v1::AddEntryRequest {
+        entry: Some(v1::Entry::sealed(l, 0, -1, bytes::Bytes::from_static(b"late write"))),
+        recovery,
+        ..Default::default()
+    };
+    // An open ledger: accepted.
+    peer.call(add(open.ledger_id, false)).await.unwrap();
+    // A closed ledger this bookie never saw (as a fresh process after a disk swap would not have):
+    // refused, and fenced here from now on.
+    let err = peer.call(add(closed.ledger_id, false)).await.unwrap_err();
+    assert_eq!(err.code(), Some(quire_proto::v1::ErrorCode::LedgerFenced), "{err}");
+    let err = peer.call(add(closed.ledger_id, false)).await.unwrap_err();
+    assert_eq!(err.code(), Some(quire_proto::v1::ErrorCode::LedgerFenced), "{err}");
+    // A ledger the metadata service never heard of: refused.
+    let err = peer.call(add(999_999, false)).await.unwrap_err();
+    assert_eq!(err.code(), Some(quire_proto::v1::ErrorCode::NoSuchLedger), "{err}");
+    // Recovery and re-replication still write to a closed ledger.
+    peer.call(add(closed.ledger_id, true)).await.unwrap();
+    bookie.terminate(Duration::from_secs(10)).unwrap();
+}

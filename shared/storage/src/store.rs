@@ -296,6 +296,11 @@ impl Store {
         Ok(lac)
     }
 
+    /// Whether this store has seen the ledger (an add, a fence or an explicit LAC).
+    pub fn knows_ledger(&self, ledger_id: u64) -> bool {
+        self.inner.ledger(ledger_id).is_some()
+    }
+
     /// Whether a ledger is fenced (unknown ledgers are not).
     pub fn is_fenced(&self, ledger_id: u64) -> bool {
         self.inner.ledger(ledger_id).is_some_and(|st| *st.fence.lock().expect("fence lock"))
