@@ -10,8 +10,17 @@ use quire_proto::Role;
 use quire_rpc::{ClientOptions, Credentials, RpcClient, TlsFiles};
 use quire_testkit::{bin_path, MetadataCluster, Process};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bookie_registers_renews_and_expires_with_its_lease() {
+/// A 3-replica metadata cluster and one bookie registered with it.
+struct Setup {
+    dir: tempfile::TempDir,
+    meta_cluster: MetadataCluster,
+    bookie: Process,
+    addr: String,
+    rpc: RpcClient,
+    meta: MetaClient,
+}
+
+fn setup(extra: &[&str]) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let certs = dir.path().join("certs");
     init_dir(&certs, "test", &LocalCluster { metadata: 3, bookies: 1 }, &IssueOptions::default()).unwrap();
@@ -19,7 +28,7 @@ async fn a_bookie_registers_renews_and_expires_with_its_lease() {
     let ready = dir.path().join("bookie.ready");
     let data = dir.path().join("bookie");
     let metadata = meta_cluster.addrs.join(",");
-    let args = [
+    let mut args = vec![
         "--certs-dir",
         certs.to_str().unwrap(),
         "--id",
@@ -32,17 +41,20 @@ async fn a_bookie_registers_renews_and_expires_with_its_lease() {
         data.to_str().unwrap(),
         "--metadata",
         &metadata,
-        "--lease-ms",
-        "2000",
-        "--rack",
-        "rack-a",
     ];
+    args.extend_from_slice(extra);
     let mut bookie = Process::spawn("bookie", &bin_path("quire-bookie"), &args, dir.path()).unwrap();
     let addr = bookie.wait_ready(&ready, Duration::from_secs(30)).unwrap();
-
     let creds = Credentials::load(&TlsFiles::in_dir(&certs, Role::Admin, "1")).unwrap();
     let rpc = RpcClient::new(&creds, ClientOptions::default()).unwrap();
     let meta = MetaClient::new(rpc.clone(), meta_cluster.addrs.clone(), MetaClientOptions::default());
+    Setup { dir, meta_cluster, bookie, addr, rpc, meta }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bookie_registers_renews_and_expires_with_its_lease() {
+    let Setup { dir: _dir, meta_cluster: _cluster, mut bookie, addr, rpc, meta } =
+        setup(&["--lease-ms", "2000", "--rack", "rack-a"]);
     // Registered: watch the registry until it appears.
     let mut version = 0;
     let rec = loop {
@@ -88,32 +100,7 @@ async fn a_bookie_registers_renews_and_expires_with_its_lease() {
 /// never seen checks the ledger with the metadata service first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bookie_refuses_adds_to_a_ledger_the_metadata_service_closed() {
-    let dir = tempfile::tempdir().unwrap();
-    let certs = dir.path().join("certs");
-    init_dir(&certs, "test", &LocalCluster { metadata: 3, bookies: 1 }, &IssueOptions::default()).unwrap();
-    let meta_cluster = MetadataCluster::start(&certs, dir.path(), 3).unwrap();
-    let ready = dir.path().join("bookie.ready");
-    let data = dir.path().join("bookie");
-    let metadata = meta_cluster.addrs.join(",");
-    let args = [
-        "--certs-dir",
-        certs.to_str().unwrap(),
-        "--id",
-        "1",
-        "--listen",
-        "127.0.0.1:0",
-        "--ready-file",
-        ready.to_str().unwrap(),
-        "--data-dir",
-        data.to_str().unwrap(),
-        "--metadata",
-        &metadata,
-    ];
-    let mut bookie = Process::spawn("bookie", &bin_path("quire-bookie"), &args, dir.path()).unwrap();
-    let addr = bookie.wait_ready(&ready, Duration::from_secs(30)).unwrap();
-    let creds = Credentials::load(&TlsFiles::in_dir(&certs, Role::Admin, "1")).unwrap();
-    let rpc = RpcClient::new(&creds, ClientOptions::default()).unwrap();
-    let meta = MetaClient::new(rpc.clone(), meta_cluster.addrs.clone(), MetaClientOptions::default());
+    let Setup { dir: _dir, meta_cluster: _cluster, mut bookie, addr, rpc, meta } = setup(&[]);
     let create = || v1::CreateLedgerRequest {
         ensemble_size: 1,
         write_quorum: 1,

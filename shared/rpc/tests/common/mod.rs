@@ -86,7 +86,7 @@ pub fn serve_with(
 
 /// A stand-in bookie service:
 /// - AddEntry records the entry id in arrival order (in the handler's
-///   synchronous part), then answers after `payload[0]` milliseconds;
+///   synchronous part), then answers after `payload[0]` units of work;
 /// - ReadLac answers after a permit from `gate` (tests hold requests in flight);
 /// - WaitLac never answers (tests deadlines).
 pub struct FakeBookie {
@@ -110,10 +110,13 @@ impl Service for FakeBookie {
             Req::AddEntry(a) => {
                 let e = a.entry.unwrap_or_default();
                 self.arrivals.lock().unwrap().push(e.entry_id);
-                let delay_ms = e.payload.first().copied().unwrap_or(0) as u64;
+                let work = e.payload.first().copied().unwrap_or(0) as u32;
                 Box::pin(async move {
-                    // Simulated service time, so that completions reorder.
-                    tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                    // Simulated service time (yields, no timer), so that
+                    // requests with more work complete after later ones.
+                    for _ in 0..work * 20 {
+                        tokio::task::yield_now().await;
+                    }
                     Ok(AddEntryResponse { ledger_id: e.ledger_id, entry_id: e.entry_id }.into())
                 })
             }
