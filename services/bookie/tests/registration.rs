@@ -106,6 +106,7 @@ async fn a_bookie_refuses_adds_to_a_ledger_the_metadata_service_closed() {
         write_quorum: 1,
         ack_quorum: 1,
         bookie_ids: vec!["1".into()],
+        instance_ids: vec![],
         custom: Default::default(),
     };
     let open = meta.call(create()).await.unwrap().ledger.unwrap();

@@ -42,6 +42,7 @@ fn main() {
                 write_quorum: 3,
                 ack_quorum: 2,
                 bookie_ids: vec!["1".into(), "2".into(), "3".into()],
+                instance_ids: vec![],
                 custom: Default::default(),
             };
             ledgers.push(meta.call(req).await.unwrap().ledger.unwrap());

@@ -19,7 +19,11 @@ pub fn ledger_to_wire(l: &Ledger) -> v1::LedgerMetadata {
         ensembles: l
             .ensembles
             .iter()
-            .map(|s| v1::EnsembleSegment { first_entry_id: s.first_entry_id, bookie_ids: s.bookie_ids.clone() })
+            .map(|s| v1::EnsembleSegment {
+                first_entry_id: s.first_entry_id,
+                bookie_ids: s.bookie_ids.clone(),
+                instance_ids: s.instance_ids.clone(),
+            })
             .collect(),
         last_entry_id: l.last_entry_id,
         length: l.length,
@@ -47,7 +51,11 @@ pub fn ledger_from_wire(m: &v1::LedgerMetadata) -> Result<Ledger, String> {
         ensembles: m
             .ensembles
             .iter()
-            .map(|s| Segment { first_entry_id: s.first_entry_id, bookie_ids: s.bookie_ids.clone() })
+            .map(|s| Segment {
+                first_entry_id: s.first_entry_id,
+                bookie_ids: s.bookie_ids.clone(),
+                instance_ids: s.instance_ids.clone(),
+            })
             .collect(),
         last_entry_id: m.last_entry_id,
         length: m.length,

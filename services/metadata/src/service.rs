@@ -184,6 +184,7 @@ impl quire_rpc::Service for MetaService {
                         write_quorum: c.write_quorum,
                         ack_quorum: c.ack_quorum,
                         bookie_ids: c.bookie_ids,
+                        instance_ids: c.instance_ids,
                         custom: c.custom.into_iter().map(|(k, v)| (k, v.to_vec())).collect(),
                         now_ms: now_ms(),
                     };

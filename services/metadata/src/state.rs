@@ -27,6 +27,8 @@ pub struct Segment {
     pub first_entry_id: u64,
     /// The bookies, in stripe order.
     pub bookie_ids: Vec<String>,
+    /// Each bookie's instance id when it joined (empty, or one per bookie).
+    pub instance_ids: Vec<String>,
 }
 
 /// A ledger's metadata.
@@ -135,6 +137,8 @@ pub enum Command {
         ack_quorum: u32,
         /// The first ensemble (E bookies).
         bookie_ids: Vec<String>,
+        /// Their instance ids (empty, or one per bookie).
+        instance_ids: Vec<String>,
         /// Application metadata.
         custom: BTreeMap<String, Vec<u8>>,
         /// Leader clock.
@@ -345,9 +349,16 @@ fn validate_quorums(e: u32, qw: u32, qa: u32) -> Result<(), Refusal> {
     Ok(())
 }
 
-fn validate_ensemble(ids: &[String], e: u32) -> Result<(), Refusal> {
+fn validate_ensemble(ids: &[String], instance_ids: &[String], e: u32) -> Result<(), Refusal> {
     if ids.len() != e as usize {
         return Err(Refusal::BadRequest(format!("an ensemble of {} bookies for ensemble size {e}", ids.len())));
+    }
+    if !instance_ids.is_empty() && instance_ids.len() != ids.len() {
+        return Err(Refusal::BadRequest(format!(
+            "{} instance ids for an ensemble of {} bookies (give none or one each)",
+            instance_ids.len(),
+            ids.len()
+        )));
     }
     let mut sorted: Vec<&String> = ids.iter().collect();
     sorted.sort();
@@ -384,9 +395,11 @@ impl MetaState {
                 }
                 Ok((Outcome::Batch(outcomes), touched))
             }
-            Command::CreateLedger { ensemble_size, write_quorum, ack_quorum, bookie_ids, custom, now_ms } => {
+            Command::CreateLedger {
+                ensemble_size, write_quorum, ack_quorum, bookie_ids, instance_ids, custom, now_ms
+            } => {
                 validate_quorums(ensemble_size, write_quorum, ack_quorum)?;
-                validate_ensemble(&bookie_ids, ensemble_size)?;
+                validate_ensemble(&bookie_ids, &instance_ids, ensemble_size)?;
                 validate_custom(&custom)?;
                 // Ledger ids start at 1; 0 is never a ledger.
                 let id = self.next_ledger_id.max(1);
@@ -397,7 +410,7 @@ impl MetaState {
                     ensemble_size,
                     write_quorum,
                     ack_quorum,
-                    ensembles: vec![Segment { first_entry_id: 0, bookie_ids }],
+                    ensembles: vec![Segment { first_entry_id: 0, bookie_ids, instance_ids }],
                     last_entry_id: -1,
                     length: 0,
                     digest_type: "crc32c".into(),
@@ -605,7 +618,7 @@ impl MetaState {
             return bad("ensembles cannot be removed");
         }
         for (i, seg) in new.ensembles.iter().enumerate() {
-            validate_ensemble(&seg.bookie_ids, new.ensemble_size)?;
+            validate_ensemble(&seg.bookie_ids, &seg.instance_ids, new.ensemble_size)?;
             if let Some(o) = old.ensembles.get(i) {
                 if o.first_entry_id != seg.first_entry_id {
                     return bad("an existing ensemble's first entry id cannot change");
@@ -644,6 +657,7 @@ mod tests {
             write_quorum: qw,
             ack_quorum: qa,
             bookie_ids: (1..=e).map(|i| format!("b{i}")).collect(),
+            instance_ids: vec![],
             custom: BTreeMap::new(),
             now_ms: 1000,
         }
@@ -677,10 +691,21 @@ mod tests {
             write_quorum: 2,
             ack_quorum: 2,
             bookie_ids: vec!["b1".into(), "b1".into()],
+            instance_ids: vec![],
             custom: BTreeMap::new(),
             now_ms: 0,
         };
         assert!(matches!(s.apply(dup).0, Outcome::Refused(Refusal::BadRequest(_))));
+        let short = Command::CreateLedger {
+            ensemble_size: 2,
+            write_quorum: 2,
+            ack_quorum: 2,
+            bookie_ids: vec!["b1".into(), "b2".into()],
+            instance_ids: vec!["i1".into()],
+            custom: BTreeMap::new(),
+            now_ms: 0,
+        };
+        assert!(matches!(s.apply(short).0, Outcome::Refused(Refusal::BadRequest(_))));
         assert!(s.ledgers.is_empty(), "refusals change nothing");
     }
 
@@ -689,7 +714,11 @@ mod tests {
         let mut s = MetaState::default();
         let l = ledger(s.apply(create(3, 3, 2)).0);
         let mut next = l.clone();
-        next.ensembles.push(Segment { first_entry_id: 10, bookie_ids: vec!["b1".into(), "b2".into(), "b4".into()] });
+        next.ensembles.push(Segment {
+            first_entry_id: 10,
+            bookie_ids: vec!["b1".into(), "b2".into(), "b4".into()],
+            instance_ids: vec![],
+        });
         let v2 = ledger(s.apply(Command::UpdateLedger { ledger: next.clone(), expected_version: 1 }).0);
         assert_eq!(v2.version, 2);
         // A second writer with the same expectation loses.

@@ -110,6 +110,7 @@ fn create(e: u32, qw: u32, qa: u32) -> v1::CreateLedgerRequest {
         write_quorum: qw,
         ack_quorum: qa,
         bookie_ids: (1..=e).map(|i| format!("b{i}")).collect(),
+        instance_ids: vec![],
         custom: Default::default(),
     }
 }
@@ -127,7 +128,11 @@ async fn ledger_metadata_is_created_compared_and_set_listed_and_deleted() {
     assert_eq!(l.state, v1::LedgerState::Open as i32);
     let mut next = l.clone();
     next.ensembles
-        .push(v1::EnsembleSegment { first_entry_id: 7, bookie_ids: vec!["b1".into(), "b2".into(), "b4".into()] });
+        .push(v1::EnsembleSegment {
+            first_entry_id: 7,
+            bookie_ids: vec!["b1".into(), "b2".into(), "b4".into()],
+            instance_ids: vec![],
+        });
     let v2 = meta
         .call(v1::UpdateLedgerRequest { ledger: Some(next.clone()), expected_version: 1 })
         .await

@@ -10,6 +10,7 @@
 //! The async shell that drives it over quire-rpc, recovery, readers and the
 //! deterministic simulator arrive with the rest of the CLIENT issue.
 
+pub mod meta;
 pub mod placement;
 pub mod recovery;
 pub mod writer;

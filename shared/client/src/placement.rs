@@ -10,11 +10,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::writer::Member;
+
 /// A bookie placement may choose.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Candidate {
     /// Its id.
     pub bookie_id: String,
+    /// The instance registered under that id now.
+    pub instance_id: String,
     /// Its rack.
     pub rack: String,
     /// Only writable bookies are placed on.
@@ -125,6 +129,29 @@ pub fn choose_replacement(
         .ok_or(PlacementError::NotEnoughBookies { needed: 1, available: 0 })
 }
 
+/// The current ensemble with every `failed` position replaced, each by a
+/// bookie chosen with [`choose_replacement`]; failed members are never chosen
+/// back (a bookie that just failed, or answered as another instance, is not a
+/// replacement for itself).
+pub fn replace_members(
+    current: &[Member],
+    failed: &[usize],
+    qw: usize,
+    candidates: &[Candidate],
+    seed: u64,
+) -> Result<Vec<Member>, PlacementError> {
+    let exclude: BTreeSet<String> = failed.iter().map(|p| current[*p].bookie_id.clone()).collect();
+    let mut ids: Vec<String> = current.iter().map(|m| m.bookie_id.clone()).collect();
+    let mut members = current.to_vec();
+    for &pos in failed {
+        let id = choose_replacement(&ids, pos, qw, candidates, &exclude, seed)?;
+        let c = candidates.iter().find(|c| c.bookie_id == id).expect("chosen from the candidates");
+        members[pos] = Member { bookie_id: id.clone(), instance_id: c.instance_id.clone() };
+        ids[pos] = id;
+    }
+    Ok(members)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,6 +162,7 @@ mod tests {
             for i in 0..*n {
                 v.push(Candidate {
                     bookie_id: format!("{r}-{i}"),
+                    instance_id: format!("i-{r}-{i}"),
                     rack: r.to_string(),
                     writable: true,
                     free_bytes: 1 << 40,
@@ -190,5 +218,19 @@ mod tests {
         let members: Vec<Candidate> = c.iter().filter(|x| ens.contains(&x.bookie_id)).cloned().collect();
         let none = choose_replacement(&ens, 1, 3, &members, &BTreeSet::new(), 7);
         assert!(none.is_err(), "{none:?}");
+    }
+
+    #[test]
+    fn replacing_members_never_picks_a_failed_one_back() {
+        let c = cands(&[("r1", 2), ("r2", 2), ("r3", 1)]);
+        let cur: Vec<Member> = ["r1-0", "r2-0", "r3-0"]
+            .iter()
+            .map(|b| Member { bookie_id: b.to_string(), instance_id: format!("i-{b}") })
+            .collect();
+        let next = replace_members(&cur, &[1, 2], 3, &c, 3).unwrap();
+        assert_eq!(next[0], cur[0]);
+        assert!(next[1].bookie_id != "r2-0" && next[2].bookie_id != "r3-0" && next[1] != next[2]);
+        assert_eq!(next[1].instance_id, format!("i-{}", next[1].bookie_id), "the registered instance");
+        assert!(replace_members(&cur, &[0, 1, 2], 3, &c, 3).is_err(), "two spares for three places");
     }
 }

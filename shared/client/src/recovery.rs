@@ -17,11 +17,13 @@
 //!   rather than truncate (seed 004): closing the ledger short would lose an
 //!   entry that may have been acknowledged.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
 
 use quire_proto::v1::Entry;
 
-use crate::writer::Quorums;
+use crate::meta::LedgerMeta;
+use crate::writer::{self, Answer, FailReason, Member, Quorums, Writer, WriterOptions};
 
 /// One bookie's answer to a recovery read.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,6 +90,412 @@ pub fn fence_covers_every_write_set(q: Quorums, fenced: &BTreeSet<usize>) -> boo
     (0..q.ensemble as u64).all(|start| q.write_set(start).iter().filter(|p| fenced.contains(p)).count() >= needed)
 }
 
+/// How a bookie answered a fence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FenceAnswer {
+    /// Fenced; the bookie's LAC for the ledger.
+    Fenced {
+        /// Its LAC (-1: none).
+        lac: i64,
+    },
+    /// No answer that says anything.
+    Failed,
+}
+
+/// How a bookie answered a recovery read, before it is judged.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BookieRead {
+    /// It returned an entry.
+    Entry(Entry),
+    /// It has no such entry (or no such ledger); `instance_id` answered.
+    NoSuchEntry {
+        /// The answering instance.
+        instance_id: String,
+    },
+    /// Its copy failed the CRC check.
+    Corrupt,
+    /// No answer that says anything.
+    Failed,
+}
+
+/// What recovery asks its shell to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Fence the ledger on the member at `position` of the last ensemble.
+    Fence {
+        /// Position in the last ensemble.
+        position: usize,
+        /// The member.
+        member: Member,
+    },
+    /// Read `entry_id` (fencing first: #2614) from `member`.
+    Read {
+        /// The entry.
+        entry_id: u64,
+        /// Position in the entry's ensemble.
+        position: usize,
+        /// The member.
+        member: Member,
+    },
+    /// A write-back command from recovery's writer (recovery adds, ensemble
+    /// changes with the ledger still in recovery).
+    Write(writer::Command),
+    /// Every entry up to `last_entry_id` is on Qa bookies: close the ledger
+    /// there by CAS, with these ensembles.
+    Close {
+        /// The true tail (-1: empty).
+        last_entry_id: i64,
+        /// Payload bytes.
+        length: u64,
+        /// Ensembles, including changes made during write-back.
+        ensembles: BTreeMap<u64, Vec<Member>>,
+    },
+    /// Recovery cannot finish; the ledger stays in recovery, untouched.
+    Failed(RecoveryError),
+}
+
+/// Why recovery stopped short. Never a reason to truncate: the caller
+/// retries later, when more bookies answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecoveryError {
+    /// Too few bookies answered the fence to shut the old writer out.
+    #[error("fenced positions {fenced:?} do not cover every write quorum with Qw-Qa+1 bookies")]
+    FenceIncomplete {
+        /// Positions that did answer.
+        fenced: Vec<usize>,
+    },
+    /// Every bookie of an entry's write set answered and nothing is decided
+    /// (seed 004: fail rather than guess).
+    #[error(
+        "entry {entry_id}: {no_such_entry} absent, {corrupt} corrupt, {failed} silent: cannot tell whether it was acknowledged"
+    )]
+    Unrecoverable {
+        /// The entry.
+        entry_id: u64,
+        /// Definite absences.
+        no_such_entry: usize,
+        /// Corrupt copies.
+        corrupt: usize,
+        /// Non-answers (or answers from a replaced bookie instance).
+        failed: usize,
+    },
+    /// Writing the recovered entries back failed.
+    #[error("writing recovered entries back failed: {0:?}")]
+    WriteBack(FailReason),
+}
+
+/// Recovery options.
+#[derive(Debug, Clone)]
+pub struct RecoveryOptions {
+    /// Entries read ahead in parallel.
+    pub read_window: usize,
+    /// The write-back writer's options (`recovery` is forced on).
+    pub writer: WriterOptions,
+}
+
+impl Default for RecoveryOptions {
+    fn default() -> Self {
+        RecoveryOptions { read_window: 16, writer: WriterOptions::default() }
+    }
+}
+
+#[derive(Debug)]
+enum Phase {
+    Fencing,
+    Reading,
+    WritingBack,
+    Done,
+}
+
+/// Recovery of one ledger ("open with recovery"), after the shell has marked
+/// it in_recovery by CAS: fence the last ensemble, find the true tail by
+/// reading forward from the LAC, write the entries past the LAC back with
+/// recovery adds, then close at the tail.
+///
+/// Entries before the last ensemble's first entry need neither reading nor
+/// writing back: an ensemble change starts at the first unacknowledged entry,
+/// so everything before it had Qa copies.
+#[derive(Debug)]
+pub struct Recovery {
+    ledger_id: u64,
+    quorums: Quorums,
+    meta: LedgerMeta,
+    opts: RecoveryOptions,
+    phase: Phase,
+    fence_answers: BTreeMap<usize, FenceAnswer>,
+    lac: i64,
+    /// First entry that may be unacknowledged.
+    start: u64,
+    /// Answers per entry being read.
+    reads: BTreeMap<u64, Vec<ReadAnswer>>,
+    /// Entries proven present.
+    found: BTreeMap<u64, Entry>,
+    /// Entries proven absent (the lowest bounds the tail).
+    first_absent: Option<u64>,
+    /// Next entry to issue reads for.
+    next_read: u64,
+    /// Ledger length up to `start - 1`, once known.
+    anchor_length: Option<u64>,
+    writer: Option<Writer>,
+    /// Next found entry to hand to the writer.
+    next_write: u64,
+}
+
+impl Recovery {
+    /// Starts recovery of `meta` (already marked in_recovery): fences the last ensemble.
+    pub fn new(meta: LedgerMeta, opts: RecoveryOptions) -> (Recovery, Vec<Step>) {
+        let members = meta.last_segment().members.clone();
+        let r = Recovery {
+            ledger_id: meta.ledger_id,
+            quorums: meta.quorums,
+            meta,
+            opts: RecoveryOptions { writer: WriterOptions { recovery: true, ..opts.writer.clone() }, ..opts },
+            phase: Phase::Fencing,
+            fence_answers: BTreeMap::new(),
+            lac: -1,
+            start: 0,
+            reads: BTreeMap::new(),
+            found: BTreeMap::new(),
+            first_absent: None,
+            next_read: 0,
+            anchor_length: None,
+            writer: None,
+            next_write: 0,
+        };
+        let steps = members.into_iter().enumerate().map(|(position, member)| Step::Fence { position, member }).collect();
+        (r, steps)
+    }
+
+    /// Whether recovery has finished (closed or failed).
+    pub fn finished(&self) -> bool {
+        matches!(self.phase, Phase::Done)
+    }
+
+    /// The LAC the fence answers gave.
+    pub fn fenced_lac(&self) -> i64 {
+        self.lac
+    }
+
+    fn fail(&mut self, e: RecoveryError) -> Vec<Step> {
+        self.phase = Phase::Done;
+        vec![Step::Failed(e)]
+    }
+
+    /// A bookie answered the fence.
+    pub fn fence_answered(&mut self, position: usize, answer: FenceAnswer, now: Instant) -> Vec<Step> {
+        if !matches!(self.phase, Phase::Fencing) {
+            return Vec::new();
+        }
+        self.fence_answers.insert(position, answer);
+        let fenced: BTreeSet<usize> = self
+            .fence_answers
+            .iter()
+            .filter(|(_, a)| matches!(a, FenceAnswer::Fenced { .. }))
+            .map(|(p, _)| *p)
+            .collect();
+        if fence_covers_every_write_set(self.quorums, &fenced) {
+            self.lac = self
+                .fence_answers
+                .values()
+                .filter_map(|a| match a {
+                    FenceAnswer::Fenced { lac } => Some(*lac),
+                    FenceAnswer::Failed => None,
+                })
+                .max()
+                .unwrap_or(-1);
+            let last_first = self.meta.last_segment().first_entry_id as i64;
+            self.start = (self.lac.max(last_first - 1) + 1) as u64;
+            self.next_read = self.start;
+            self.phase = Phase::Reading;
+            let mut steps = Vec::new();
+            if self.start == 0 {
+                self.anchor_length = Some(0);
+            } else {
+                // The entry before `start` is acknowledged: read it for the
+                // ledger length up to there (from any one copy).
+                steps.extend(self.issue_read(self.start - 1));
+            }
+            steps.extend(self.fill_window());
+            steps.extend(self.advance(now));
+            return steps;
+        }
+        if self.fence_answers.len() == self.quorums.ensemble {
+            return self.fail(RecoveryError::FenceIncomplete { fenced: fenced.into_iter().collect() });
+        }
+        Vec::new()
+    }
+
+    fn issue_read(&mut self, entry_id: u64) -> Vec<Step> {
+        self.reads.insert(entry_id, Vec::new());
+        let members = self.meta.segment_of(entry_id).members.clone();
+        self.quorums
+            .write_set(entry_id)
+            .into_iter()
+            .map(|position| Step::Read { entry_id, position, member: members[position].clone() })
+            .collect()
+    }
+
+    fn fill_window(&mut self) -> Vec<Step> {
+        let mut steps = Vec::new();
+        let window = self.opts.read_window.max(1) as u64;
+        while self.first_absent.is_none_or(|a| self.next_read < a)
+            && self.reads.keys().filter(|e| **e >= self.start).count() < window as usize
+        {
+            let e = self.next_read;
+            self.next_read += 1;
+            steps.extend(self.issue_read(e));
+        }
+        steps
+    }
+
+    /// A bookie answered a recovery read of `entry_id`.
+    pub fn read_answered(&mut self, entry_id: u64, position: usize, read: BookieRead, now: Instant) -> Vec<Step> {
+        if !matches!(self.phase, Phase::Reading) || !self.reads.contains_key(&entry_id) {
+            return Vec::new();
+        }
+        let member = &self.meta.segment_of(entry_id).members[position];
+        let answer = match read {
+            BookieRead::Entry(e) if e.ledger_id == self.ledger_id && e.entry_id == entry_id => ReadAnswer::Entry(e),
+            BookieRead::Entry(_) => ReadAnswer::Corrupt,
+            // A replaced bookie (another instance than the one that joined
+            // the ensemble) never held the entry: its absence proves nothing.
+            BookieRead::NoSuchEntry { instance_id }
+                if member.instance_id.is_empty() || instance_id == member.instance_id =>
+            {
+                ReadAnswer::NoSuchEntry
+            }
+            BookieRead::NoSuchEntry { .. } | BookieRead::Failed => ReadAnswer::Failed,
+            BookieRead::Corrupt => ReadAnswer::Corrupt,
+        };
+        let answers = self.reads.get_mut(&entry_id).expect("checked");
+        answers.push(answer);
+        let v = verdict(self.quorums, answers);
+        let anchor = self.start > 0 && entry_id == self.start - 1;
+        match v {
+            Verdict::Undecided => return Vec::new(),
+            Verdict::Present(e) => {
+                self.reads.remove(&entry_id);
+                if anchor {
+                    self.anchor_length = Some(e.ledger_length);
+                } else {
+                    self.found.insert(entry_id, e);
+                }
+            }
+            Verdict::Absent if !anchor => {
+                self.reads.remove(&entry_id);
+                self.first_absent = Some(self.first_absent.map_or(entry_id, |a| a.min(entry_id)));
+                // Reads past the first absence no longer matter.
+                let cut = self.first_absent.expect("just set");
+                self.reads.retain(|e, _| *e < cut);
+                self.found.retain(|e, _| *e < cut);
+            }
+            Verdict::Absent => {
+                // The anchor is acknowledged: its absence from enough bookies
+                // means copies were lost. Nothing can be decided safely.
+                return self.fail(RecoveryError::Unrecoverable { entry_id, no_such_entry: 0, corrupt: 0, failed: 0 });
+            }
+            Verdict::Unrecoverable { no_such_entry, corrupt, failed } => {
+                return self.fail(RecoveryError::Unrecoverable { entry_id, no_such_entry, corrupt, failed });
+            }
+        }
+        let mut steps = self.fill_window();
+        steps.extend(self.advance(now));
+        steps
+    }
+
+    /// Moves on to write-back once the tail is known and every entry up to
+    /// it is found; hands found entries to the writer as it has room.
+    fn advance(&mut self, now: Instant) -> Vec<Step> {
+        if matches!(self.phase, Phase::Reading) {
+            let Some(absent) = self.first_absent else { return Vec::new() };
+            let complete = self.anchor_length.is_some() && (self.start..absent).all(|e| self.found.contains_key(&e));
+            if !complete {
+                return Vec::new();
+            }
+            let lac = self.start as i64 - 1;
+            let length = self.anchor_length.expect("checked");
+            self.writer = Some(Writer::resume(
+                self.ledger_id,
+                self.quorums,
+                self.meta.ensembles(),
+                lac,
+                length,
+                self.opts.writer.clone(),
+            ));
+            self.next_write = self.start;
+            self.phase = Phase::WritingBack;
+        }
+        if !matches!(self.phase, Phase::WritingBack) {
+            return Vec::new();
+        }
+        let tail = self.first_absent.expect("known in write-back") as i64 - 1;
+        let w = self.writer.as_mut().expect("write-back has a writer");
+        let mut steps = Vec::new();
+        while (self.next_write as i64) <= tail {
+            let entry = self.found[&self.next_write].clone();
+            match w.add_recovered(entry, now) {
+                Ok(cmds) => steps.extend(cmds.into_iter().map(Step::Write)),
+                Err(writer::AddError::Backpressure(_)) => break,
+                Err(writer::AddError::Done(r)) => return self.fail(RecoveryError::WriteBack(r)),
+            }
+            self.next_write += 1;
+        }
+        if w.lac() == tail {
+            self.phase = Phase::Done;
+            steps.push(Step::Close { last_entry_id: tail, length: w.length(), ensembles: w.ensembles().clone() });
+        }
+        steps
+    }
+
+    fn from_writer(&mut self, cmds: Vec<writer::Command>, now: Instant) -> Vec<Step> {
+        let mut steps = Vec::new();
+        for c in cmds {
+            match c {
+                writer::Command::Acknowledge { .. } => {}
+                writer::Command::Fail { reason, .. } => return self.fail(RecoveryError::WriteBack(reason)),
+                other => steps.push(Step::Write(other)),
+            }
+        }
+        steps.extend(self.advance(now));
+        steps
+    }
+
+    /// A bookie answered a recovery add.
+    pub fn write_answered(&mut self, entry_id: u64, position: usize, member: &Member, answer: Answer, now: Instant) -> Vec<Step> {
+        let Some(w) = self.writer.as_mut().filter(|_| matches!(self.phase, Phase::WritingBack)) else {
+            return Vec::new();
+        };
+        let cmds = w.answer(entry_id, position, member, answer);
+        self.from_writer(cmds, now)
+    }
+
+    /// The metadata (still in recovery) has a new ensemble for write-back.
+    pub fn ensemble_changed(&mut self, first_entry_id: u64, members: Vec<Member>, now: Instant) -> Vec<Step> {
+        let Some(w) = self.writer.as_mut().filter(|_| matches!(self.phase, Phase::WritingBack)) else {
+            return Vec::new();
+        };
+        let cmds = w.ensemble_changed(first_entry_id, members, now);
+        self.from_writer(cmds, now)
+    }
+
+    /// The ensemble change could not be made.
+    pub fn write_aborted(&mut self, reason: FailReason) -> Vec<Step> {
+        if matches!(self.phase, Phase::Done) {
+            return Vec::new();
+        }
+        self.fail(RecoveryError::WriteBack(reason))
+    }
+
+    /// Time passes (write-back timeouts).
+    pub fn tick(&mut self, now: Instant) -> Vec<Step> {
+        let Some(w) = self.writer.as_mut().filter(|_| matches!(self.phase, Phase::WritingBack)) else {
+            return Vec::new();
+        };
+        let cmds = w.tick(now);
+        self.from_writer(cmds, now)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,5 +555,131 @@ mod tests {
         let qq = q(4, 2, 2); // Qw=Qa: one of each write set
         assert!(fence_covers_every_write_set(qq, &BTreeSet::from([0, 2])));
         assert!(!fence_covers_every_write_set(qq, &BTreeSet::from([0, 1])));
+    }
+
+    mod machine {
+        use super::super::*;
+        use crate::meta::LedgerMeta;
+        use bytes::Bytes;
+        use quire_proto::v1;
+        use std::time::Instant;
+
+        fn meta(e: u32, w: u32, a: u32) -> LedgerMeta {
+            LedgerMeta::from_proto(v1::LedgerMetadata {
+                ledger_id: 1,
+                state: v1::LedgerState::InRecovery as i32,
+                ensemble_size: e,
+                write_quorum: w,
+                ack_quorum: a,
+                ensembles: vec![v1::EnsembleSegment {
+                    first_entry_id: 0,
+                    bookie_ids: (0..e).map(|i| format!("b{i}")).collect(),
+                    instance_ids: (0..e).map(|i| format!("i{i}")).collect(),
+                }],
+                last_entry_id: -1,
+                version: 2,
+                ..Default::default()
+            })
+            .unwrap()
+        }
+
+        fn entry(id: u64) -> Entry {
+            Entry::sealed_at(1, id, id as i64 - 1, (id + 1) * 10, Bytes::from(vec![id as u8; 10]))
+        }
+
+        fn reads(steps: &[Step]) -> Vec<(u64, usize)> {
+            steps
+                .iter()
+                .filter_map(|s| match s {
+                    Step::Read { entry_id, position, .. } => Some((*entry_id, *position)),
+                    _ => None,
+                })
+                .collect()
+        }
+
+        fn none(i: usize) -> BookieRead {
+            BookieRead::NoSuchEntry { instance_id: format!("i{i}") }
+        }
+
+        #[test]
+        fn finds_the_tail_writes_it_back_and_closes_there() {
+            let t = Instant::now();
+            let m = meta(3, 3, 2);
+            let members = m.last_segment().members.clone();
+            let (mut r, fences) = Recovery::new(m, RecoveryOptions { read_window: 2, ..Default::default() });
+            assert_eq!(fences.len(), 3);
+            assert!(r.fence_answered(0, FenceAnswer::Fenced { lac: 3 }, t).is_empty(), "one fence covers nothing");
+            let steps = r.fence_answered(2, FenceAnswer::Fenced { lac: 4 }, t);
+            // Anchor 4 (for the length) and a window of two: 5 and 6, each from all three.
+            let rs = reads(&steps);
+            assert_eq!(rs.iter().filter(|(e, _)| *e == 4).count(), 3);
+            assert_eq!(rs.iter().filter(|(e, _)| *e == 5).count(), 3);
+            assert_eq!(rs.iter().filter(|(e, _)| *e == 6).count(), 3);
+            assert!(!rs.iter().any(|(e, _)| *e == 7));
+            r.read_answered(4, 0, BookieRead::Entry(entry(4)), t);
+            // Entry 5 on one bookie only (written, never acknowledged); 6 nowhere.
+            r.read_answered(5, 1, none(1), t);
+            let more = r.read_answered(5, 0, BookieRead::Entry(entry(5)), t);
+            assert_eq!(reads(&more).iter().filter(|(e, _)| *e == 7).count(), 3, "the window slides");
+            assert!(r.read_answered(6, 0, none(0), t).is_empty());
+            let wb = r.read_answered(6, 2, none(2), t);
+            let sends: Vec<_> = wb
+                .iter()
+                .filter_map(|s| match s {
+                    Step::Write(writer::Command::Send { entry, recovery: true, position, .. }) => {
+                        Some((entry.entry_id, *position))
+                    }
+                    _ => None,
+                })
+                .collect();
+            let mut sends = sends;
+            sends.sort();
+            assert_eq!(sends, vec![(5, 0), (5, 1), (5, 2)]);
+            assert!(r.write_answered(5, 0, &members[0], Answer::Stored { instance_id: "i0".into() }, t).is_empty());
+            let done = r.write_answered(5, 1, &members[1], Answer::Stored { instance_id: "i1".into() }, t);
+            assert!(matches!(&done[..], [Step::Close { last_entry_id: 5, length: 60, .. }]), "{done:?}");
+            assert!(r.finished());
+        }
+
+        #[test]
+        fn too_few_fences_fail_instead_of_going_on() {
+            let t = Instant::now();
+            let (mut r, _) = Recovery::new(meta(3, 3, 2), RecoveryOptions::default());
+            r.fence_answered(0, FenceAnswer::Fenced { lac: 3 }, t);
+            r.fence_answered(1, FenceAnswer::Failed, t);
+            let out = r.fence_answered(2, FenceAnswer::Failed, t);
+            assert_eq!(out, vec![Step::Failed(RecoveryError::FenceIncomplete { fenced: vec![0] })]);
+        }
+
+        #[test]
+        fn a_replaced_bookie_saying_no_such_entry_is_no_evidence() {
+            // Seed 003 meets seed 004: E=Qw=Qa=2. Entry 0 was acknowledged by both
+            // original bookies; both were replaced by fresh instances.
+            let t = Instant::now();
+            let (mut r, _) = Recovery::new(meta(2, 2, 2), RecoveryOptions::default());
+            r.fence_answered(0, FenceAnswer::Fenced { lac: -1 }, t);
+            r.fence_answered(1, FenceAnswer::Fenced { lac: -1 }, t);
+            let fresh = |_| BookieRead::NoSuchEntry { instance_id: "fresh".into() };
+            assert!(r.read_answered(0, 0, fresh(0), t).is_empty());
+            let out = r.read_answered(0, 1, fresh(1), t);
+            assert_eq!(
+                out,
+                vec![Step::Failed(RecoveryError::Unrecoverable { entry_id: 0, no_such_entry: 0, corrupt: 0, failed: 2 })],
+                "closing at -1 would lose an acknowledged entry"
+            );
+        }
+
+        #[test]
+        fn an_empty_ledger_closes_at_minus_one() {
+            let t = Instant::now();
+            let (mut r, _) = Recovery::new(meta(3, 2, 2), RecoveryOptions { read_window: 1, ..Default::default() });
+            r.fence_answered(0, FenceAnswer::Fenced { lac: -1 }, t);
+            // Qw-Qa+1 = 1 of each write set {0,1} {1,2} {2,0}: positions 0 and 1 do.
+            let out = r.fence_answered(1, FenceAnswer::Fenced { lac: -1 }, t);
+            assert_eq!(reads(&out), vec![(0, 0), (0, 1)]);
+            assert!(r.fence_answered(2, FenceAnswer::Fenced { lac: -1 }, t).is_empty());
+            let out = r.read_answered(0, 1, none(1), t);
+            assert!(matches!(&out[..], [Step::Close { last_entry_id: -1, length: 0, .. }]), "{out:?}");
+        }
     }
 }

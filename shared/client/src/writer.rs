@@ -64,6 +64,17 @@ pub enum Command {
         member: Member,
         /// The entry, sealed with its digest.
         entry: Entry,
+        /// A recovery add (accepted on a fenced ledger).
+        recovery: bool,
+    },
+    /// Publish the LAC to the bookie at `position` (an idle writer's explicit LAC).
+    SendLac {
+        /// Ensemble position.
+        position: usize,
+        /// The member there.
+        member: Member,
+        /// The LAC.
+        lac: i64,
     },
     /// These adds are acknowledged, in order; the LAC is now `lac`.
     Acknowledge {
@@ -96,6 +107,10 @@ pub enum FailReason {
     Fenced,
     /// The writer was closed.
     Closed,
+    /// No bookie could replace a failed one.
+    NotEnoughBookies,
+    /// The metadata service could not record an ensemble change.
+    MetadataUnavailable,
 }
 
 /// Why an add was not accepted.
@@ -123,11 +138,34 @@ pub enum Answer {
     Failed,
 }
 
+/// How a writer behaves.
+#[derive(Debug, Clone)]
+pub struct WriterOptions {
+    /// Adds in flight before [`AddError::Backpressure`].
+    pub max_pending: usize,
+    /// An add unanswered this long counts its silent bookies as failed.
+    pub add_timeout: Duration,
+    /// When idle this long with an unpublished LAC, send it explicitly.
+    pub explicit_lac_interval: Duration,
+    /// Recovery's writer: sends are recovery adds (accepted on a fenced ledger).
+    pub recovery: bool,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        WriterOptions {
+            max_pending: 1024,
+            add_timeout: Duration::from_secs(5),
+            explicit_lac_interval: Duration::from_millis(100),
+            recovery: false,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Pending {
-    payload: Bytes,
-    /// LAC the entry was first sent with (kept on resends: the digest covers it).
-    lac: i64,
+    /// Sealed once, at add: resends carry the same bytes, LAC and digest.
+    entry: Entry,
     confirmed: BTreeSet<usize>,
     sent_at: Instant,
 }
@@ -141,9 +179,15 @@ pub struct Writer {
     ensembles: BTreeMap<u64, Vec<Member>>,
     next_entry_id: u64,
     lac: i64,
+    /// Ledger length up to the LAC.
+    length: u64,
+    /// Ledger length up to the last entry added.
+    length_added: u64,
+    /// The highest LAC any bookie has been sent (piggybacked or explicit).
+    lac_published: i64,
+    last_activity: Option<Instant>,
     pending: BTreeMap<u64, Pending>,
-    max_pending: usize,
-    add_timeout: Duration,
+    opts: WriterOptions,
     /// Positions of the current ensemble known failed, awaiting replacement.
     failed: BTreeSet<usize>,
     changing: bool,
@@ -152,23 +196,36 @@ pub struct Writer {
 
 impl Writer {
     /// A writer for a new (empty) ledger with its first ensemble.
-    pub fn new(
+    pub fn new(ledger_id: u64, quorums: Quorums, ensemble: Vec<Member>, opts: WriterOptions) -> Writer {
+        Writer::resume(ledger_id, quorums, BTreeMap::from([(0, ensemble)]), -1, 0, opts)
+    }
+
+    /// A writer that continues a ledger whose entries up to `lac` (of total
+    /// length `length`) are acknowledged: recovery's write-back. Its entries
+    /// all belong to the last ensemble.
+    pub fn resume(
         ledger_id: u64,
         quorums: Quorums,
-        ensemble: Vec<Member>,
-        max_pending: usize,
-        add_timeout: Duration,
+        ensembles: BTreeMap<u64, Vec<Member>>,
+        lac: i64,
+        length: u64,
+        opts: WriterOptions,
     ) -> Writer {
-        assert_eq!(ensemble.len(), quorums.ensemble, "ensemble size");
+        let (&last_first, current) = ensembles.iter().next_back().expect("a ledger has an ensemble");
+        assert_eq!(current.len(), quorums.ensemble, "ensemble size");
+        assert!(lac + 1 >= last_first as i64, "entries past the LAC belong to the last ensemble");
         Writer {
             ledger_id,
             quorums,
-            ensembles: BTreeMap::from([(0, ensemble)]),
-            next_entry_id: 0,
-            lac: -1,
+            ensembles,
+            next_entry_id: (lac + 1) as u64,
+            lac,
+            length,
+            length_added: length,
+            lac_published: lac,
+            last_activity: None,
             pending: BTreeMap::new(),
-            max_pending: max_pending.max(1),
-            add_timeout,
+            opts: WriterOptions { max_pending: opts.max_pending.max(1), ..opts },
             failed: BTreeSet::new(),
             changing: false,
             done: None,
@@ -180,9 +237,29 @@ impl Writer {
         self.lac
     }
 
+    /// Payload bytes of the acknowledged entries.
+    pub fn length(&self) -> u64 {
+        self.length
+    }
+
     /// Adds in flight.
     pub fn pending(&self) -> usize {
         self.pending.len()
+    }
+
+    /// The entry id the next add gets.
+    pub fn next_entry_id(&self) -> u64 {
+        self.next_entry_id
+    }
+
+    /// Whether an ensemble change is under way.
+    pub fn changing(&self) -> bool {
+        self.changing
+    }
+
+    /// Why the writer stopped, if it did.
+    pub fn done(&self) -> Option<&FailReason> {
+        self.done.as_ref()
     }
 
     fn current(&self) -> (u64, &Vec<Member>) {
@@ -192,29 +269,59 @@ impl Writer {
 
     fn sends(&self, entry_id: u64, positions: impl IntoIterator<Item = usize>) -> Vec<Command> {
         let p = &self.pending[&entry_id];
-        let entry = Entry::sealed(self.ledger_id, entry_id, p.lac, p.payload.clone());
         let (_, members) = self.current();
         positions
             .into_iter()
             .filter(|pos| !self.failed.contains(pos))
-            .map(|position| Command::Send { position, member: members[position].clone(), entry: entry.clone() })
+            .map(|position| Command::Send {
+                position,
+                member: members[position].clone(),
+                entry: p.entry.clone(),
+                recovery: self.opts.recovery,
+            })
             .collect()
+    }
+
+    fn admit(&self) -> Result<(), AddError> {
+        if let Some(r) = &self.done {
+            return Err(AddError::Done(r.clone()));
+        }
+        if self.pending.len() >= self.opts.max_pending {
+            return Err(AddError::Backpressure(self.pending.len()));
+        }
+        Ok(())
+    }
+
+    fn enqueue(&mut self, entry: Entry, now: Instant) -> (u64, Vec<Command>) {
+        let id = entry.entry_id;
+        debug_assert_eq!(id, self.next_entry_id);
+        self.next_entry_id += 1;
+        self.length_added = entry.ledger_length;
+        self.lac_published = self.lac_published.max(entry.last_add_confirmed);
+        self.last_activity = Some(now);
+        self.pending.insert(id, Pending { entry, confirmed: BTreeSet::new(), sent_at: now });
+        // During an ensemble change, sends go out when the new ensemble is known.
+        let cmds = if self.changing { Vec::new() } else { self.sends(id, self.quorums.write_set(id)) };
+        (id, cmds)
     }
 
     /// Accepts an add: assigns its entry id and sends it to its write set.
     pub fn add(&mut self, payload: Bytes, now: Instant) -> Result<(u64, Vec<Command>), AddError> {
-        if let Some(r) = &self.done {
-            return Err(AddError::Done(r.clone()));
-        }
-        if self.pending.len() >= self.max_pending {
-            return Err(AddError::Backpressure(self.pending.len()));
-        }
+        self.admit()?;
         let id = self.next_entry_id;
-        self.next_entry_id += 1;
-        self.pending.insert(id, Pending { payload, lac: self.lac, confirmed: BTreeSet::new(), sent_at: now });
-        // During an ensemble change, sends go out when the new ensemble is known.
-        let cmds = if self.changing { Vec::new() } else { self.sends(id, self.quorums.write_set(id)) };
-        Ok((id, cmds))
+        let length = self.length_added + payload.len() as u64;
+        let entry = Entry::sealed_at(self.ledger_id, id, self.lac, length, payload);
+        Ok(self.enqueue(entry, now))
+    }
+
+    /// Recovery's write-back: re-adds an entry exactly as it was read (its
+    /// bytes, LAC, length and digest), which must be the next entry id.
+    pub fn add_recovered(&mut self, entry: Entry, now: Instant) -> Result<Vec<Command>, AddError> {
+        self.admit()?;
+        assert!(self.opts.recovery, "only recovery re-adds entries");
+        assert_eq!(entry.entry_id, self.next_entry_id, "recovered entries are re-added in order");
+        assert!(entry.digest_ok() && entry.ledger_id == self.ledger_id, "recovered entries are verified first");
+        Ok(self.enqueue(entry, now).1)
     }
 
     /// A bookie answered an add of `entry_id` sent to `position`.
@@ -237,7 +344,11 @@ impl Writer {
             return Vec::new();
         }
         match answer {
-            Answer::Stored { instance_id } if instance_id == member.instance_id => {
+            // An empty expected instance id is an unknown one (metadata written
+            // without instance ids): the bookie's own guard is then all there is.
+            Answer::Stored { instance_id }
+                if instance_id == member.instance_id || member.instance_id.is_empty() =>
+            {
                 self.pending.get_mut(&entry_id).expect("checked").confirmed.insert(position);
                 self.acknowledge()
             }
@@ -255,9 +366,10 @@ impl Writer {
             if confirmed < self.quorums.ack {
                 break;
             }
-            debug_assert_eq!(id as i64, self.lac + 1, "acknowledgements leave in entry order");
-            self.pending.remove(&id);
+            assert_eq!(id as i64, self.lac + 1, "acknowledgements leave in entry order");
+            let p = self.pending.remove(&id).expect("first pending");
             self.lac = id as i64;
+            self.length = p.entry.ledger_length;
             acked.push(id);
         }
         if acked.is_empty() {
@@ -276,14 +388,15 @@ impl Writer {
         vec![Command::ChangeEnsemble { failed: self.failed.iter().copied().collect(), first_entry_id: first }]
     }
 
-    /// Adds older than the add timeout: their unanswered bookies count as failed.
+    /// Time passes: adds older than the add timeout count their silent bookies
+    /// as failed; an idle writer publishes its LAC explicitly.
     pub fn tick(&mut self, now: Instant) -> Vec<Command> {
         if self.done.is_some() || self.changing {
             return Vec::new();
         }
         let mut late = BTreeSet::new();
         for (&id, p) in &self.pending {
-            if now.duration_since(p.sent_at) >= self.add_timeout {
+            if now.saturating_duration_since(p.sent_at) >= self.opts.add_timeout {
                 for pos in self.quorums.write_set(id) {
                     if !p.confirmed.contains(&pos) {
                         late.insert(pos);
@@ -292,7 +405,7 @@ impl Writer {
             }
         }
         if late.is_empty() {
-            return Vec::new();
+            return self.publish_lac(now);
         }
         self.failed.extend(late);
         self.changing = true;
@@ -300,10 +413,30 @@ impl Writer {
         vec![Command::ChangeEnsemble { failed: self.failed.iter().copied().collect(), first_entry_id: first }]
     }
 
+    /// Readers learn the LAC from the entries that carry it, so after the last
+    /// add it would lag by one until the next: an idle writer sends it alone.
+    fn publish_lac(&mut self, now: Instant) -> Vec<Command> {
+        let idle = self.last_activity.is_none_or(|t| now.saturating_duration_since(t) >= self.opts.explicit_lac_interval);
+        if !self.pending.is_empty() || self.lac <= self.lac_published || !idle || self.opts.recovery {
+            return Vec::new();
+        }
+        self.lac_published = self.lac;
+        self.last_activity = Some(now);
+        let (_, members) = self.current();
+        members
+            .iter()
+            .enumerate()
+            .map(|(position, member)| Command::SendLac { position, member: member.clone(), lac: self.lac })
+            .collect()
+    }
+
     /// The metadata now has a new ensemble from `first_entry_id` on: resend
     /// every pending entry to the positions that changed (and any not yet sent).
     pub fn ensemble_changed(&mut self, first_entry_id: u64, members: Vec<Member>, now: Instant) -> Vec<Command> {
         assert_eq!(members.len(), self.quorums.ensemble, "ensemble size");
+        if self.done.is_some() {
+            return Vec::new();
+        }
         let (_, old) = self.current();
         let changed: BTreeSet<usize> = (0..members.len()).filter(|i| old[*i] != members[*i]).collect();
         self.ensembles.insert(first_entry_id, members);
@@ -324,6 +457,8 @@ impl Writer {
                 .collect();
             out.extend(self.sends(id, missing));
         }
+        // Replacing a member can complete entries whose other copies were in.
+        out.extend(self.acknowledge());
         out
     }
 
@@ -336,6 +471,12 @@ impl Writer {
     /// Closes the writer: pending adds fail with `Closed`.
     pub fn close(&mut self) -> Vec<Command> {
         self.finish(FailReason::Closed)
+    }
+
+    /// The writer cannot go on (no replacement bookie, metadata unreachable):
+    /// pending adds fail with `reason`.
+    pub fn abort(&mut self, reason: FailReason) -> Vec<Command> {
+        self.finish(reason)
     }
 
     fn finish(&mut self, reason: FailReason) -> Vec<Command> {
@@ -366,7 +507,8 @@ mod tests {
     }
 
     fn writer(e: usize, w: usize, a: usize) -> Writer {
-        Writer::new(9, Quorums::new(e, w, a).unwrap(), members(e), 100, Duration::from_secs(1))
+        let opts = WriterOptions { max_pending: 100, add_timeout: Duration::from_secs(1), ..WriterOptions::default() };
+        Writer::new(9, Quorums::new(e, w, a).unwrap(), members(e), opts)
     }
 
     fn acked(cmds: &[Command]) -> Vec<u64> {
@@ -467,7 +609,8 @@ mod tests {
     #[test]
     fn timeouts_count_as_failures_and_pending_adds_are_bounded() {
         let t = Instant::now();
-        let mut w = Writer::new(1, Quorums::new(3, 3, 2).unwrap(), members(3), 2, Duration::from_millis(100));
+        let opts = WriterOptions { max_pending: 2, add_timeout: Duration::from_millis(100), ..WriterOptions::default() };
+        let mut w = Writer::new(1, Quorums::new(3, 3, 2).unwrap(), members(3), opts);
         let ms = members(3);
         w.add(Bytes::new(), t).unwrap();
         w.add(Bytes::new(), t).unwrap();
@@ -482,5 +625,43 @@ mod tests {
         w.add(Bytes::new(), t).unwrap();
         let out = w.tick(t + Duration::from_millis(150));
         assert_eq!(out, vec![Command::ChangeEnsemble { failed: vec![0, 1, 2], first_entry_id: 2 }]);
+    }
+
+    #[test]
+    fn an_idle_writer_publishes_its_lac_once() {
+        let t = Instant::now();
+        let mut w = writer(3, 3, 2);
+        let ms = members(3);
+        w.add(Bytes::from_static(b"x"), t).unwrap();
+        w.answer(0, 0, &ms[0], stored(&ms[0]));
+        w.answer(0, 1, &ms[1], stored(&ms[1]));
+        assert_eq!(w.lac(), 0);
+        assert!(w.tick(t + Duration::from_millis(10)).is_empty(), "not idle yet");
+        let out = w.tick(t + Duration::from_millis(200));
+        assert_eq!(out.len(), 3);
+        assert!(out.iter().all(|c| matches!(c, Command::SendLac { lac: 0, .. })));
+        assert!(w.tick(t + Duration::from_millis(400)).is_empty(), "already published");
+        // The next entry carries LAC 0 itself.
+        let (_, s) = w.add(Bytes::from_static(b"y"), t).unwrap();
+        let Command::Send { entry, .. } = &s[0] else { panic!() };
+        assert_eq!((entry.last_add_confirmed, entry.ledger_length), (0, 2));
+    }
+
+    #[test]
+    fn recovery_resumes_after_the_lac_with_recovery_adds_of_the_bytes_read() {
+        let t = Instant::now();
+        let ms = members(3);
+        let q = Quorums::new(3, 3, 2).unwrap();
+        let opts = WriterOptions { recovery: true, ..WriterOptions::default() };
+        let mut w = Writer::resume(4, q, BTreeMap::from([(0, ms.clone())]), 6, 70, opts);
+        let read = Entry::sealed_at(4, 7, 5, 80, Bytes::from_static(b"0123456789"));
+        let sends = w.add_recovered(read.clone(), t).unwrap();
+        assert_eq!(sends.len(), 3);
+        assert!(sends.iter().all(|c| matches!(c, Command::Send { recovery: true, entry, .. } if *entry == read)));
+        w.answer(7, 1, &ms[1], stored(&ms[1]));
+        let out = w.answer(7, 2, &ms[2], stored(&ms[2]));
+        assert_eq!(acked(&out), vec![7]);
+        assert_eq!((w.lac(), w.length()), (7, 80));
+        assert!(w.tick(t + Duration::from_secs(1)).is_empty(), "recovery publishes no LAC");
     }
 }

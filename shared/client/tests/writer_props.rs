@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use proptest::prelude::*;
-use quire_client::writer::{Answer, Command, Member, Quorums, Writer};
+use quire_client::writer::{Answer, Command, Member, Quorums, Writer, WriterOptions};
 
 fn members(n: usize) -> Vec<Member> {
     (1..=n).map(|i| Member { bookie_id: format!("b{i}"), instance_id: format!("i{i}") }).collect()
@@ -26,7 +26,8 @@ proptest! {
         let t = Instant::now();
         let q = Quorums::new(e, qw, qa).unwrap();
         let ms = members(e);
-        let mut w = Writer::new(1, q, ms.clone(), 1000, Duration::from_secs(60));
+        let opts = WriterOptions { max_pending: 1000, add_timeout: Duration::from_secs(60), ..WriterOptions::default() };
+        let mut w = Writer::new(1, q, ms.clone(), opts);
         // Every (entry, position) send the writer asked for.
         let mut sends: Vec<(u64, usize)> = Vec::new();
         for _ in 0..n {

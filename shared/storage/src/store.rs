@@ -184,11 +184,18 @@ impl Store {
         let mut caches = Caches::default();
         let outcome = journal::replay(&config.journal.dir, checkpoint, |pos, rec| {
             match rec {
-                Record::Entry { ledger_id, entry_id, last_add_confirmed, crc32c, payload } => {
+                Record::Entry { ledger_id, entry_id, last_add_confirmed, ledger_length, crc32c, payload } => {
                     let st = ledgers.entry(ledger_id).or_insert_with(|| LedgerState::new(LedgerRecord::default()));
                     st.raise_lac(last_add_confirmed);
                     st.dirty.store(true, Ordering::Release);
-                    caches.active.insert(Entry { ledger_id, entry_id, last_add_confirmed, payload, crc32c });
+                    caches.active.insert(Entry {
+                        ledger_id,
+                        entry_id,
+                        last_add_confirmed,
+                        payload,
+                        crc32c,
+                        ledger_length,
+                    });
                 }
                 Record::Fence { ledger_id } => {
                     let st = ledgers.entry(ledger_id).or_insert_with(|| LedgerState::new(LedgerRecord::default()));
@@ -491,6 +498,7 @@ impl Inner {
             ledger_id: entry.ledger_id,
             entry_id: entry.entry_id,
             last_add_confirmed: entry.last_add_confirmed,
+            ledger_length: entry.ledger_length,
             crc32c: entry.crc32c,
             payload: entry.payload.clone(),
         };

@@ -16,6 +16,7 @@ fn entry(l: u64, e: u64, payload: &[u8]) -> Record {
         ledger_id: l,
         entry_id: e,
         last_add_confirmed: e as i64 - 1,
+        ledger_length: e * 10,
         crc32c: 7,
         payload: Bytes::copy_from_slice(payload),
     }

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! file:   "QUIRELOG" | version u32 | log id u32 | record* ...
-//! record: len u32 | ledger u64 | entry u64 | lac i64 | crc32c u32 | payload
+//! record: len u32 | ledger u64 | entry u64 | lac i64 | ledger length u64 | crc32c u32 | payload
 //! ```
 //! `len` counts everything after itself. The record keeps the writer's digest,
 //! which is checked again on every read: a damaged copy is reported as
@@ -26,10 +26,10 @@ use crate::error::StorageError;
 use crate::index::Location;
 
 const MAGIC: &[u8; 8] = b"QUIRELOG";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const FILE_HEADER_BYTES: u64 = 16;
 /// Bytes of a record before its payload.
-pub const RECORD_HEADER_BYTES: usize = 4 + 8 + 8 + 8 + 4;
+pub const RECORD_HEADER_BYTES: usize = 4 + 8 + 8 + 8 + 8 + 4;
 
 /// An entry log file's name: `entrylog-<id, 8 hex digits>.log`.
 pub fn log_path(dir: &Path, id: u32) -> PathBuf {
@@ -51,6 +51,7 @@ pub fn encode_record(e: &Entry, out: &mut BytesMut) {
     out.put_u64(e.ledger_id);
     out.put_u64(e.entry_id);
     out.put_i64(e.last_add_confirmed);
+    out.put_u64(e.ledger_length);
     out.put_u32(e.crc32c);
     out.put_slice(&e.payload);
 }
@@ -70,7 +71,8 @@ pub fn decode_record(buf: Bytes, ledger_id: u64, entry_id: u64) -> Result<Entry,
         ledger_id: u64::from_be_bytes(buf[4..12].try_into().expect("8")),
         entry_id: u64::from_be_bytes(buf[12..20].try_into().expect("8")),
         last_add_confirmed: i64::from_be_bytes(buf[20..28].try_into().expect("8")),
-        crc32c: u32::from_be_bytes(buf[28..32].try_into().expect("4")),
+        ledger_length: u64::from_be_bytes(buf[28..36].try_into().expect("8")),
+        crc32c: u32::from_be_bytes(buf[36..40].try_into().expect("4")),
         payload: buf.slice(RECORD_HEADER_BYTES..),
     };
     if e.ledger_id != ledger_id || e.entry_id != entry_id {

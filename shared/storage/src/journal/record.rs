@@ -17,8 +17,9 @@ use bytes::{BufMut, Bytes, BytesMut};
 /// Bytes before a record's body: len, crc, kind.
 pub const RECORD_HEADER_BYTES: usize = 9;
 
-/// Body bytes of an entry record before the payload: ledger, entry, lac, digest.
-const ENTRY_FIXED_BYTES: usize = 8 + 8 + 8 + 4;
+/// Body bytes of an entry record before the payload: ledger, entry, lac,
+/// ledger length, digest.
+const ENTRY_FIXED_BYTES: usize = 8 + 8 + 8 + 8 + 4;
 
 const KIND_ENTRY: u8 = 1;
 const KIND_FENCE: u8 = 2;
@@ -34,6 +35,8 @@ pub enum Record {
         entry_id: u64,
         /// The LAC the writer sent with it.
         last_add_confirmed: i64,
+        /// The ledger's length up to and including it.
+        ledger_length: u64,
         /// The writer's CRC32C (quire_proto::digest).
         crc32c: u32,
         /// The payload.
@@ -72,11 +75,12 @@ impl Record {
         out.put_u32(0); // len, patched below
         out.put_u32(0); // crc, patched below
         match self {
-            Record::Entry { ledger_id, entry_id, last_add_confirmed, crc32c, payload } => {
+            Record::Entry { ledger_id, entry_id, last_add_confirmed, ledger_length, crc32c, payload } => {
                 out.put_u8(KIND_ENTRY);
                 out.put_u64(*ledger_id);
                 out.put_u64(*entry_id);
                 out.put_i64(*last_add_confirmed);
+                out.put_u64(*ledger_length);
                 out.put_u32(*crc32c);
                 out.put_slice(payload);
             }
@@ -123,7 +127,8 @@ impl Record {
                     ledger_id: u64_at(1),
                     entry_id: u64_at(9),
                     last_add_confirmed: u64_at(17) as i64,
-                    crc32c: u32::from_be_bytes(body[25..29].try_into().expect("4 bytes")),
+                    ledger_length: u64_at(25),
+                    crc32c: u32::from_be_bytes(body[33..37].try_into().expect("4 bytes")),
                     payload: body.slice(1 + ENTRY_FIXED_BYTES..),
                 }
             }
@@ -147,6 +152,7 @@ mod tests {
             ledger_id: 7,
             entry_id: 9,
             last_add_confirmed: -1,
+            ledger_length: 5,
             crc32c: 0xdead_beef,
             payload: Bytes::from_static(payload),
         }

@@ -1,0 +1,284 @@
+//! Ledger metadata as the protocol sees it, validated on the way in (a peer's
+//! bytes are never trusted), and the edits the protocol makes to it: an
+//! ensemble change, entering recovery, closing.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use quire_proto::v1;
+
+use crate::writer::{Member, Quorums};
+
+/// A ledger's lifecycle state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LedgerState {
+    /// A writer may add.
+    Open,
+    /// Recovery has begun: the old writer is being fenced out.
+    InRecovery,
+    /// Sealed at `last_entry_id`.
+    Closed,
+}
+
+impl LedgerState {
+    /// The name the HTTP API uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LedgerState::Open => "open",
+            LedgerState::InRecovery => "in_recovery",
+            LedgerState::Closed => "closed",
+        }
+    }
+}
+
+/// One ensemble: the members holding entries from `first_entry_id` until the
+/// next segment's first entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    /// First entry id it stores.
+    pub first_entry_id: u64,
+    /// The bookies in stripe order, with the instance each was when it joined.
+    pub members: Vec<Member>,
+}
+
+/// A ledger's metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerMeta {
+    /// Never reused.
+    pub ledger_id: u64,
+    /// Lifecycle state.
+    pub state: LedgerState,
+    /// E, Qw, Qa.
+    pub quorums: Quorums,
+    /// Ensembles by first entry id, ascending; never empty.
+    pub segments: Vec<Segment>,
+    /// Once closed: the last entry (-1 for an empty ledger).
+    pub last_entry_id: i64,
+    /// Once closed: payload bytes.
+    pub length: u64,
+    /// Application metadata.
+    pub custom: BTreeMap<String, Bytes>,
+    /// Creation time (metadata leader's clock).
+    pub created_at_ms: u64,
+    /// The CAS token.
+    pub version: u64,
+    /// Digest algorithm ("crc32c").
+    pub digest_type: String,
+}
+
+/// Metadata that does not describe a usable ledger.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid metadata for ledger {ledger_id}: {why}")]
+pub struct InvalidMetadata {
+    /// The ledger.
+    pub ledger_id: u64,
+    /// What is wrong.
+    pub why: String,
+}
+
+impl LedgerMeta {
+    /// Validates and converts the metadata service's record.
+    pub fn from_proto(p: v1::LedgerMetadata) -> Result<LedgerMeta, InvalidMetadata> {
+        let ledger_id = p.ledger_id;
+        let bad = |why: String| InvalidMetadata { ledger_id, why };
+        let state = match v1::LedgerState::try_from(p.state) {
+            Ok(v1::LedgerState::Open) => LedgerState::Open,
+            Ok(v1::LedgerState::InRecovery) => LedgerState::InRecovery,
+            Ok(v1::LedgerState::Closed) => LedgerState::Closed,
+            _ => return Err(bad(format!("unknown state {}", p.state))),
+        };
+        let quorums = Quorums::new(p.ensemble_size as usize, p.write_quorum as usize, p.ack_quorum as usize)
+            .ok_or_else(|| bad(format!("quorums E={} Qw={} Qa={}", p.ensemble_size, p.write_quorum, p.ack_quorum)))?;
+        if p.ensembles.is_empty() {
+            return Err(bad("no ensemble".into()));
+        }
+        let mut segments = Vec::with_capacity(p.ensembles.len());
+        for s in p.ensembles {
+            if s.bookie_ids.len() != quorums.ensemble {
+                return Err(bad(format!("an ensemble of {} bookies for E={}", s.bookie_ids.len(), quorums.ensemble)));
+            }
+            if !s.instance_ids.is_empty() && s.instance_ids.len() != s.bookie_ids.len() {
+                return Err(bad("instance ids do not match the ensemble".into()));
+            }
+            if segments.last().is_some_and(|l: &Segment| l.first_entry_id > s.first_entry_id) {
+                return Err(bad("ensembles out of order".into()));
+            }
+            let members = s
+                .bookie_ids
+                .iter()
+                .enumerate()
+                .map(|(i, b)| Member {
+                    bookie_id: b.clone(),
+                    instance_id: s.instance_ids.get(i).cloned().unwrap_or_default(),
+                })
+                .collect();
+            segments.push(Segment { first_entry_id: s.first_entry_id, members });
+        }
+        if segments[0].first_entry_id != 0 {
+            return Err(bad("the first ensemble does not start at entry 0".into()));
+        }
+        Ok(LedgerMeta {
+            ledger_id,
+            state,
+            quorums,
+            segments,
+            last_entry_id: p.last_entry_id,
+            length: p.length,
+            custom: p.custom.into_iter().collect(),
+            created_at_ms: p.created_at_ms,
+            version: p.version,
+            digest_type: p.digest_type,
+        })
+    }
+
+    /// The record for the metadata service.
+    pub fn to_proto(&self) -> v1::LedgerMetadata {
+        let state = match self.state {
+            LedgerState::Open => v1::LedgerState::Open,
+            LedgerState::InRecovery => v1::LedgerState::InRecovery,
+            LedgerState::Closed => v1::LedgerState::Closed,
+        };
+        v1::LedgerMetadata {
+            ledger_id: self.ledger_id,
+            state: state as i32,
+            ensemble_size: self.quorums.ensemble as u32,
+            write_quorum: self.quorums.write as u32,
+            ack_quorum: self.quorums.ack as u32,
+            ensembles: self
+                .segments
+                .iter()
+                .map(|s| v1::EnsembleSegment {
+                    first_entry_id: s.first_entry_id,
+                    bookie_ids: s.members.iter().map(|m| m.bookie_id.clone()).collect(),
+                    instance_ids: if s.members.iter().all(|m| m.instance_id.is_empty()) {
+                        Vec::new()
+                    } else {
+                        s.members.iter().map(|m| m.instance_id.clone()).collect()
+                    },
+                })
+                .collect(),
+            last_entry_id: self.last_entry_id,
+            length: self.length,
+            digest_type: self.digest_type.clone(),
+            custom: self.custom.clone().into_iter().collect(),
+            created_at_ms: self.created_at_ms,
+            version: self.version,
+        }
+    }
+
+    /// The segment holding `entry_id`.
+    pub fn segment_of(&self, entry_id: u64) -> &Segment {
+        self.segments.iter().rev().find(|s| s.first_entry_id <= entry_id).expect("the first segment starts at 0")
+    }
+
+    /// The current (last) segment.
+    pub fn last_segment(&self) -> &Segment {
+        self.segments.last().expect("never empty")
+    }
+
+    /// The ensembles keyed by first entry id, as the writer keeps them.
+    pub fn ensembles(&self) -> BTreeMap<u64, Vec<Member>> {
+        self.segments.iter().map(|s| (s.first_entry_id, s.members.clone())).collect()
+    }
+
+    /// The metadata with `members` as the ensemble from `first_entry_id` on.
+    /// A last segment that starts there already (it never held an
+    /// acknowledged entry) is replaced rather than followed by an empty one.
+    pub fn with_ensemble(&self, first_entry_id: u64, members: Vec<Member>) -> LedgerMeta {
+        let mut next = self.clone();
+        assert!(first_entry_id >= self.last_segment().first_entry_id, "ensembles only change at the tail");
+        if next.last_segment().first_entry_id == first_entry_id {
+            next.segments.last_mut().expect("never empty").members = members;
+        } else {
+            next.segments.push(Segment { first_entry_id, members });
+        }
+        next
+    }
+
+    /// The LAC readers may read up to when the ledger is closed.
+    pub fn closed_lac(&self) -> Option<i64> {
+        (self.state == LedgerState::Closed).then_some(self.last_entry_id)
+    }
+}
+
+/// What a writer's compare-and-set conflict means, given the record now stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Conflict {
+    /// Recovery or a close got there first: the writer is fenced out.
+    Fenced,
+    /// Only fields the writer does not own changed: retry on this version.
+    Retry(u64),
+}
+
+/// Judges a CAS conflict for the writer of `ours` against `theirs`, the
+/// record now stored. A writer owns its open ledger's ensembles; any other
+/// change to them, or any state but open, means another party has taken over.
+pub fn writer_conflict(ours: &LedgerMeta, theirs: &LedgerMeta) -> Conflict {
+    if theirs.state != LedgerState::Open || theirs.segments != ours.segments {
+        Conflict::Fenced
+    } else {
+        Conflict::Retry(theirs.version)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proto() -> v1::LedgerMetadata {
+        v1::LedgerMetadata {
+            ledger_id: 5,
+            state: v1::LedgerState::Open as i32,
+            ensemble_size: 3,
+            write_quorum: 3,
+            ack_quorum: 2,
+            ensembles: vec![v1::EnsembleSegment {
+                first_entry_id: 0,
+                bookie_ids: vec!["a".into(), "b".into(), "c".into()],
+                instance_ids: vec!["ia".into(), "ib".into(), "ic".into()],
+            }],
+            last_entry_id: -1,
+            version: 3,
+            digest_type: "crc32c".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn round_trips_and_refuses_nonsense() {
+        let m = LedgerMeta::from_proto(proto()).unwrap();
+        assert_eq!(m.to_proto(), proto());
+        assert_eq!(m.last_segment().members[1].instance_id, "ib");
+        let mut p = proto();
+        p.ensembles[0].bookie_ids.pop();
+        assert!(LedgerMeta::from_proto(p).is_err());
+        let mut p = proto();
+        p.ack_quorum = 4;
+        assert!(LedgerMeta::from_proto(p).is_err());
+        let mut p = proto();
+        p.state = 42;
+        assert!(LedgerMeta::from_proto(p).is_err());
+        let mut p = proto();
+        p.ensembles[0].first_entry_id = 1;
+        assert!(LedgerMeta::from_proto(p).is_err());
+    }
+
+    #[test]
+    fn an_ensemble_change_appends_or_replaces_an_empty_tail_segment() {
+        let m = LedgerMeta::from_proto(proto()).unwrap();
+        let mut members = m.last_segment().members.clone();
+        members[2] = Member { bookie_id: "d".into(), instance_id: "id".into() };
+        let a = m.with_ensemble(10, members.clone());
+        assert_eq!(a.segments.len(), 2);
+        assert_eq!(a.segment_of(9).first_entry_id, 0);
+        assert_eq!(a.segment_of(10).members[2].bookie_id, "d");
+        let b = m.with_ensemble(0, members);
+        assert_eq!(b.segments.len(), 1, "segment 0 held nothing acknowledged");
+        assert_eq!(writer_conflict(&m, &b), Conflict::Fenced);
+        let mut c = m.clone();
+        c.version = 9;
+        assert_eq!(writer_conflict(&m, &c), Conflict::Retry(9));
+        c.state = LedgerState::InRecovery;
+        assert_eq!(writer_conflict(&m, &c), Conflict::Fenced);
+    }
+}
