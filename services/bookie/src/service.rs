@@ -133,6 +133,19 @@ impl quire_rpc::Service for BookieService {
                         Ok(v1::AddEntryResponse { ledger_id: l, entry_id: e }.into())
                     });
                 }
+                // A recovery add comes from recovery (ledger in recovery) or
+                // re-replication (ledger closed): either way no normal add may
+                // follow it here. Fencing first closes the gap where a bookie
+                // chosen during recovery's write-back never saw the fence and
+                // would take the old writer's next add (seed 003).
+                if a.recovery && !self.store.is_fenced(l) {
+                    let store = self.store.clone();
+                    return Box::pin(async move {
+                        store.fence(l).await.map_err(to_service_error)?;
+                        store.add(entry, true).await.map_err(to_service_error)?;
+                        Ok(v1::AddEntryResponse { ledger_id: l, entry_id: e }.into())
+                    });
+                }
                 // Queued to the journal here, in lane order; awaited below.
                 let added = self.store.add(entry, a.recovery);
                 Box::pin(async move {

@@ -396,7 +396,13 @@ impl MetaState {
                 Ok((Outcome::Batch(outcomes), touched))
             }
             Command::CreateLedger {
-                ensemble_size, write_quorum, ack_quorum, bookie_ids, instance_ids, custom, now_ms
+                ensemble_size,
+                write_quorum,
+                ack_quorum,
+                bookie_ids,
+                instance_ids,
+                custom,
+                now_ms,
             } => {
                 validate_quorums(ensemble_size, write_quorum, ack_quorum)?;
                 validate_ensemble(&bookie_ids, &instance_ids, ensemble_size)?;

@@ -127,12 +127,11 @@ async fn ledger_metadata_is_created_compared_and_set_listed_and_deleted() {
     assert_eq!((l.ledger_id, l.version, l.last_entry_id), (1, 1, -1));
     assert_eq!(l.state, v1::LedgerState::Open as i32);
     let mut next = l.clone();
-    next.ensembles
-        .push(v1::EnsembleSegment {
-            first_entry_id: 7,
-            bookie_ids: vec!["b1".into(), "b2".into(), "b4".into()],
-            instance_ids: vec![],
-        });
+    next.ensembles.push(v1::EnsembleSegment {
+        first_entry_id: 7,
+        bookie_ids: vec!["b1".into(), "b2".into(), "b4".into()],
+        instance_ids: vec![],
+    });
     let v2 = meta
         .call(v1::UpdateLedgerRequest { ledger: Some(next.clone()), expected_version: 1 })
         .await

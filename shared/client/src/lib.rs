@@ -1,16 +1,27 @@
 //! quire's ledger protocol (BookKeeper's, with seed 003 closed).
 //!
+//! Plain state machines and rules (no I/O, no clock: events and `now` in,
+//! commands out), shared by the async shell and the simulator:
 //! - [`placement`]: rack-aware choice of ensembles and replacements.
-//! - [`recovery`]: when fencing is complete, and whether an entry exists (#1067, #2908, seed 004).
-//! - [`writer`]: the writer's state machine: striping over the ensemble,
-//!   pending adds, the ack rule, LAC, bookie failures and ensemble changes,
-//!   the instance-id guard. Plain: events in (with the time), commands out;
-//!   no I/O, no clock.
+//! - [`meta`]: ledger metadata, validated, and the edits the protocol makes.
+//! - [`writer`]: striping, pending adds, the ack rule, LAC, bookie failures
+//!   and ensemble changes, the instance-id guard.
+//! - [`recovery`]: fence coverage, reading forward, write-back, close at the
+//!   true tail; fail rather than truncate (#1067, #2614, #2908, seed 004).
 //!
-//! The async shell that drives it over quire-rpc, recovery, readers and the
-//! deterministic simulator arrive with the rest of the CLIENT issue.
+//! The async shell ([`shell`]) executes those commands over QUIC: the
+//! [`Client`] creates, opens, recovers and deletes ledgers; a
+//! [`LedgerWriter`] is an actor per ledger; a [`LedgerReader`] reads up to the
+//! LAC with speculative retries.
+//!
+//! What this crate does not do: re-replicate fragments (the replication
+//! worker), detect under-replication (the auditor), or retry a failed
+//! recovery by itself (its callers decide when).
 
 pub mod meta;
 pub mod placement;
 pub mod recovery;
+pub mod shell;
 pub mod writer;
+
+pub use shell::{Added, Client, ClientError, ClientOptions, CreateLedger, LedgerReader, LedgerWriter, PendingAdd};

@@ -210,11 +210,12 @@ pub enum Conflict {
     Retry(u64),
 }
 
-/// Judges a CAS conflict for the writer of `ours` against `theirs`, the
-/// record now stored. A writer owns its open ledger's ensembles; any other
-/// change to them, or any state but open, means another party has taken over.
+/// Judges a CAS conflict of the party that owns `ours` (the writer of an open
+/// ledger, or recovery of one in recovery) against `theirs`, the record now
+/// stored. That party owns the ensembles; any other change to them, or
+/// another state, means someone else has taken over.
 pub fn writer_conflict(ours: &LedgerMeta, theirs: &LedgerMeta) -> Conflict {
-    if theirs.state != LedgerState::Open || theirs.segments != ours.segments {
+    if theirs.state != ours.state || theirs.segments != ours.segments {
         Conflict::Fenced
     } else {
         Conflict::Retry(theirs.version)

@@ -262,7 +262,8 @@ impl Recovery {
             writer: None,
             next_write: 0,
         };
-        let steps = members.into_iter().enumerate().map(|(position, member)| Step::Fence { position, member }).collect();
+        let steps =
+            members.into_iter().enumerate().map(|(position, member)| Step::Fence { position, member }).collect();
         (r, steps)
     }
 
@@ -447,7 +448,7 @@ impl Recovery {
         steps
     }
 
-    fn from_writer(&mut self, cmds: Vec<writer::Command>, now: Instant) -> Vec<Step> {
+    fn on_writer_commands(&mut self, cmds: Vec<writer::Command>, now: Instant) -> Vec<Step> {
         let mut steps = Vec::new();
         for c in cmds {
             match c {
@@ -461,12 +462,19 @@ impl Recovery {
     }
 
     /// A bookie answered a recovery add.
-    pub fn write_answered(&mut self, entry_id: u64, position: usize, member: &Member, answer: Answer, now: Instant) -> Vec<Step> {
+    pub fn write_answered(
+        &mut self,
+        entry_id: u64,
+        position: usize,
+        member: &Member,
+        answer: Answer,
+        now: Instant,
+    ) -> Vec<Step> {
         let Some(w) = self.writer.as_mut().filter(|_| matches!(self.phase, Phase::WritingBack)) else {
             return Vec::new();
         };
         let cmds = w.answer(entry_id, position, member, answer);
-        self.from_writer(cmds, now)
+        self.on_writer_commands(cmds, now)
     }
 
     /// The metadata (still in recovery) has a new ensemble for write-back.
@@ -475,7 +483,7 @@ impl Recovery {
             return Vec::new();
         };
         let cmds = w.ensemble_changed(first_entry_id, members, now);
-        self.from_writer(cmds, now)
+        self.on_writer_commands(cmds, now)
     }
 
     /// The ensemble change could not be made.
@@ -492,7 +500,7 @@ impl Recovery {
             return Vec::new();
         };
         let cmds = w.tick(now);
-        self.from_writer(cmds, now)
+        self.on_writer_commands(cmds, now)
     }
 }
 
@@ -664,7 +672,12 @@ mod tests {
             let out = r.read_answered(0, 1, fresh(1), t);
             assert_eq!(
                 out,
-                vec![Step::Failed(RecoveryError::Unrecoverable { entry_id: 0, no_such_entry: 0, corrupt: 0, failed: 2 })],
+                vec![Step::Failed(RecoveryError::Unrecoverable {
+                    entry_id: 0,
+                    no_such_entry: 0,
+                    corrupt: 0,
+                    failed: 2
+                })],
                 "closing at -1 would lose an acknowledged entry"
             );
         }

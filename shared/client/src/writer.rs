@@ -334,21 +334,30 @@ impl Writer {
         if answer == Answer::Fenced {
             return self.fenced();
         }
-        if !self.pending.contains_key(&entry_id) {
-            return Vec::new(); // late answer for a settled entry
-        }
         // An answer from a member that is no longer at that position (replaced
         // meanwhile) says nothing about the current ensemble.
-        let (_, members) = self.current();
+        let (first, members) = self.current();
         if members.get(position) != Some(member) {
+            return Vec::new();
+        }
+        let failure = match &answer {
+            Answer::Stored { instance_id } => !(instance_id == &member.instance_id || member.instance_id.is_empty()),
+            Answer::Failed => true,
+            Answer::Fenced => false,
+        };
+        if !self.pending.contains_key(&entry_id) {
+            // Acknowledged at Qa without this bookie, which has now failed it:
+            // still a failed member, replaced before it misses more entries
+            // (the copies it missed are the auditor's to restore).
+            if failure && entry_id >= first {
+                return self.bookie_failed(position);
+            }
             return Vec::new();
         }
         match answer {
             // An empty expected instance id is an unknown one (metadata written
             // without instance ids): the bookie's own guard is then all there is.
-            Answer::Stored { instance_id }
-                if instance_id == member.instance_id || member.instance_id.is_empty() =>
-            {
+            Answer::Stored { .. } if !failure => {
                 self.pending.get_mut(&entry_id).expect("checked").confirmed.insert(position);
                 self.acknowledge()
             }
@@ -416,7 +425,8 @@ impl Writer {
     /// Readers learn the LAC from the entries that carry it, so after the last
     /// add it would lag by one until the next: an idle writer sends it alone.
     fn publish_lac(&mut self, now: Instant) -> Vec<Command> {
-        let idle = self.last_activity.is_none_or(|t| now.saturating_duration_since(t) >= self.opts.explicit_lac_interval);
+        let idle =
+            self.last_activity.is_none_or(|t| now.saturating_duration_since(t) >= self.opts.explicit_lac_interval);
         if !self.pending.is_empty() || self.lac <= self.lac_published || !idle || self.opts.recovery {
             return Vec::new();
         }
@@ -609,7 +619,8 @@ mod tests {
     #[test]
     fn timeouts_count_as_failures_and_pending_adds_are_bounded() {
         let t = Instant::now();
-        let opts = WriterOptions { max_pending: 2, add_timeout: Duration::from_millis(100), ..WriterOptions::default() };
+        let opts =
+            WriterOptions { max_pending: 2, add_timeout: Duration::from_millis(100), ..WriterOptions::default() };
         let mut w = Writer::new(1, Quorums::new(3, 3, 2).unwrap(), members(3), opts);
         let ms = members(3);
         w.add(Bytes::new(), t).unwrap();
@@ -663,5 +674,17 @@ mod tests {
         assert_eq!(acked(&out), vec![7]);
         assert_eq!((w.lac(), w.length()), (7, 80));
         assert!(w.tick(t + Duration::from_secs(1)).is_empty(), "recovery publishes no LAC");
+    }
+
+    #[test]
+    fn a_bookie_failing_an_entry_acknowledged_without_it_is_still_replaced() {
+        let t = Instant::now();
+        let mut w = writer(3, 3, 2);
+        let ms = members(3);
+        w.add(Bytes::from_static(b"x"), t).unwrap();
+        w.answer(0, 0, &ms[0], stored(&ms[0]));
+        assert_eq!(acked(&w.answer(0, 1, &ms[1], stored(&ms[1]))), vec![0]);
+        let out = w.answer(0, 2, &ms[2], Answer::Failed);
+        assert_eq!(out, vec![Command::ChangeEnsemble { failed: vec![2], first_entry_id: 1 }]);
     }
 }

@@ -173,3 +173,130 @@ impl MetadataCluster {
         Ok(MetadataCluster { addrs, procs })
     }
 }
+
+/// One bookie process of a [`TestCluster`], at a fixed address so that it can
+/// be restarted, or replaced by a fresh instance, where it was.
+pub struct LocalBookie {
+    /// Its id ("1", "2", ...).
+    pub id: String,
+    /// Its address.
+    pub addr: String,
+    /// Its rack.
+    pub rack: String,
+    /// Its data directory (a replacement gets a new one).
+    pub data: PathBuf,
+    /// The process, while it runs.
+    pub proc: Option<Process>,
+    generation: u32,
+}
+
+/// Metadata replicas and bookies as real processes on loopback, sharing one
+/// certificate directory: the cluster the client's tests run against.
+pub struct TestCluster {
+    /// Where certificates, data and logs live.
+    pub dir: PathBuf,
+    /// The certificate directory.
+    pub certs: PathBuf,
+    /// The metadata replicas.
+    pub metadata: MetadataCluster,
+    /// The bookies, by id - 1.
+    pub bookies: Vec<LocalBookie>,
+    extra: Vec<String>,
+}
+
+impl TestCluster {
+    /// Starts 3 metadata replicas and one bookie per entry of `racks` (bookie
+    /// `i` in rack `racks[i-1]`), each with `extra` flags, and waits until
+    /// every bookie is registered. Certificates must exist in `certs`.
+    pub fn start(dir: &Path, certs: &Path, racks: &[&str], extra: &[&str]) -> anyhow::Result<TestCluster> {
+        let metadata = MetadataCluster::start(certs, dir, 3)?;
+        let ports = free_udp_ports(racks.len());
+        let mut c = TestCluster {
+            dir: dir.to_path_buf(),
+            certs: certs.to_path_buf(),
+            metadata,
+            bookies: Vec::new(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        for (i, rack) in racks.iter().enumerate() {
+            let id = (i + 1).to_string();
+            c.bookies.push(LocalBookie {
+                data: dir.join(format!("bookie-{id}")),
+                id,
+                addr: format!("127.0.0.1:{}", ports[i]),
+                rack: rack.to_string(),
+                proc: None,
+                generation: 0,
+            });
+            c.start_bookie(i)?;
+        }
+        Ok(c)
+    }
+
+    /// The metadata replicas' addresses, comma-separated (the `--metadata` flag).
+    pub fn metadata_flag(&self) -> String {
+        self.metadata.addrs.join(",")
+    }
+
+    /// Starts bookie `i` (0-based) on its data directory and waits until it serves.
+    pub fn start_bookie(&mut self, i: usize) -> anyhow::Result<()> {
+        let metadata = self.metadata_flag();
+        let b = &mut self.bookies[i];
+        b.generation += 1;
+        let ready = self.dir.join(format!("bookie-{}-{}.ready", b.id, b.generation));
+        let mut args: Vec<String> = [
+            "--certs-dir",
+            self.certs.to_str().context("certs path")?,
+            "--id",
+            &b.id,
+            "--listen",
+            &b.addr,
+            "--ready-file",
+            ready.to_str().context("ready path")?,
+            "--data-dir",
+            b.data.to_str().context("data path")?,
+            "--metadata",
+            &metadata,
+            "--rack",
+            &b.rack,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(self.extra.iter().cloned());
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let name = format!("bookie-{}-{}", b.id, b.generation);
+        let mut p = Process::spawn(&name, &bin_path("quire-bookie"), &argv, &self.dir)?;
+        p.wait_ready(&ready, Duration::from_secs(30))?;
+        b.proc = Some(p);
+        Ok(())
+    }
+
+    /// Kills bookie `i` (SIGKILL): a crash.
+    pub fn kill_bookie(&mut self, i: usize) -> anyhow::Result<()> {
+        if let Some(mut p) = self.bookies[i].proc.take() {
+            p.kill()?;
+        }
+        Ok(())
+    }
+
+    /// Replaces bookie `i` by a fresh process with empty disks at the same
+    /// address and id: a new instance (seed 003's decommission-and-replace).
+    pub fn replace_bookie(&mut self, i: usize) -> anyhow::Result<()> {
+        self.kill_bookie(i)?;
+        let b = &mut self.bookies[i];
+        b.data = self.dir.join(format!("bookie-{}-gen{}", b.id, b.generation + 1));
+        self.start_bookie(i)
+    }
+
+    /// Every process's log, for a failing test's message.
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for b in &self.bookies {
+            if let Some(p) = &b.proc {
+                out.push_str(&format!("--- bookie {} ---\n{}\n", b.id, p.log()));
+            }
+        }
+        out
+    }
+}

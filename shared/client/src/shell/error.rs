@@ -1,0 +1,97 @@
+//! What the client library's operations fail with.
+
+use quire_proto::v1::ErrorCode;
+use quire_rpc::RpcError;
+
+use crate::meta::InvalidMetadata;
+use crate::recovery::RecoveryError;
+
+/// A failed ledger operation. Each variant says what the caller can do.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClientError {
+    /// The metadata service has no such ledger.
+    #[error("no such ledger {0}")]
+    NoSuchLedger(u64),
+    /// The entry does not exist (or is past the LAC: readers never see it).
+    #[error("no entry {1} in ledger {0}")]
+    NoSuchEntry(u64, u64),
+    /// The ledger was fenced by recovery (or closed by another party): this
+    /// writer is done, and its pending adds were not acknowledged.
+    #[error("ledger {0} is fenced: another party recovered or closed it")]
+    LedgerFenced(u64),
+    /// The ledger is closed: it takes no more adds.
+    #[error("ledger {0} is closed")]
+    LedgerClosed(u64),
+    /// Not enough writable bookies for the ensemble or a replacement.
+    #[error("not enough bookies: {0}")]
+    NotEnoughBookies(String),
+    /// The metadata service could not be reached or had no quorum.
+    #[error("metadata service unavailable: {0}")]
+    MetadataUnavailable(String),
+    /// The operation did not finish in time; its outcome may be unknown.
+    #[error("timed out: {0}")]
+    Timeout(String),
+    /// The request is invalid (quorums, sizes, ranges).
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    /// The entry is larger than the bookies accept.
+    #[error("entry of {0} bytes is too large")]
+    EntryTooLarge(usize),
+    /// Too many adds are pending on this writer.
+    #[error("{0} adds pending; retry when some are acknowledged")]
+    Backpressure(usize),
+    /// Recovery could not finish; the ledger is left in recovery, untouched,
+    /// and recovering again later (with more bookies up) may succeed.
+    #[error("recovery of ledger {0} failed: {1}")]
+    RecoveryFailed(u64, RecoveryError),
+    /// Every copy of an entry that answered failed its checksum.
+    #[error("entry {1} of ledger {0}: every copy that answered is corrupt")]
+    Corrupt(u64, u64),
+    /// The stored metadata is unusable.
+    #[error(transparent)]
+    InvalidMetadata(#[from] InvalidMetadata),
+    /// The writer handle was closed or dropped.
+    #[error("the writer of ledger {0} is closed")]
+    WriterClosed(u64),
+    /// Any other RPC failure.
+    #[error(transparent)]
+    Rpc(RpcError),
+}
+
+impl ClientError {
+    /// Maps a metadata call's failure.
+    pub fn from_metadata(e: RpcError, ledger_id: Option<u64>) -> ClientError {
+        match (e.code(), ledger_id) {
+            (Some(ErrorCode::NoSuchLedger | ErrorCode::NotFound), Some(l)) => ClientError::NoSuchLedger(l),
+            (Some(ErrorCode::BadRequest), _) => ClientError::BadRequest(e.to_string()),
+            (Some(ErrorCode::MetadataUnavailable | ErrorCode::NotLeader | ErrorCode::ShuttingDown), _) => {
+                ClientError::MetadataUnavailable(e.to_string())
+            }
+            (None, _) if matches!(e, RpcError::Timeout { .. }) => ClientError::MetadataUnavailable(e.to_string()),
+            (None, _) if matches!(e, RpcError::Unavailable { .. } | RpcError::ConnectionLost { .. }) => {
+                ClientError::MetadataUnavailable(e.to_string())
+            }
+            _ => ClientError::Rpc(e),
+        }
+    }
+
+    /// The HTTP API's name for the error (BRIEF.md).
+    pub fn code_name(&self) -> &'static str {
+        match self {
+            ClientError::NoSuchLedger(_) => "NoSuchLedger",
+            ClientError::NoSuchEntry(..) => "NoSuchEntry",
+            ClientError::LedgerFenced(_) => "LedgerFenced",
+            ClientError::LedgerClosed(_) | ClientError::WriterClosed(_) => "LedgerClosed",
+            ClientError::NotEnoughBookies(_) => "NotEnoughBookies",
+            ClientError::MetadataUnavailable(_) => "MetadataUnavailable",
+            ClientError::Timeout(_) => "Timeout",
+            ClientError::BadRequest(_) => "BadRequest",
+            ClientError::EntryTooLarge(_) => "EntryTooLarge",
+            ClientError::Backpressure(_) => "Overloaded",
+            ClientError::RecoveryFailed(..) => "RecoveryFailed",
+            ClientError::Corrupt(..) => "CorruptEntry",
+            ClientError::InvalidMetadata(_) => "InvalidMetadata",
+            ClientError::Rpc(_) => "Internal",
+        }
+    }
+}

@@ -1,0 +1,387 @@
+//! The writer handle: an actor task that owns one ledger's [`Writer`] state
+//! machine and executes its commands: adds to bookies, ensemble changes and
+//! the close against the metadata service.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::meta::{writer_conflict, Conflict, LedgerMeta, LedgerState};
+use crate::shell::client::Client;
+use crate::shell::ensemble::change_ensemble;
+use crate::shell::error::ClientError;
+use crate::writer::{AddError, Answer, Command, FailReason, Member, Writer};
+
+/// An acknowledged add.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Added {
+    /// Its entry id.
+    pub entry_id: u64,
+    /// The LAC once it was acknowledged (at least `entry_id`).
+    pub lac: i64,
+}
+
+/// An add accepted by the writer, not yet acknowledged.
+pub struct PendingAdd {
+    rx: oneshot::Receiver<Result<Added, ClientError>>,
+    ledger_id: u64,
+}
+
+impl Future for PendingAdd {
+    type Output = Result<Added, ClientError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        let ledger_id = self.ledger_id;
+        Pin::new(&mut self.rx).poll(cx).map(|r| r.unwrap_or(Err(ClientError::WriterClosed(ledger_id))))
+    }
+}
+
+type Reply<T> = oneshot::Sender<Result<T, ClientError>>;
+
+enum Msg {
+    Add(Bytes, Reply<Added>),
+    Close(Reply<LedgerMeta>),
+}
+
+enum Event {
+    Added { entry_id: u64, position: usize, member: Member, answer: Answer },
+    LacPublished(Answer),
+    EnsembleChanged(Result<LedgerMeta, ClientError>),
+    Closed(Result<LedgerMeta, ClientError>),
+}
+
+type Task = Pin<Box<dyn Future<Output = Event> + Send>>;
+
+struct Shared {
+    lac: AtomicI64,
+    meta: Mutex<LedgerMeta>,
+}
+
+/// The writer of one ledger. Adds are pipelined: [`LedgerWriter::submit`]
+/// fixes the order (and waits while too many are pending), the returned
+/// future resolves when the add is acknowledged. Cheap to clone; the ledger is
+/// not closed when the handle is dropped (recovery closes abandoned ledgers).
+#[derive(Clone)]
+pub struct LedgerWriter {
+    ledger_id: u64,
+    tx: mpsc::Sender<Msg>,
+    shared: Arc<Shared>,
+    max_entry_bytes: usize,
+}
+
+impl LedgerWriter {
+    pub(crate) fn spawn(client: Client, meta: LedgerMeta) -> LedgerWriter {
+        let opts = client.options().clone();
+        let writer =
+            Writer::new(meta.ledger_id, meta.quorums, meta.last_segment().members.clone(), opts.writer_options(false));
+        // The channel is small: the writer's own pending bound is the real one.
+        let (tx, rx) = mpsc::channel(256);
+        let shared = Arc::new(Shared { lac: AtomicI64::new(-1), meta: Mutex::new(meta.clone()) });
+        let actor = Actor {
+            client,
+            w: writer,
+            meta,
+            rx,
+            rx_open: true,
+            replies: HashMap::new(),
+            closers: Vec::new(),
+            closing: false,
+            close_sent: false,
+            finished: false,
+            shared: shared.clone(),
+            tasks: FuturesUnordered::new(),
+        };
+        let ledger_id = actor.meta.ledger_id;
+        tokio::spawn(actor.run());
+        LedgerWriter { ledger_id, tx, shared, max_entry_bytes: opts.max_entry_bytes }
+    }
+
+    /// The ledger id.
+    pub fn ledger_id(&self) -> u64 {
+        self.ledger_id
+    }
+
+    /// The LAC: every entry up to it is acknowledged.
+    pub fn lac(&self) -> i64 {
+        self.shared.lac.load(Ordering::Acquire)
+    }
+
+    /// The metadata as this writer last wrote or read it.
+    pub fn metadata(&self) -> LedgerMeta {
+        self.shared.meta.lock().expect("meta lock").clone()
+    }
+
+    /// Queues an add; returns once it has its place in the ledger (waiting
+    /// while the writer is at its pending bound). Await the result for the
+    /// acknowledgement.
+    pub async fn submit(&self, payload: Bytes) -> Result<PendingAdd, ClientError> {
+        if payload.len() > self.max_entry_bytes {
+            return Err(ClientError::EntryTooLarge(payload.len()));
+        }
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Msg::Add(payload, reply)).await.map_err(|_| ClientError::WriterClosed(self.ledger_id))?;
+        Ok(PendingAdd { rx, ledger_id: self.ledger_id })
+    }
+
+    /// Adds one entry and waits for its acknowledgement.
+    pub async fn add(&self, payload: Bytes) -> Result<Added, ClientError> {
+        self.submit(payload).await?.await
+    }
+
+    /// Adds several entries in order; all or (from the first failure on) none
+    /// of them are acknowledged. Returns the first and last entry ids.
+    pub async fn add_batch(&self, payloads: Vec<Bytes>) -> Result<(u64, u64), ClientError> {
+        if payloads.is_empty() {
+            return Err(ClientError::BadRequest("an empty batch".into()));
+        }
+        let mut pending = Vec::with_capacity(payloads.len());
+        for p in payloads {
+            pending.push(self.submit(p).await?);
+        }
+        let mut ids = Vec::with_capacity(pending.len());
+        for p in pending {
+            ids.push(p.await?.entry_id);
+        }
+        Ok((ids[0], *ids.last().expect("non-empty")))
+    }
+
+    /// Waits for pending adds, then closes the ledger at its LAC.
+    pub async fn close(&self) -> Result<LedgerMeta, ClientError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Msg::Close(reply)).await.map_err(|_| ClientError::WriterClosed(self.ledger_id))?;
+        rx.await.unwrap_or(Err(ClientError::WriterClosed(self.ledger_id)))
+    }
+}
+
+struct Actor {
+    client: Client,
+    w: Writer,
+    meta: LedgerMeta,
+    rx: mpsc::Receiver<Msg>,
+    rx_open: bool,
+    replies: HashMap<u64, Reply<Added>>,
+    closers: Vec<Reply<LedgerMeta>>,
+    closing: bool,
+    close_sent: bool,
+    finished: bool,
+    shared: Arc<Shared>,
+    tasks: FuturesUnordered<Task>,
+}
+
+fn fail_error(reason: &FailReason, ledger_id: u64) -> ClientError {
+    match reason {
+        FailReason::Fenced => ClientError::LedgerFenced(ledger_id),
+        FailReason::Closed => ClientError::LedgerClosed(ledger_id),
+        FailReason::NotEnoughBookies => ClientError::NotEnoughBookies("no bookie could replace a failed one".into()),
+        FailReason::MetadataUnavailable => {
+            ClientError::MetadataUnavailable("the ensemble change could not be recorded".into())
+        }
+    }
+}
+
+impl Actor {
+    async fn run(mut self) {
+        let opts = self.client.options().clone();
+        let every = (opts.add_timeout / 4).min(opts.explicit_lac_interval / 2).max(std::time::Duration::from_millis(5));
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let ledger_id = self.meta.ledger_id;
+        loop {
+            // Take no new adds while at the pending bound (backpressure through
+            // the channel) or while closing; a finished writer still answers.
+            let accepting =
+                self.rx_open && !self.closing && (self.w.done().is_some() || self.w.pending() < opts.max_pending_adds);
+            tokio::select! {
+                msg = self.rx.recv(), if accepting || (self.rx_open && self.closing) => match msg {
+                    Some(Msg::Add(payload, reply)) => self.on_add(payload, reply),
+                    Some(Msg::Close(reply)) => {
+                        self.closers.push(reply);
+                        self.closing = true;
+                    }
+                    None => self.rx_open = false,
+                },
+                Some(ev) = self.tasks.next(), if !self.tasks.is_empty() => self.on_event(ev),
+                _ = tick.tick() => {
+                    let cmds = self.w.tick(std::time::Instant::now());
+                    self.execute(cmds);
+                }
+            }
+            if self.closing && !self.close_sent && self.w.pending() == 0 && !self.w.changing() {
+                self.start_close();
+            }
+            if self.finished || (!self.rx_open && self.w.pending() == 0 && self.tasks.is_empty()) {
+                break;
+            }
+        }
+        tracing::debug!(ledger_id, "writer stopped");
+    }
+
+    fn on_add(&mut self, payload: Bytes, reply: Reply<Added>) {
+        let ledger_id = self.meta.ledger_id;
+        match self.w.add(payload, std::time::Instant::now()) {
+            Ok((entry_id, cmds)) => {
+                self.replies.insert(entry_id, reply);
+                self.execute(cmds);
+            }
+            Err(AddError::Done(r)) => {
+                let _ = reply.send(Err(fail_error(&r, ledger_id)));
+            }
+            Err(AddError::Backpressure(n)) => {
+                let _ = reply.send(Err(ClientError::Backpressure(n)));
+            }
+        }
+    }
+
+    fn on_event(&mut self, ev: Event) {
+        let now = std::time::Instant::now();
+        match ev {
+            Event::Added { entry_id, position, member, answer } => {
+                let cmds = self.w.answer(entry_id, position, &member, answer);
+                self.execute(cmds);
+            }
+            Event::LacPublished(Answer::Fenced) => {
+                let cmds = self.w.fenced();
+                self.execute(cmds);
+            }
+            Event::LacPublished(_) => {}
+            Event::EnsembleChanged(Ok(meta)) => {
+                let seg = meta.last_segment().clone();
+                self.set_meta(meta);
+                let cmds = self.w.ensemble_changed(seg.first_entry_id, seg.members, now);
+                self.execute(cmds);
+            }
+            Event::EnsembleChanged(Err(e)) => {
+                tracing::warn!(ledger_id = self.meta.ledger_id, error = %e, "ensemble change failed");
+                let reason = match e {
+                    ClientError::LedgerFenced(_) => FailReason::Fenced,
+                    ClientError::NotEnoughBookies(_) => FailReason::NotEnoughBookies,
+                    _ => FailReason::MetadataUnavailable,
+                };
+                let cmds = self.w.abort(reason);
+                self.execute(cmds);
+            }
+            Event::Closed(res) => {
+                if let Ok(m) = &res {
+                    self.set_meta(m.clone());
+                }
+                for c in self.closers.drain(..) {
+                    let _ = c.send(res.clone());
+                }
+                let cmds = self.w.close();
+                self.execute(cmds);
+                self.finished = true;
+            }
+        }
+    }
+
+    fn set_meta(&mut self, meta: LedgerMeta) {
+        *self.shared.meta.lock().expect("meta lock") = meta.clone();
+        self.meta = meta;
+    }
+
+    fn execute(&mut self, cmds: Vec<Command>) {
+        let ledger_id = self.meta.ledger_id;
+        let timeout = self.client.options().add_timeout;
+        for c in cmds {
+            match c {
+                Command::Send { position, member, entry, recovery } => {
+                    let bookies = self.client.bookies().clone();
+                    let version = self.meta.version;
+                    let entry_id = entry.entry_id;
+                    self.tasks.push(Box::pin(async move {
+                        let answer = bookies.add(&member, entry, version, recovery, timeout).await;
+                        Event::Added { entry_id, position, member, answer }
+                    }));
+                }
+                Command::SendLac { member, lac, .. } => {
+                    let bookies = self.client.bookies().clone();
+                    let version = self.meta.version;
+                    self.tasks.push(Box::pin(async move {
+                        Event::LacPublished(bookies.write_lac(&member, ledger_id, lac, version).await)
+                    }));
+                }
+                Command::Acknowledge { entry_ids, lac } => {
+                    self.shared.lac.store(lac, Ordering::Release);
+                    for id in entry_ids {
+                        if let Some(r) = self.replies.remove(&id) {
+                            let _ = r.send(Ok(Added { entry_id: id, lac }));
+                        }
+                    }
+                }
+                Command::ChangeEnsemble { failed, first_entry_id } => {
+                    let client = self.client.clone();
+                    let meta = self.meta.clone();
+                    tracing::info!(ledger_id, ?failed, first_entry_id, "bookie failed; changing ensemble");
+                    self.tasks.push(Box::pin(async move {
+                        Event::EnsembleChanged(change_ensemble(&client, meta, &failed, first_entry_id).await)
+                    }));
+                }
+                Command::Fail { reason, entry_ids } => {
+                    let e = fail_error(&reason, ledger_id);
+                    if reason != FailReason::Closed {
+                        tracing::warn!(ledger_id, error = %e, failed_adds = entry_ids.len(), "writer stopped");
+                    }
+                    for id in entry_ids {
+                        if let Some(r) = self.replies.remove(&id) {
+                            let _ = r.send(Err(e.clone()));
+                        }
+                    }
+                    if reason != FailReason::Closed {
+                        // Nothing can be closed by a writer that lost the ledger.
+                        for c in self.closers.drain(..) {
+                            let _ = c.send(Err(e.clone()));
+                        }
+                        if self.closing {
+                            self.finished = true;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn start_close(&mut self) {
+        self.close_sent = true;
+        if let Some(r) = self.w.done().cloned() {
+            let e = fail_error(&r, self.meta.ledger_id);
+            for c in self.closers.drain(..) {
+                let _ = c.send(Err(e.clone()));
+            }
+            self.finished = true;
+            return;
+        }
+        let client = self.client.clone();
+        let meta = self.meta.clone();
+        let (lac, length) = (self.w.lac(), self.w.length());
+        self.tasks.push(Box::pin(async move { Event::Closed(close_ledger(&client, meta, lac, length).await) }));
+    }
+}
+
+/// Closes an open ledger at `lac` by CAS. A conflict is settled by the stored
+/// record: closed at the same point is success; recovered or closed anywhere
+/// else means this writer was fenced out.
+async fn close_ledger(client: &Client, mut meta: LedgerMeta, lac: i64, length: u64) -> Result<LedgerMeta, ClientError> {
+    loop {
+        let mut intended = meta.clone();
+        intended.state = LedgerState::Closed;
+        intended.last_entry_id = lac;
+        intended.length = length;
+        match client.cas(&meta, &intended).await? {
+            Ok(stored) => {
+                tracing::info!(ledger_id = meta.ledger_id, last_entry_id = lac, length, "closed ledger");
+                return Ok(stored);
+            }
+            Err(stored) if stored.state == LedgerState::Closed && stored.last_entry_id == lac => return Ok(stored),
+            Err(stored) => match writer_conflict(&meta, &stored) {
+                Conflict::Fenced => return Err(ClientError::LedgerFenced(meta.ledger_id)),
+                Conflict::Retry(_) => meta = stored,
+            },
+        }
+    }
+}

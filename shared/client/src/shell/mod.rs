@@ -1,0 +1,16 @@
+//! The async shell: drives the protocol's state machines over quire-rpc
+//! (bookies) and quire-metaclient (metadata). No protocol decisions live here:
+//! only I/O, timers, and the compare-and-set loops around the metadata.
+
+pub mod bookies;
+pub mod client;
+pub mod ensemble;
+pub mod error;
+pub mod ledger_writer;
+pub mod reader;
+pub mod recover;
+
+pub use client::{Client, ClientOptions, CreateLedger};
+pub use error::ClientError;
+pub use ledger_writer::{Added, LedgerWriter, PendingAdd};
+pub use reader::LedgerReader;

@@ -1,0 +1,286 @@
+//! Readers: entries up to the LAC, the LAC itself, and tailing by long poll.
+//!
+//! A read goes to one replica of the entry's write set (the sticky one when
+//! it is in the set); after `speculative_read_after` without an answer the
+//! next replica is asked too, and the first intact copy wins. An error moves
+//! on at once. Every copy's CRC32C and identity are checked here: a damaged
+//! copy is skipped like a missing one.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use quire_proto::v1::{Entry, ErrorCode};
+use quire_rpc::RpcError;
+use tokio::time::Instant;
+
+use crate::meta::{LedgerMeta, LedgerState};
+use crate::shell::client::Client;
+use crate::shell::error::ClientError;
+
+/// Replicas to try for an entry, in order: its write set, starting at the
+/// sticky position when that is in the set.
+pub fn read_order(write_set: &[usize], sticky: Option<usize>) -> Vec<usize> {
+    let start = sticky.and_then(|s| write_set.iter().position(|p| *p == s)).unwrap_or(0);
+    (0..write_set.len()).map(|i| write_set[(start + i) % write_set.len()]).collect()
+}
+
+/// A reader of one ledger.
+pub struct LedgerReader {
+    client: Client,
+    ledger_id: u64,
+    meta: Mutex<LedgerMeta>,
+    lac: AtomicI64,
+    /// The bookie that answered last: reads stick to it while it can serve them.
+    sticky: Mutex<Option<String>>,
+}
+
+enum Outcome {
+    Entry(Entry),
+    Missing,
+    Corrupt,
+    Failed(RpcError),
+}
+
+impl LedgerReader {
+    pub(crate) fn new(client: Client, meta: LedgerMeta) -> LedgerReader {
+        let lac = meta.closed_lac().unwrap_or(-1);
+        LedgerReader {
+            client,
+            ledger_id: meta.ledger_id,
+            meta: Mutex::new(meta),
+            lac: AtomicI64::new(lac),
+            sticky: Mutex::new(None),
+        }
+    }
+
+    /// The ledger id.
+    pub fn ledger_id(&self) -> u64 {
+        self.ledger_id
+    }
+
+    /// The metadata this reader holds.
+    pub fn metadata(&self) -> LedgerMeta {
+        self.meta.lock().expect("meta lock").clone()
+    }
+
+    /// The highest LAC this reader has learned (it only grows).
+    pub fn known_lac(&self) -> i64 {
+        self.lac.load(Ordering::Acquire)
+    }
+
+    fn learn(&self, lac: i64) -> i64 {
+        self.lac.fetch_max(lac, Ordering::AcqRel).max(lac)
+    }
+
+    /// Re-reads the metadata (a closed ledger's LAC is final).
+    pub async fn refresh(&self) -> Result<LedgerMeta, ClientError> {
+        let m = self.client.metadata(self.ledger_id).await?;
+        if let Some(l) = m.closed_lac() {
+            self.learn(l);
+        }
+        *self.meta.lock().expect("meta lock") = m.clone();
+        Ok(m)
+    }
+
+    /// The LAC: for a closed ledger its last entry; for an open one the
+    /// highest LAC any bookie of the last ensemble reports (each was
+    /// acknowledged before the writer sent it).
+    pub async fn read_lac(&self) -> Result<i64, ClientError> {
+        let meta = self.metadata();
+        if let Some(l) = meta.closed_lac() {
+            return Ok(self.learn(l));
+        }
+        let timeout = self.client.options().read_timeout;
+        let mut calls: FuturesUnordered<_> = meta
+            .last_segment()
+            .members
+            .iter()
+            .map(|m| {
+                let bookies = self.client.bookies().clone();
+                let id = m.bookie_id.clone();
+                async move { bookies.read_lac(&id, meta.ledger_id, timeout).await }
+            })
+            .collect();
+        let mut best = None::<i64>;
+        let mut last_err = None;
+        while let Some(r) = calls.next().await {
+            match r {
+                Ok(l) => best = Some(best.map_or(l, |b| b.max(l))),
+                Err(e) => last_err = Some(e),
+            }
+        }
+        match best {
+            Some(l) => Ok(self.learn(l)),
+            None => {
+                // No bookie answered: the ledger may have been closed meanwhile.
+                let m = self.refresh().await?;
+                match m.closed_lac() {
+                    Some(l) => Ok(self.learn(l)),
+                    None => Err(last_err.map_or(ClientError::Timeout("no bookie answered".into()), ClientError::Rpc)),
+                }
+            }
+        }
+    }
+
+    /// Waits until the LAC passes `after` or `wait` ends; returns the LAC then.
+    pub async fn wait_lac(&self, after: i64, wait: Duration) -> Result<i64, ClientError> {
+        let known = self.known_lac();
+        if known > after {
+            return Ok(known);
+        }
+        let meta = self.metadata();
+        if meta.state == LedgerState::Closed {
+            return Ok(self.learn(meta.last_entry_id));
+        }
+        let mut calls: FuturesUnordered<_> = meta
+            .last_segment()
+            .members
+            .iter()
+            .map(|m| {
+                let bookies = self.client.bookies().clone();
+                let id = m.bookie_id.clone();
+                async move { bookies.wait_lac(&id, meta.ledger_id, after, wait).await }
+            })
+            .collect();
+        let mut best = None::<i64>;
+        while let Some(r) = calls.next().await {
+            if let Ok(l) = r {
+                let l = self.learn(l);
+                best = Some(l);
+                if l > after {
+                    return Ok(l);
+                }
+            }
+        }
+        // Nothing new from the bookies: a close (or an ensemble change) shows in the metadata.
+        let m = self.refresh().await?;
+        Ok(m.closed_lac().map_or(best.unwrap_or(self.known_lac()), |l| self.learn(l)))
+    }
+
+    /// Reads one entry at or below the LAC.
+    pub async fn read(&self, entry_id: u64) -> Result<Entry, ClientError> {
+        if entry_id as i64 > self.known_lac() && entry_id as i64 > self.read_lac().await? {
+            return Err(ClientError::NoSuchEntry(self.ledger_id, entry_id));
+        }
+        self.read_unchecked(entry_id).await
+    }
+
+    /// Reads `from..=to`, cut at the LAC; at most `max_entries`.
+    pub async fn read_range(&self, from: u64, to: u64, max_entries: usize) -> Result<Vec<Entry>, ClientError> {
+        if from > to {
+            return Err(ClientError::BadRequest(format!("range {from}..={to} is empty")));
+        }
+        let mut lac = self.known_lac();
+        if (to as i64) > lac {
+            lac = self.read_lac().await?;
+        }
+        if (from as i64) > lac {
+            return Ok(Vec::new());
+        }
+        let last = (to as i64).min(lac) as u64;
+        let last = last.min(from.saturating_add(max_entries.max(1) as u64 - 1));
+        let mut out = Vec::with_capacity((last - from + 1) as usize);
+        let mut next = from;
+        let mut inflight = futures_util::stream::FuturesOrdered::new();
+        while next <= last || !inflight.is_empty() {
+            while next <= last && inflight.len() < 16 {
+                inflight.push_back(self.read_unchecked(next));
+                next += 1;
+            }
+            if let Some(r) = inflight.next().await {
+                out.push(r?);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn read_unchecked(&self, entry_id: u64) -> Result<Entry, ClientError> {
+        let meta = self.metadata();
+        let seg = meta.segment_of(entry_id).clone();
+        let sticky_id = self.sticky.lock().expect("sticky lock").clone();
+        let sticky = sticky_id.and_then(|id| seg.members.iter().position(|m| m.bookie_id == id));
+        let order = read_order(&meta.quorums.write_set(entry_id), sticky);
+        let opts = self.client.options();
+        let deadline = Instant::now() + opts.read_timeout;
+        let ledger_id = self.ledger_id;
+        let mut inflight = FuturesUnordered::new();
+        let mut next = 0;
+        let (mut missing, mut corrupt, mut last_err) = (0, 0, None);
+        let launch = |pos: usize| {
+            let bookies = self.client.bookies().clone();
+            let id = seg.members[pos].bookie_id.clone();
+            let timeout = deadline.saturating_duration_since(Instant::now());
+            async move {
+                let out = match bookies.read(&id, ledger_id, entry_id, false, timeout).await {
+                    Ok(r) => match r.body.entry {
+                        Some(e) if e.digest_ok() && e.ledger_id == ledger_id && e.entry_id == entry_id => {
+                            Outcome::Entry(e)
+                        }
+                        _ => Outcome::Corrupt,
+                    },
+                    Err(e) => match e.code() {
+                        Some(ErrorCode::NoSuchEntry | ErrorCode::NoSuchLedger) => Outcome::Missing,
+                        Some(ErrorCode::CorruptEntry) => Outcome::Corrupt,
+                        _ => Outcome::Failed(e),
+                    },
+                };
+                (id, out)
+            }
+        };
+        inflight.push(launch(order[0]));
+        next += 1;
+        loop {
+            let speculate = tokio::time::sleep(opts.speculative_read_after);
+            tokio::select! {
+                r = inflight.next() => {
+                    let Some((id, out)) = r else { break };
+                    match out {
+                        Outcome::Entry(e) => {
+                            *self.sticky.lock().expect("sticky lock") = Some(id);
+                            self.learn(e.last_add_confirmed);
+                            return Ok(e);
+                        }
+                        Outcome::Missing => missing += 1,
+                        Outcome::Corrupt => {
+                            tracing::warn!(ledger_id, entry_id, bookie_id = %id, "corrupt copy skipped");
+                            corrupt += 1;
+                        }
+                        Outcome::Failed(e) => last_err = Some(e),
+                    }
+                    if next < order.len() {
+                        inflight.push(launch(order[next]));
+                        next += 1;
+                    }
+                }
+                _ = speculate, if next < order.len() => {
+                    inflight.push(launch(order[next]));
+                    next += 1;
+                }
+            }
+        }
+        Err(if corrupt > 0 && missing + corrupt == order.len() {
+            ClientError::Corrupt(ledger_id, entry_id)
+        } else if missing == order.len() {
+            ClientError::NoSuchEntry(ledger_id, entry_id)
+        } else {
+            last_err.map_or(
+                ClientError::Timeout(format!("reading entry {entry_id} of ledger {ledger_id}")),
+                ClientError::Rpc,
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_start_at_the_sticky_replica_when_it_holds_the_entry() {
+        assert_eq!(read_order(&[2, 0, 1], None), vec![2, 0, 1]);
+        assert_eq!(read_order(&[2, 0, 1], Some(1)), vec![1, 2, 0]);
+        assert_eq!(read_order(&[3, 4], Some(1)), vec![3, 4], "not in the write set: plain order");
+    }
+}

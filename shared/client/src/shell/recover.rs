@@ -1,0 +1,151 @@
+//! Drives [`Recovery`] over the bookies and the metadata service.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+
+use crate::meta::{LedgerMeta, LedgerState, Segment};
+use crate::recovery::{BookieRead, FenceAnswer, Recovery, RecoveryOptions, Step};
+use crate::shell::client::Client;
+use crate::shell::ensemble::change_ensemble;
+use crate::shell::error::ClientError;
+use crate::writer::{Answer, Command, FailReason, Member};
+
+enum Event {
+    Fenced(usize, FenceAnswer),
+    Read(u64, usize, BookieRead),
+    Wrote(u64, usize, Member, Answer),
+    EnsembleChanged(Result<LedgerMeta, ClientError>),
+}
+
+type Task = Pin<Box<dyn Future<Output = Event> + Send>>;
+
+/// Marks the ledger in recovery (unless closed or already so), then recovers it.
+pub(crate) async fn recover(client: &Client, ledger_id: u64) -> Result<LedgerMeta, ClientError> {
+    let mut meta = client.metadata(ledger_id).await?;
+    loop {
+        match meta.state {
+            LedgerState::Closed => return Ok(meta),
+            // Another recovery may have stopped half-way: recovery is safe to repeat.
+            LedgerState::InRecovery => break,
+            LedgerState::Open => {
+                let mut intended = meta.clone();
+                intended.state = LedgerState::InRecovery;
+                meta = match client.cas(&meta, &intended).await? {
+                    Ok(stored) | Err(stored) => stored,
+                };
+            }
+        }
+    }
+    tracing::info!(ledger_id, version = meta.version, "recovering ledger");
+    let opts = client.options();
+    let ropts = RecoveryOptions { read_window: opts.recovery_read_window, writer: opts.writer_options(true) };
+    let (mut r, steps) = Recovery::new(meta.clone(), ropts);
+    let mut tasks: FuturesUnordered<Task> = FuturesUnordered::new();
+    let mut queue = steps;
+    let mut tick = tokio::time::interval((opts.add_timeout / 4).max(std::time::Duration::from_millis(5)));
+    loop {
+        for step in std::mem::take(&mut queue) {
+            match step {
+                Step::Fence { position, member } => {
+                    let (b, v, t) = (client.bookies().clone(), meta.version, opts.read_timeout);
+                    tasks.push(Box::pin(
+                        async move { Event::Fenced(position, b.fence(&member, ledger_id, v, t).await) },
+                    ));
+                }
+                Step::Read { entry_id, position, member } => {
+                    let (b, t) = (client.bookies().clone(), opts.read_timeout);
+                    tasks.push(Box::pin(async move {
+                        Event::Read(entry_id, position, b.recovery_read(&member, ledger_id, entry_id, t).await)
+                    }));
+                }
+                Step::Write(Command::Send { position, member, entry, recovery }) => {
+                    let (b, v, t) = (client.bookies().clone(), meta.version, opts.add_timeout);
+                    let entry_id = entry.entry_id;
+                    tasks.push(Box::pin(async move {
+                        let a = b.add(&member, entry, v, recovery, t).await;
+                        Event::Wrote(entry_id, position, member, a)
+                    }));
+                }
+                Step::Write(Command::ChangeEnsemble { failed, first_entry_id }) => {
+                    let (c, m) = (client.clone(), meta.clone());
+                    tasks.push(Box::pin(async move {
+                        Event::EnsembleChanged(change_ensemble(&c, m, &failed, first_entry_id).await)
+                    }));
+                }
+                Step::Write(_) => {}
+                Step::Close { last_entry_id, length, ensembles } => {
+                    return close_recovered(client, meta, last_entry_id, length, ensembles).await;
+                }
+                Step::Failed(e) => {
+                    tracing::warn!(ledger_id, error = %e, "recovery failed; the ledger stays in recovery");
+                    return Err(ClientError::RecoveryFailed(ledger_id, e));
+                }
+            }
+        }
+        let now = std::time::Instant::now();
+        tokio::select! {
+            Some(ev) = tasks.next(), if !tasks.is_empty() => {
+                queue = match ev {
+                    Event::Fenced(p, a) => r.fence_answered(p, a, now),
+                    Event::Read(e, p, a) => r.read_answered(e, p, a, now),
+                    Event::Wrote(e, p, m, a) => r.write_answered(e, p, &m, a, now),
+                    Event::EnsembleChanged(Ok(m)) => {
+                        let seg = m.last_segment().clone();
+                        meta = m;
+                        r.ensemble_changed(seg.first_entry_id, seg.members, now)
+                    }
+                    Event::EnsembleChanged(Err(e)) => {
+                        tracing::warn!(ledger_id, error = %e, "recovery's ensemble change failed");
+                        r.write_aborted(match e {
+                            ClientError::NotEnoughBookies(_) => FailReason::NotEnoughBookies,
+                            ClientError::LedgerFenced(_) => FailReason::Fenced,
+                            _ => FailReason::MetadataUnavailable,
+                        })
+                    }
+                };
+            }
+            _ = tick.tick() => queue = r.tick(now),
+        }
+    }
+}
+
+/// Closes the recovered ledger at its true tail. If another recovery closed
+/// it first, that close stands (both found the same tail: entries past an
+/// absent one were never acknowledged).
+async fn close_recovered(
+    client: &Client,
+    meta: LedgerMeta,
+    last_entry_id: i64,
+    length: u64,
+    ensembles: std::collections::BTreeMap<u64, Vec<Member>>,
+) -> Result<LedgerMeta, ClientError> {
+    let mut intended = meta.clone();
+    intended.state = LedgerState::Closed;
+    intended.last_entry_id = last_entry_id;
+    intended.length = length;
+    intended.segments =
+        ensembles.into_iter().map(|(first_entry_id, members)| Segment { first_entry_id, members }).collect();
+    match client.cas(&meta, &intended).await? {
+        Ok(stored) => {
+            tracing::info!(ledger_id = meta.ledger_id, last_entry_id, length, "recovered and closed ledger");
+            Ok(stored)
+        }
+        Err(stored) if stored.state == LedgerState::Closed => {
+            if stored.last_entry_id != last_entry_id {
+                tracing::warn!(
+                    ledger_id = meta.ledger_id,
+                    ours = last_entry_id,
+                    theirs = stored.last_entry_id,
+                    "another recovery closed the ledger at a different tail"
+                );
+            }
+            Ok(stored)
+        }
+        Err(_) => Err(ClientError::MetadataUnavailable(format!(
+            "ledger {} changed during recovery; recover again",
+            meta.ledger_id
+        ))),
+    }
+}

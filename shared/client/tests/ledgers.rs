@@ -1,0 +1,169 @@
+//! The ledger protocol end to end, over real processes: 3 metadata replicas,
+//! bookies, QUIC with mTLS.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::Setup;
+use quire_client::meta::LedgerState;
+use quire_client::{ClientError, CreateLedger};
+
+fn payload(i: u64) -> Bytes {
+    Bytes::from(format!("entry-{i:05}-{}", "x".repeat((i % 7) as usize * 100)))
+}
+
+fn spec(e: usize, w: usize, a: usize) -> CreateLedger {
+    CreateLedger { ensemble: e, write_quorum: w, ack_quorum: a, custom: BTreeMap::new() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_is_written_tailed_closed_and_read_back() {
+    let s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let client = s.client();
+    let mut custom = BTreeMap::new();
+    custom.insert("app".to_string(), Bytes::from_static(b"test"));
+    let w = client.create(CreateLedger { custom, ..spec(3, 3, 2) }).await.unwrap();
+    let id = w.ledger_id();
+    let meta = w.metadata();
+    assert_eq!(meta.last_segment().members.len(), 3);
+    assert!(meta.last_segment().members.iter().all(|m| !m.instance_id.is_empty()), "instance ids recorded");
+
+    // Pipelined adds: ids in order, each acknowledged.
+    let mut pending = Vec::new();
+    for i in 0..200 {
+        pending.push(w.submit(payload(i)).await.unwrap());
+    }
+    for (i, p) in pending.into_iter().enumerate() {
+        let a = p.await.unwrap();
+        assert_eq!(a.entry_id, i as u64);
+        assert!(a.lac >= i as i64);
+    }
+    assert_eq!(w.lac(), 199);
+
+    // A reader of the open ledger: the idle writer publishes its LAC.
+    let r = client.open(id).await.unwrap();
+    assert_eq!(r.wait_lac(198, Duration::from_secs(5)).await.unwrap(), 199);
+    let all = r.read_range(0, 1000, 10_000).await.unwrap();
+    assert_eq!(all.len(), 200, "cut at the LAC");
+    for (i, e) in all.iter().enumerate() {
+        assert_eq!(e.payload, payload(i as u64));
+        assert!(e.digest_ok());
+    }
+    assert!(matches!(r.read(200).await, Err(ClientError::NoSuchEntry(_, 200))), "past the LAC");
+
+    // Tailing: a long poll answers when the next entry lands.
+    let tail = tokio::spawn({
+        let r = client.open(id).await.unwrap();
+        async move { r.wait_lac(199, Duration::from_secs(10)).await }
+    });
+    w.add(payload(200)).await.unwrap();
+    assert!(tail.await.unwrap().unwrap() >= 200);
+
+    // Close: sealed at the LAC with the ledger's length.
+    let closed = w.close().await.unwrap();
+    assert_eq!((closed.state, closed.last_entry_id), (LedgerState::Closed, 200));
+    let length: u64 = (0..=200).map(|i| payload(i).len() as u64).sum();
+    assert_eq!(closed.length, length);
+    assert_eq!(closed.custom.get("app").map(|b| &b[..]), Some(&b"test"[..]));
+    assert!(w.add(payload(201)).await.is_err(), "a closed writer takes no adds");
+    let r = client.open(id).await.unwrap();
+    assert_eq!(r.read_lac().await.unwrap(), 200);
+    assert_eq!(r.read(200).await.unwrap().payload, payload(200));
+    // Recovering a closed ledger changes nothing.
+    assert_eq!(client.recover(id).await.unwrap().last_entry_id, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_clear_errors() {
+    let s = Setup::start(&["r1", "r2"]);
+    s.wait_for_bookies(2).await;
+    let client = s.client();
+    assert!(matches!(client.create(spec(2, 3, 2)).await, Err(ClientError::BadRequest(_))));
+    assert!(matches!(client.create(spec(3, 3, 2)).await, Err(ClientError::NotEnoughBookies(_))));
+    assert!(matches!(client.open(999_999).await, Err(ClientError::NoSuchLedger(999_999))));
+    assert!(matches!(client.recover(999_999).await, Err(ClientError::NoSuchLedger(999_999))));
+    let w = client.create(spec(2, 2, 2)).await.unwrap();
+    let big = Bytes::from(vec![0u8; client.options().max_entry_bytes + 1]);
+    assert!(matches!(w.add(big).await, Err(ClientError::EntryTooLarge(_))));
+    w.add(Bytes::from_static(b"ok")).await.unwrap();
+    let r = client.open(w.ledger_id()).await.unwrap();
+    assert!(matches!(r.read_range(5, 1, 10).await, Err(ClientError::BadRequest(_))));
+    client.delete(w.ledger_id()).await.unwrap();
+    assert!(matches!(client.open(w.ledger_id()).await, Err(ClientError::NoSuchLedger(_))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_bookie_is_replaced_and_no_acknowledged_entry_is_lost() {
+    let mut s = Setup::start(&["r1", "r2", "r3", "r1"]);
+    s.wait_for_bookies(4).await;
+    let client = s.client();
+    let w = client.create(spec(3, 3, 2)).await.unwrap();
+    let id = w.ledger_id();
+    for i in 0..50 {
+        w.add(payload(i)).await.unwrap();
+    }
+    // Crash one member of the ensemble; adds go on through an ensemble change.
+    let victim = w.metadata().last_segment().members[1].bookie_id.clone();
+    let idx = s.cluster.bookies.iter().position(|b| b.id == victim).unwrap();
+    s.cluster.kill_bookie(idx).unwrap();
+    // Adds go on at Qa = 2 meanwhile; once the victim's add times out it is
+    // replaced. Keep writing until the metadata shows the change.
+    let killed = std::time::Instant::now();
+    let mut next = 50u64;
+    while w.metadata().segments.len() < 2 {
+        assert!(killed.elapsed() < Duration::from_secs(30), "no ensemble change after the crash");
+        let a = w.add(payload(next)).await.unwrap();
+        assert_eq!(a.entry_id, next);
+        next += 1;
+    }
+    for _ in 0..20 {
+        assert_eq!(w.add(payload(next)).await.unwrap().entry_id, next);
+        next += 1;
+    }
+    let meta = w.metadata();
+    assert_eq!(meta.segments.len(), 2, "{meta:?}");
+    assert!(meta.last_segment().members.iter().all(|m| m.bookie_id != victim));
+    let first_new = meta.last_segment().first_entry_id;
+    assert!((50..next - 20).contains(&first_new), "the new ensemble starts after the crash ({first_new})");
+    let closed = w.close().await.unwrap();
+    assert_eq!(closed.last_entry_id, next as i64 - 1);
+    // Every entry reads back with the victim still down.
+    let r = client.open(id).await.unwrap();
+    let all = r.read_range(0, next, 100_000).await.unwrap();
+    assert_eq!(all.iter().map(|e| e.payload.clone()).collect::<Vec<_>>(), (0..next).map(payload).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_fences_the_writer_and_closes_at_the_true_tail() {
+    let s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let writer_client = s.client();
+    let w = writer_client.create(spec(3, 3, 2)).await.unwrap();
+    let id = w.ledger_id();
+    let mut acked = -1i64;
+    for i in 0..40 {
+        acked = w.add(payload(i)).await.unwrap().entry_id as i64;
+    }
+    // Another process recovers the ledger while the writer still holds it.
+    let other = s.client();
+    let recovered = other.recover(id).await.unwrap();
+    assert_eq!(recovered.state, LedgerState::Closed);
+    assert!(recovered.last_entry_id >= acked, "recovery never truncates below what was acknowledged");
+    assert_eq!(recovered.last_entry_id, 39, "nothing past the writer's last add exists");
+    let length: u64 = (0..40).map(|i| payload(i).len() as u64).sum();
+    assert_eq!(recovered.length, length);
+    // The old writer's next add is refused: fenced, never acknowledged.
+    match w.add(payload(40)).await {
+        Err(ClientError::LedgerFenced(l)) => assert_eq!(l, id),
+        other => panic!("expected LedgerFenced, got {other:?}"),
+    }
+    assert!(matches!(w.close().await, Err(ClientError::LedgerFenced(_))));
+    let r = other.open(id).await.unwrap();
+    assert_eq!(r.read_range(0, 100, 100).await.unwrap().len(), 40);
+    // Recovery is idempotent.
+    assert_eq!(other.recover(id).await.unwrap().last_entry_id, 39);
+}
