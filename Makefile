@@ -7,7 +7,7 @@ BENCH_SECS ?= 5
 FUZZ_SECS ?= 60
 DATA ?= $(CURDIR)/data
 
-.PHONY: all build test verify fmt fmt-check clippy lint bench-rpc bench-bookie bench-metadata fuzz run clean
+.PHONY: all build test verify fmt fmt-check clippy lint bench-rpc bench-bookie bench-metadata bench-client sim fuzz run clean
 
 all: build
 
@@ -36,6 +36,13 @@ clippy:
 lint: fmt-check clippy
 
 verify: lint test
+
+# The protocol simulator over many seeds (make test runs 500 and every seed
+# that once failed): `make sim SEEDS=100000 START=0`.
+SEEDS ?= 10000
+START ?= 0
+sim:
+	$(CARGO) run --release -p quire-client --bin quire-sim -- --seeds $(SEEDS) --start $(START)
 
 # RPC round trips over loopback (1 KiB requests): see docs/benchmarks.md.
 bench-rpc:

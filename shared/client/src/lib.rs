@@ -22,6 +22,7 @@ pub mod meta;
 pub mod placement;
 pub mod recovery;
 pub mod shell;
+pub mod sim;
 pub mod writer;
 
 pub use shell::{Added, Client, ClientError, ClientOptions, CreateLedger, LedgerReader, LedgerWriter, PendingAdd};

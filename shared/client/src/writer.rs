@@ -357,6 +357,8 @@ impl Writer {
         match answer {
             // An empty expected instance id is an unknown one (metadata written
             // without instance ids): the bookie's own guard is then all there is.
+            // A member being replaced: its copy will not be in the metadata.
+            Answer::Stored { .. } if self.failed.contains(&position) => Vec::new(),
             Answer::Stored { .. } if !failure => {
                 self.pending.get_mut(&entry_id).expect("checked").confirmed.insert(position);
                 self.acknowledge()
@@ -368,6 +370,15 @@ impl Writer {
     }
 
     fn acknowledge(&mut self) -> Vec<Command> {
+        // Nothing is acknowledged while an ensemble change is under way: the
+        // new ensemble starts at the first unacknowledged entry as computed
+        // when the change began, and an entry acknowledged meanwhile on a
+        // failed member's copy would be described by metadata that no longer
+        // names that member (BookKeeper holds acks the same way; the
+        // simulator found this, seed 92).
+        if self.changing {
+            return Vec::new();
+        }
         let mut acked = Vec::new();
         while let Some((&id, p)) = self.pending.iter().next() {
             let in_set = self.quorums.write_set(id);
@@ -449,6 +460,10 @@ impl Writer {
         }
         let (_, old) = self.current();
         let changed: BTreeSet<usize> = (0..members.len()).filter(|i| old[*i] != members[*i]).collect();
+        assert!(
+            self.pending.keys().next().is_none_or(|p| *p >= first_entry_id),
+            "a new ensemble never covers acknowledged entries"
+        );
         self.ensembles.insert(first_entry_id, members);
         self.failed.clear();
         self.changing = false;
@@ -686,5 +701,29 @@ mod tests {
         assert_eq!(acked(&w.answer(0, 1, &ms[1], stored(&ms[1]))), vec![0]);
         let out = w.answer(0, 2, &ms[2], Answer::Failed);
         assert_eq!(out, vec![Command::ChangeEnsemble { failed: vec![2], first_entry_id: 1 }]);
+    }
+
+    #[test]
+    fn nothing_is_acknowledged_while_the_ensemble_changes() {
+        // Seed 92 of the simulator: E=3 Qw=2 Qa=2. Position 1 fails while
+        // entry 0 waits; its late copy must not acknowledge entry 0 under an
+        // ensemble that no longer names it.
+        let t = Instant::now();
+        let mut w = writer(3, 2, 2);
+        let ms = members(3);
+        w.add(Bytes::from_static(b"x"), t).unwrap();
+        w.add(Bytes::from_static(b"y"), t).unwrap();
+        w.answer(0, 0, &ms[0], stored(&ms[0]));
+        let change = w.answer(1, 1, &ms[1], Answer::Failed);
+        assert_eq!(change, vec![Command::ChangeEnsemble { failed: vec![1], first_entry_id: 0 }]);
+        assert!(w.answer(0, 1, &ms[1], stored(&ms[1])).is_empty(), "a failed member's copy does not count");
+        assert!(w.answer(1, 2, &ms[2], stored(&ms[2])).is_empty());
+        assert_eq!(w.lac(), -1);
+        let mut new = ms.clone();
+        new[1] = Member { bookie_id: "b9".into(), instance_id: "i9".into() };
+        let out = w.ensemble_changed(0, new.clone(), t);
+        assert!(acked(&out).is_empty());
+        let out = w.answer(0, 1, &new[1], stored(&new[1]));
+        assert_eq!(acked(&out), vec![0]);
     }
 }
