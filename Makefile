@@ -52,6 +52,11 @@ bench-rpc:
 bench-bookie: build
 	BENCH_SECS=$(BENCH_SECS) $(CARGO) bench -p quire-bookie --bench bookie
 
+# Three bookies, E=3 Qw=3 Qa=2, 1 KiB adds through the client library, the
+# NATS cases (writers:window): see docs/benchmarks.md.
+bench-client: build
+	BENCH_SECS=$(BENCH_SECS) $(CARGO) bench -p quire-client --bench client
+
 # Three metadata replicas, 64 clients doing CAS updates: see docs/benchmarks.md.
 bench-metadata: build
 	BENCH_SECS=$(BENCH_SECS) $(CARGO) bench -p quire-metadata --bench metadata

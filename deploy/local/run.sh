@@ -57,6 +57,13 @@ done
 echo
 "$BIN/quire" bookies --metadata "$METADATA" --certs-dir "$CERTS" --at-least 3
 echo
+# A first ledger: E=3 Qw=3 Qa=2 over the three bookies, written, closed, read back.
+ledger=$(printf 'hello\nquire\n' | "$BIN/quire" ledger --metadata "$METADATA" --certs-dir "$CERTS" write)
+echo "first ledger written: $ledger"
+id=$(sed -n 's/.*"ledger_id":\([0-9]*\).*/\1/p' <<<"$ledger")
+echo "first ledger read back:"
+"$BIN/quire" ledger --metadata "$METADATA" --certs-dir "$CERTS" read --ledger "$id"
+echo
 echo "quire local cluster up (logs in $DATA/run)."
 if [ -n "${ONESHOT:-}" ]; then exit 0; fi
 echo "Ctrl-C to stop."

@@ -1,11 +1,13 @@
 //! `quire`: the operator's command line.
 //!
-//! Today: certificate tooling (`quire certs init|issue`) and two probes of any
-//! quire server over QUIC with mTLS (`quire ping`, `quire server-info`). The
-//! shell commands over ledgers and bookies arrive with the services they drive.
+//! Certificate tooling (`quire certs init|issue`), probes of any quire server
+//! over QUIC with mTLS (`quire ping`, `quire server-info`), the bookie registry
+//! (`quire bookies`), the metadata cluster (`quire metadata`) and ledgers
+//! through the client library (`quire ledger write|read|info|recover|delete|list`).
 
 mod bookies;
 mod certs;
+mod ledger;
 mod metadata;
 mod probe;
 
@@ -32,6 +34,8 @@ enum Cmd {
     Bookies(bookies::BookiesArgs),
     /// The metadata cluster: status of each replica, voting membership.
     Metadata(metadata::MetadataArgs),
+    /// Ledgers: write, read, info, recover, delete, list.
+    Ledger(ledger::LedgerArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -42,5 +46,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::ServerInfo(a) => probe::info(a),
         Cmd::Bookies(a) => bookies::list(a),
         Cmd::Metadata(a) => metadata::run(a),
+        Cmd::Ledger(a) => ledger::run(a),
     }
 }

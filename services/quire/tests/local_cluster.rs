@@ -29,5 +29,8 @@ fn the_local_cluster_comes_up_and_every_service_answers() {
     for rack in ["rack-1", "rack-2", "rack-3"] {
         assert!(stdout.contains(rack), "bookie of {rack} not registered:\n{stdout}");
     }
+    assert!(stdout.contains("first ledger written: {"), "{stdout}");
+    assert!(stdout.contains("\"state\":\"closed\""), "{stdout}");
+    assert!(stdout.contains("0\thello\n1\tquire\n"), "first ledger not read back:\n{stdout}");
     assert!(stdout.contains("quire local cluster up"));
 }
