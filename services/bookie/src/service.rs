@@ -42,6 +42,123 @@ impl BookieService {
     }
 }
 
+/// Most adds one AddEntries request may carry.
+pub const MAX_ADDS_PER_REQUEST: usize = 1024;
+
+type AddOutcomeFuture = std::pin::Pin<Box<dyn std::future::Future<Output = v1::AddOutcome> + Send>>;
+
+fn outcome(l: u64, e: u64, r: Result<(), ServiceError>) -> v1::AddOutcome {
+    match r {
+        Ok(()) => v1::AddOutcome { ledger_id: l, entry_id: e, code: ErrorCode::Ok as i32, message: String::new() },
+        Err(err) => v1::AddOutcome { ledger_id: l, entry_id: e, code: err.code as i32, message: err.message },
+    }
+}
+
+impl BookieService {
+    /// Seed 003's first guard: the writer names the instance it expects.
+    fn check_instance(&self, expected: &str) -> Result<(), ServiceError> {
+        if !expected.is_empty() && expected != self.me.instance_id {
+            return Err(ServiceError::new(
+                ErrorCode::WrongInstance,
+                format!(
+                    "this is bookie {} instance {}, not instance {expected}",
+                    self.me.bookie_id, self.me.instance_id
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// One add of a batch whose ledgers are known (and fenced, for recovery
+    /// adds): queued to the journal now, in request order; awaited later.
+    fn add_queued(&self, a: v1::AddEntryRequest) -> AddOutcomeFuture {
+        let Some(entry) = a.entry else {
+            return Box::pin(std::future::ready(outcome(0, 0, Err(ServiceError::bad_request("add without an entry")))));
+        };
+        let (l, e) = (entry.ledger_id, entry.entry_id);
+        if let Err(err) = self.check_instance(&a.expected_instance_id) {
+            return Box::pin(std::future::ready(outcome(l, e, Err(err))));
+        }
+        let added = self.store.add(entry, a.recovery);
+        Box::pin(async move { outcome(l, e, added.await.map_err(to_service_error)) })
+    }
+
+    /// AddEntries: each add judged as a single AddEntry would be. The checks
+    /// that need a round trip (an unknown ledger's state, a recovery add's
+    /// fence) run once per ledger of the batch, before its adds are queued.
+    fn add_entries(&self, adds: Vec<v1::AddEntryRequest>) -> ServiceFuture {
+        if adds.is_empty() || adds.len() > MAX_ADDS_PER_REQUEST {
+            return ready(Err(ServiceError::bad_request(format!(
+                "an AddEntries request carries 1 to {MAX_ADDS_PER_REQUEST} adds, not {}",
+                adds.len()
+            ))));
+        }
+        let mut unknown = std::collections::BTreeSet::new();
+        let mut to_fence = std::collections::BTreeSet::new();
+        for a in &adds {
+            if let Some(entry) = &a.entry {
+                let l = entry.ledger_id;
+                if a.recovery && !self.store.is_fenced(l) {
+                    to_fence.insert(l);
+                } else if !a.recovery && self.meta.is_some() && !self.store.knows_ledger(l) {
+                    unknown.insert(l);
+                }
+            }
+        }
+        if unknown.is_empty() && to_fence.is_empty() {
+            let queued: Vec<AddOutcomeFuture> = adds.into_iter().map(|a| self.add_queued(a)).collect();
+            return Box::pin(async move {
+                let mut outcomes = Vec::with_capacity(queued.len());
+                for q in queued {
+                    outcomes.push(q.await);
+                }
+                Ok(v1::AddEntriesResponse { outcomes }.into())
+            });
+        }
+        let this = self.clone_parts();
+        Box::pin(async move {
+            let mut refused = std::collections::BTreeMap::new();
+            if let Some(meta) = &this.meta {
+                for l in unknown {
+                    if let Err(e) = check_unknown_ledger(&this.store, meta, l).await {
+                        refused.insert(l, e);
+                    }
+                }
+            }
+            for l in to_fence {
+                if let Err(e) = this.store.fence(l).await {
+                    refused.insert(l, to_service_error(e));
+                }
+            }
+            let mut queued = Vec::with_capacity(adds.len());
+            for a in adds {
+                let refusal =
+                    a.entry.as_ref().and_then(|e| refused.get(&e.ledger_id).map(|r| (e.ledger_id, e.entry_id, r)));
+                match refusal {
+                    Some((l, e, r)) => {
+                        queued.push(Box::pin(std::future::ready(outcome(l, e, Err(r.clone())))) as AddOutcomeFuture)
+                    }
+                    None => queued.push(this.add_queued(a)),
+                }
+            }
+            let mut outcomes = Vec::with_capacity(queued.len());
+            for q in queued {
+                outcomes.push(q.await);
+            }
+            Ok(v1::AddEntriesResponse { outcomes }.into())
+        })
+    }
+
+    fn clone_parts(&self) -> BookieService {
+        BookieService {
+            store: self.store.clone(),
+            me: self.me.clone(),
+            data_dir: self.data_dir.clone(),
+            meta: self.meta.clone(),
+        }
+    }
+}
+
 /// Seed 003's second guard. A bookie that has never seen a ledger (a fresh
 /// process on a replaced disk, say) asks the metadata service before taking
 /// a normal add for it: a closed or recovering ledger is fenced here too and
@@ -98,6 +215,7 @@ impl quire_rpc::Service for BookieService {
         matches!(
             m,
             Method::AddEntry
+                | Method::AddEntries
                 | Method::ReadEntry
                 | Method::ReadLac
                 | Method::WaitLac
@@ -115,14 +233,8 @@ impl quire_rpc::Service for BookieService {
                 };
                 // Seed 003: a writer that believes it talks to another instance of
                 // this bookie (its disks were replaced) must not get a success.
-                if !a.expected_instance_id.is_empty() && a.expected_instance_id != self.me.instance_id {
-                    return ready(Err(ServiceError::new(
-                        ErrorCode::WrongInstance,
-                        format!(
-                            "this is bookie {} instance {}, not instance {}",
-                            self.me.bookie_id, self.me.instance_id, a.expected_instance_id
-                        ),
-                    )));
+                if let Err(e) = self.check_instance(&a.expected_instance_id) {
+                    return ready(Err(e));
                 }
                 let (l, e) = (entry.ledger_id, entry.entry_id);
                 if let Some(meta) = self.meta.clone().filter(|_| !a.recovery && !self.store.knows_ledger(l)) {
@@ -153,6 +265,7 @@ impl quire_rpc::Service for BookieService {
                     Ok(v1::AddEntryResponse { ledger_id: l, entry_id: e }.into())
                 })
             }
+            Req::AddEntries(b) => self.add_entries(b.adds),
             Req::ReadEntry(r) => {
                 let store = self.store.clone();
                 Box::pin(async move {

@@ -294,3 +294,57 @@ async fn a_wiped_disk_never_answers_as_the_old_instance() {
     let stale = v1::AddEntryRequest { entry: Some(entry(40, 1)), expected_instance_id: first, ..Default::default() };
     assert_eq!(peer.call(stale).await.unwrap_err().code(), Some(ErrorCode::WrongInstance));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_adds_is_judged_add_by_add() {
+    let fx = Fixture::new();
+    let (_bookie, addr) = fx.bookie("1", &fx.data("b"), &["--max-entry-bytes", "4096"]);
+    let client = fx.client();
+    let peer = client.peer(&addr, Role::Bookie, None);
+    let instance = peer.call(v1::BookieInfoRequest {}).await.unwrap().instance_id;
+
+    // Malformed as a whole: empty, or more adds than allowed.
+    assert_eq!(code(peer.call(v1::AddEntriesRequest { adds: vec![] }).await), Some(ErrorCode::BadRequest));
+    let too_many = v1::AddEntriesRequest { adds: (0..1025).map(|e| add(50, e)).collect() };
+    assert_eq!(code(peer.call(too_many).await), Some(ErrorCode::BadRequest));
+
+    // Ledger 51 is fenced here: its add is refused, the others go in.
+    peer.call(v1::FenceLedgerRequest { ledger_id: 51, metadata_version: 0 }).await.unwrap();
+    let mut forged = entry(50, 2);
+    forged.payload = Bytes::from_static(b"forged");
+    let adds = vec![
+        v1::AddEntryRequest { entry: Some(entry(50, 0)), expected_instance_id: instance.clone(), ..Default::default() },
+        add(51, 0),
+        v1::AddEntryRequest { entry: Some(forged), ..Default::default() },
+        v1::AddEntryRequest {
+            entry: Some(entry(50, 3)),
+            expected_instance_id: "someone-else".into(),
+            ..Default::default()
+        },
+        v1::AddEntryRequest::default(),
+        add(50, 1),
+    ];
+    let r = peer.call(v1::AddEntriesRequest { adds }).await.unwrap();
+    let got: Vec<(u64, u64, i32)> = r.outcomes.iter().map(|o| (o.ledger_id, o.entry_id, o.code)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (50, 0, ErrorCode::Ok as i32),
+            (51, 0, ErrorCode::LedgerFenced as i32),
+            (50, 2, ErrorCode::DigestMismatch as i32),
+            (50, 3, ErrorCode::WrongInstance as i32),
+            (0, 0, ErrorCode::BadRequest as i32),
+            (50, 1, ErrorCode::Ok as i32),
+        ]
+    );
+    assert_eq!(read(&peer, 50, 0).await.unwrap(), entry(50, 0));
+    assert_eq!(read(&peer, 50, 1).await.unwrap(), entry(50, 1));
+    for (l, e) in [(50, 2), (50, 3), (51, 0)] {
+        assert!(read(&peer, l, e).await.is_err(), "{l}/{e} must not be stored");
+    }
+    // A recovery batch is accepted on the fenced ledger, and fences a new one.
+    let rec = |l: u64, e: u64| v1::AddEntryRequest { entry: Some(entry(l, e)), recovery: true, ..Default::default() };
+    let r = peer.call(v1::AddEntriesRequest { adds: vec![rec(51, 0), rec(52, 0)] }).await.unwrap();
+    assert!(r.outcomes.iter().all(|o| o.code == ErrorCode::Ok as i32), "{r:?}");
+    assert_eq!(code(peer.call(add(52, 1)).await), Some(ErrorCode::LedgerFenced), "a recovery add fences");
+}

@@ -85,6 +85,7 @@ methods! {
     WriteLac => WriteLacRequest, WriteLacResponse, "write_lac";
     FenceLedger => FenceLedgerRequest, FenceLedgerResponse, "fence_ledger";
     BookieInfo => BookieInfoRequest, BookieInfoResponse, "bookie_info";
+    AddEntries => AddEntriesRequest, AddEntriesResponse, "add_entries";
     CreateLedger => CreateLedgerRequest, CreateLedgerResponse, "create_ledger";
     GetLedger => GetLedgerRequest, GetLedgerResponse, "get_ledger";
     UpdateLedger => UpdateLedgerRequest, UpdateLedgerResponse, "update_ledger";
@@ -124,7 +125,9 @@ impl Method {
         use Method::*;
         match self {
             Ping | ServerInfo => ServiceKind::Control,
-            AddEntry | ReadEntry | ReadLac | WaitLac | WriteLac | FenceLedger | BookieInfo => ServiceKind::Bookie,
+            AddEntry | AddEntries | ReadEntry | ReadLac | WaitLac | WriteLac | FenceLedger | BookieInfo => {
+                ServiceKind::Bookie
+            }
             CreateLedger | GetLedger | UpdateLedger | DeleteLedger | ListLedgers | WatchLedger | RegisterBookie
             | RenewLease | ListBookies | WatchBookies | MarkUnderReplicated | ListUnderReplicated
             | ClearUnderReplicated | AcquireLock | RenewLock | ReleaseLock | GetLock | ChangeMembership

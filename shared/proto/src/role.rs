@@ -115,7 +115,7 @@ pub fn allowed(role: Role, method: Method) -> bool {
     let writer = matches!(role, Gateway | Client | ReplicationWorker | Admin);
     match method {
         Ping | ServerInfo | BookieInfo => true,
-        AddEntry | WriteLac | FenceLedger => writer,
+        AddEntry | AddEntries | WriteLac | FenceLedger => writer,
         // Bookies read from their peers to refill entries they lost (integrity check).
         ReadEntry | ReadLac | WaitLac => writer || matches!(role, Auditor | Bookie),
         // Creating and deleting ledgers is the application's (and operator's) business.

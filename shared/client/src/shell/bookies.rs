@@ -131,6 +131,60 @@ impl Bookies {
         }
     }
 
+    /// Sends several adds to one member in one request (AddEntries, in entry
+    /// order); one answer per entry, as [`Bookies::add`] would give.
+    pub async fn add_batch(
+        &self,
+        member: &Member,
+        entries: Vec<Entry>,
+        metadata_version: u64,
+        recovery: bool,
+        timeout: Duration,
+    ) -> Vec<Answer> {
+        let n = entries.len();
+        let ledger_id = entries.first().map_or(0, |e| e.ledger_id);
+        let adds = entries
+            .into_iter()
+            .map(|entry| v1::AddEntryRequest {
+                entry: Some(entry),
+                metadata_version,
+                expected_instance_id: member.instance_id.clone(),
+                recovery,
+            })
+            .collect();
+        let res = match self.peer(&member.bookie_id).await {
+            Ok(p) => {
+                let opts = CallOptions { timeout: Some(timeout), order_key: Some(ledger_id) };
+                p.call_full(v1::AddEntriesRequest { adds }, opts).await
+            }
+            Err(e) => Err(e),
+        };
+        match res {
+            Ok(r) if r.body.outcomes.len() == n => r
+                .body
+                .outcomes
+                .into_iter()
+                .map(|o| match ErrorCode::try_from(o.code) {
+                    Ok(ErrorCode::Ok) => Answer::Stored { instance_id: r.instance_id.clone() },
+                    Ok(ErrorCode::LedgerFenced | ErrorCode::LedgerClosed) => Answer::Fenced,
+                    _ => Answer::Failed,
+                })
+                .collect(),
+            Ok(r) => {
+                tracing::warn!(bookie_id = %member.bookie_id, sent = n, answered = r.body.outcomes.len(), "AddEntries answer does not match the request");
+                vec![Answer::Failed; n]
+            }
+            Err(e) => {
+                let a = match e.code() {
+                    Some(ErrorCode::LedgerFenced | ErrorCode::LedgerClosed) => Answer::Fenced,
+                    _ => Answer::Failed,
+                };
+                tracing::debug!(ledger_id, bookie_id = %member.bookie_id, error = %e, "batched add failed");
+                vec![a; n]
+            }
+        }
+    }
+
     /// A read (with `fence`, a recovery read), as recovery judges it.
     pub async fn recovery_read(&self, member: &Member, ledger_id: u64, entry_id: u64, timeout: Duration) -> BookieRead {
         match self.read(&member.bookie_id, ledger_id, entry_id, true, timeout).await {

@@ -17,6 +17,7 @@ use crate::shell::client::Client;
 use crate::shell::ensemble::change_ensemble;
 use crate::shell::error::ClientError;
 use crate::writer::{AddError, Answer, Command, FailReason, Member, Writer};
+use quire_proto::v1::Entry;
 
 /// An acknowledged add.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +52,7 @@ enum Msg {
 
 enum Event {
     Added { entry_id: u64, position: usize, member: Member, answer: Answer },
+    AddedBatch { position: usize, member: Member, answers: Vec<(u64, Answer)> },
     LacPublished(Answer),
     EnsembleChanged(Result<LedgerMeta, ClientError>),
     Closed(Result<LedgerMeta, ClientError>),
@@ -96,6 +98,7 @@ impl LedgerWriter {
             finished: false,
             shared: shared.clone(),
             tasks: FuturesUnordered::new(),
+            outbox: Vec::new(),
         };
         let ledger_id = actor.meta.ledger_id;
         tokio::spawn(actor.run());
@@ -172,7 +175,14 @@ struct Actor {
     finished: bool,
     shared: Arc<Shared>,
     tasks: FuturesUnordered<Task>,
+    /// Sends decided during this turn of the loop, flushed at its end: the
+    /// adds that left together go to each bookie as one AddEntries request.
+    outbox: Vec<(usize, Member, Entry, bool)>,
 }
+
+/// Most adds (and payload bytes) per AddEntries request.
+const BATCH_MAX_ADDS: usize = 256;
+const BATCH_MAX_BYTES: usize = 2 << 20;
 
 fn fail_error(reason: &FailReason, ledger_id: u64) -> ClientError {
     match reason {
@@ -198,20 +208,38 @@ impl Actor {
             let accepting =
                 self.rx_open && !self.closing && (self.w.done().is_some() || self.w.pending() < opts.max_pending_adds);
             tokio::select! {
-                msg = self.rx.recv(), if accepting || (self.rx_open && self.closing) => match msg {
-                    Some(Msg::Add(payload, reply)) => self.on_add(payload, reply),
-                    Some(Msg::Close(reply)) => {
-                        self.closers.push(reply);
-                        self.closing = true;
+                msg = self.rx.recv(), if accepting || (self.rx_open && self.closing) => {
+                    let mut next = msg;
+                    // Take what else is queued (up to a batch) so that the adds
+                    // leave together.
+                    for _ in 0..BATCH_MAX_ADDS {
+                        match next {
+                            Some(Msg::Add(payload, reply)) => self.on_add(payload, reply),
+                            Some(Msg::Close(reply)) => {
+                                self.closers.push(reply);
+                                self.closing = true;
+                            }
+                            None => {
+                                self.rx_open = false;
+                                break;
+                            }
+                        }
+                        if self.closing || (self.w.done().is_none() && self.w.pending() >= opts.max_pending_adds) {
+                            break;
+                        }
+                        match self.rx.try_recv() {
+                            Ok(m) => next = Some(m),
+                            Err(_) => break,
+                        }
                     }
-                    None => self.rx_open = false,
-                },
+                }
                 Some(ev) = self.tasks.next(), if !self.tasks.is_empty() => self.on_event(ev),
                 _ = tick.tick() => {
                     let cmds = self.w.tick(std::time::Instant::now());
                     self.execute(cmds);
                 }
             }
+            self.flush();
             if self.closing && !self.close_sent && self.w.pending() == 0 && !self.w.changing() {
                 self.start_close();
             }
@@ -244,6 +272,12 @@ impl Actor {
             Event::Added { entry_id, position, member, answer } => {
                 let cmds = self.w.answer(entry_id, position, &member, answer);
                 self.execute(cmds);
+            }
+            Event::AddedBatch { position, member, answers } => {
+                for (entry_id, answer) in answers {
+                    let cmds = self.w.answer(entry_id, position, &member, answer);
+                    self.execute(cmds);
+                }
             }
             Event::LacPublished(Answer::Fenced) => {
                 let cmds = self.w.fenced();
@@ -287,17 +321,10 @@ impl Actor {
 
     fn execute(&mut self, cmds: Vec<Command>) {
         let ledger_id = self.meta.ledger_id;
-        let timeout = self.client.options().add_timeout;
         for c in cmds {
             match c {
                 Command::Send { position, member, entry, recovery } => {
-                    let bookies = self.client.bookies().clone();
-                    let version = self.meta.version;
-                    let entry_id = entry.entry_id;
-                    self.tasks.push(Box::pin(async move {
-                        let answer = bookies.add(&member, entry, version, recovery, timeout).await;
-                        Event::Added { entry_id, position, member, answer }
-                    }));
+                    self.outbox.push((position, member, entry, recovery));
                 }
                 Command::SendLac { member, lac, .. } => {
                     let bookies = self.client.bookies().clone();
@@ -342,6 +369,47 @@ impl Actor {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// Sends what this turn decided: per member, in entry order, one
+    /// AddEntries request per batch (a lone add goes as AddEntry).
+    fn flush(&mut self) {
+        if self.outbox.is_empty() {
+            return;
+        }
+        let timeout = self.client.options().add_timeout;
+        let version = self.meta.version;
+        let mut by_member: Vec<(usize, Member, bool, Vec<Entry>)> = Vec::new();
+        for (position, member, entry, recovery) in self.outbox.drain(..) {
+            let open = by_member.iter_mut().find(|(p, m, r, batch)| {
+                *p == position
+                    && *m == member
+                    && *r == recovery
+                    && batch.len() < BATCH_MAX_ADDS
+                    && batch.iter().map(|e| e.payload.len()).sum::<usize>() + entry.payload.len() <= BATCH_MAX_BYTES
+            });
+            match open {
+                Some((_, _, _, batch)) => batch.push(entry),
+                None => by_member.push((position, member, recovery, vec![entry])),
+            }
+        }
+        for (position, member, recovery, mut entries) in by_member {
+            let bookies = self.client.bookies().clone();
+            if entries.len() == 1 {
+                let entry = entries.pop().expect("one");
+                let entry_id = entry.entry_id;
+                self.tasks.push(Box::pin(async move {
+                    let answer = bookies.add(&member, entry, version, recovery, timeout).await;
+                    Event::Added { entry_id, position, member, answer }
+                }));
+            } else {
+                let ids: Vec<u64> = entries.iter().map(|e| e.entry_id).collect();
+                self.tasks.push(Box::pin(async move {
+                    let answers = bookies.add_batch(&member, entries, version, recovery, timeout).await;
+                    Event::AddedBatch { position, member, answers: ids.into_iter().zip(answers).collect() }
+                }));
             }
         }
     }
