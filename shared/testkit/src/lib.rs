@@ -280,6 +280,20 @@ impl TestCluster {
         Ok(())
     }
 
+    /// Stops bookie `i` cleanly (SIGTERM: it flushes and exits).
+    pub fn terminate_bookie(&mut self, i: usize) -> anyhow::Result<()> {
+        if let Some(mut p) = self.bookies[i].proc.take() {
+            p.terminate(Duration::from_secs(30))?;
+        }
+        Ok(())
+    }
+
+    /// Sends `sig` ("STOP", "CONT", ...) to bookie `i`: STOP freezes it with
+    /// its connections open, the slow or hung disk a reader must route around.
+    pub fn signal_bookie(&self, i: usize, sig: &str) -> anyhow::Result<()> {
+        self.bookies[i].proc.as_ref().context("bookie not running")?.signal(sig)
+    }
+
     /// Replaces bookie `i` by a fresh process with empty disks at the same
     /// address and id: a new instance (seed 003's decommission-and-replace).
     pub fn replace_bookie(&mut self, i: usize) -> anyhow::Result<()> {

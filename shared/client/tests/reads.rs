@@ -1,0 +1,95 @@
+//! Readers around slow and damaged replicas, over real processes.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::Setup;
+use quire_client::{Client, ClientOptions, CreateLedger};
+use quire_proto::Role;
+
+fn spec() -> CreateLedger {
+    CreateLedger { ensemble: 3, write_quorum: 3, ack_quorum: 2, custom: BTreeMap::new() }
+}
+
+/// A reader whose reads would wait a minute on a hung replica without
+/// speculation.
+fn patient_client(s: &Setup) -> Client {
+    let rpc = s.rpc(Role::Client);
+    let opts = ClientOptions {
+        read_timeout: Duration::from_secs(60),
+        speculative_read_after: Duration::from_millis(50),
+        ..ClientOptions::default()
+    };
+    Client::new(rpc.clone(), s.meta(&rpc), opts)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_replica_is_read_around_by_speculation() {
+    let s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let w = s.client().create(spec()).await.unwrap();
+    for i in 0..12u64 {
+        w.add(Bytes::from(format!("e{i}"))).await.unwrap();
+    }
+    let closed = w.close().await.unwrap();
+    // Freeze the member every entry's first read goes to (position e mod 3
+    // for entry e: entries 0, 3, 6, 9 ask it first).
+    let first = &closed.last_segment().members[0].bookie_id;
+    let idx = s.cluster.bookies.iter().position(|b| &b.id == first).unwrap();
+    s.cluster.signal_bookie(idx, "STOP").unwrap();
+    let r = patient_client(&s).open(closed.ledger_id).await.unwrap();
+    // Bounded far above the 50 ms speculation and far below the 60 s read
+    // timeout: only a speculative read finishes in between.
+    let all =
+        tokio::time::timeout(Duration::from_secs(20), r.read_range(0, 11, 100)).await.expect("reads hung").unwrap();
+    assert_eq!(
+        all.iter().map(|e| e.payload.clone()).collect::<Vec<_>>(),
+        (0..12).map(|i| Bytes::from(format!("e{i}"))).collect::<Vec<_>>()
+    );
+    s.cluster.signal_bookie(idx, "CONT").unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_copy_is_skipped_and_the_intact_one_returned() {
+    let mut s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let w = s.client().create(spec()).await.unwrap();
+    let marker = "corrupt-me-0123456789";
+    w.add(Bytes::from(marker)).await.unwrap();
+    let closed = w.close().await.unwrap();
+    // Entry 0's first replica is position 0: stop it cleanly (its entry log
+    // is flushed), flip a byte of the payload on disk, start it again.
+    let first = closed.last_segment().members[0].bookie_id.clone();
+    let idx = s.cluster.bookies.iter().position(|b| b.id == first).unwrap();
+    s.cluster.terminate_bookie(idx).unwrap();
+    let ledgers = s.cluster.bookies[idx].data.join("ledgers").join("entrylogs");
+    let mut flipped = 0;
+    for f in std::fs::read_dir(&ledgers).unwrap() {
+        let path = f.unwrap().path();
+        if !path.file_name().unwrap().to_string_lossy().starts_with("entrylog-") {
+            continue;
+        }
+        let mut bytes = std::fs::read(&path).unwrap();
+        if let Some(at) = bytes.windows(marker.len()).position(|w| w == marker.as_bytes()) {
+            bytes[at + 3] ^= 0x20;
+            std::fs::write(&path, bytes).unwrap();
+            flipped += 1;
+        }
+    }
+    let files: Vec<(String, u64)> = std::fs::read_dir(&ledgers)
+        .unwrap()
+        .map(|f| {
+            let f = f.unwrap();
+            (f.file_name().to_string_lossy().into_owned(), f.metadata().unwrap().len())
+        })
+        .collect();
+    assert_eq!(flipped, 1, "the entry is in one entry log of {}: {files:?}", ledgers.display());
+    s.cluster.start_bookie(idx).unwrap();
+    let r = patient_client(&s).open(closed.ledger_id).await.unwrap();
+    let e = r.read(0).await.unwrap();
+    assert_eq!(e.payload, Bytes::from(marker), "the intact copy, never the damaged one");
+    assert!(e.digest_ok());
+}
