@@ -167,3 +167,44 @@ async fn recovery_fences_the_writer_and_closes_at_the_true_tail() {
     // Recovery is idempotent.
     assert_eq!(other.recover(id).await.unwrap().last_entry_id, 39);
 }
+
+/// Seed 004: with too few bookies answering, recovery fails and leaves the
+/// ledger in recovery, untouched; once they are back it recovers everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_fails_rather_than_truncate_and_succeeds_once_bookies_return() {
+    let mut s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let client = s.client();
+    let w = client.create(spec(3, 3, 2)).await.unwrap();
+    let id = w.ledger_id();
+    for i in 0..25 {
+        w.add(payload(i)).await.unwrap();
+    }
+    // Two of three bookies crash: no write set has Qw-Qa+1 = 2 members left.
+    let members: Vec<String> = w.metadata().last_segment().members.iter().map(|m| m.bookie_id.clone()).collect();
+    let down: Vec<usize> =
+        members[..2].iter().map(|b| s.cluster.bookies.iter().position(|x| &x.id == b).unwrap()).collect();
+    for &i in &down {
+        s.cluster.kill_bookie(i).unwrap();
+    }
+    let other = s.client();
+    match other.recover(id).await {
+        Err(ClientError::RecoveryFailed(l, e)) => {
+            assert_eq!(l, id);
+            assert!(e.to_string().contains("do not cover"), "{e}");
+        }
+        res => panic!("recovery with one bookie of three must fail, got {res:?}"),
+    }
+    let meta = other.metadata(id).await.unwrap();
+    assert_eq!((meta.state, meta.last_entry_id), (LedgerState::InRecovery, -1), "left in recovery, untouched");
+    // The writer is shut out already: the ledger is in recovery.
+    assert!(w.add(payload(25)).await.is_err());
+    // The bookies come back (same disks): recovery finds every acknowledged entry.
+    for &i in &down {
+        s.cluster.start_bookie(i).unwrap();
+    }
+    let closed = other.recover(id).await.unwrap();
+    assert_eq!((closed.state, closed.last_entry_id), (LedgerState::Closed, 24));
+    let r = other.open(id).await.unwrap();
+    assert_eq!(r.read_range(0, 24, 100).await.unwrap().len(), 25);
+}
