@@ -238,10 +238,11 @@ impl Bookies {
         }
     }
 
-    /// The bookie's LAC for the ledger.
-    pub async fn read_lac(&self, bookie_id: &str, ledger_id: u64, timeout: Duration) -> Result<i64, RpcError> {
+    /// The bookie's LAC for the ledger, and the instance that answered.
+    pub async fn read_lac(&self, bookie_id: &str, ledger_id: u64, timeout: Duration) -> Result<(i64, String), RpcError> {
         let p = self.peer(bookie_id).await?;
-        Ok(p.call_full(v1::ReadLacRequest { ledger_id }, CallOptions::timeout(timeout)).await?.body.last_add_confirmed)
+        let r = p.call_full(v1::ReadLacRequest { ledger_id }, CallOptions::timeout(timeout)).await?;
+        Ok((r.body.last_add_confirmed, r.instance_id))
     }
 
     /// Long-polls the bookie until its LAC passes `after` or `wait` ends.

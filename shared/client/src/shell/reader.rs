@@ -99,15 +99,18 @@ impl LedgerReader {
             .iter()
             .map(|m| {
                 let bookies = self.client.bookies().clone();
-                let id = m.bookie_id.clone();
-                async move { bookies.read_lac(&id, meta.ledger_id, timeout).await }
+                let (id, expected) = (m.bookie_id.clone(), m.instance_id.clone());
+                async move { (expected, bookies.read_lac(&id, meta.ledger_id, timeout).await) }
             })
             .collect();
         let mut best = None::<i64>;
         let mut last_err = None;
-        while let Some(r) = calls.next().await {
+        while let Some((expected, r)) = calls.next().await {
             match r {
-                Ok(l) => best = Some(best.map_or(l, |b| b.max(l))),
+                // A replaced instance knows nothing of the ledger's tail
+                // (BookKeeper #2612): its LAC is no answer at all.
+                Ok((_, instance)) if !expected.is_empty() && instance != expected => {}
+                Ok((l, _)) => best = Some(best.map_or(l, |b| b.max(l))),
                 Err(e) => last_err = Some(e),
             }
         }
