@@ -138,7 +138,7 @@ fn main() -> anyhow::Result<()> {
         args.disk_high_water
     );
     let telemetry = logging::init("quire-bookie", &args.common.log, args.common.log_format, args.common.trace_context)?;
-    let rt = tokio::runtime::Runtime::new()?;
+    let rt = args.common.runtime()?;
     let result = rt.block_on(run(args));
     telemetry.shutdown();
     result

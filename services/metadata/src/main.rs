@@ -67,7 +67,7 @@ fn main() -> anyhow::Result<()> {
     let args: Args = quire_runtime::config::parse()?;
     let telemetry =
         logging::init("quire-metadata", &args.common.log, args.common.log_format, args.common.trace_context)?;
-    let rt = tokio::runtime::Runtime::new()?;
+    let rt = args.common.runtime()?;
     let result = rt.block_on(run(args));
     telemetry.shutdown();
     result

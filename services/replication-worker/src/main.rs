@@ -24,7 +24,7 @@ fn main() -> anyhow::Result<()> {
     let args: Args = quire_runtime::config::parse()?;
     let telemetry =
         logging::init("quire-replication-worker", &args.common.log, args.common.log_format, args.common.trace_context)?;
-    let rt = tokio::runtime::Runtime::new()?;
+    let rt = args.common.runtime()?;
     let result = rt.block_on(async {
         let svc = RunningService::start(
             Role::ReplicationWorker,

@@ -62,9 +62,23 @@ pub struct CommonArgs {
     /// How long a graceful shutdown waits for requests in flight, in milliseconds.
     #[arg(long, env = "QUIRE_SHUTDOWN_GRACE_MS", default_value_t = 5000)]
     pub shutdown_grace_ms: u64,
+
+    /// Async worker threads (default: one per core). Lower it when several
+    /// services share a machine's cores, to cut context switches.
+    #[arg(long, env = "QUIRE_WORKER_THREADS")]
+    pub worker_threads: Option<usize>,
 }
 
 impl CommonArgs {
+    /// The service's async runtime, sized by `--worker-threads`.
+    pub fn runtime(&self) -> std::io::Result<tokio::runtime::Runtime> {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        if let Some(n) = self.worker_threads {
+            b.worker_threads(n.max(1));
+        }
+        b.enable_all().build()
+    }
+
     /// The TLS files for `role`, from explicit paths or the certificate directory.
     pub fn tls_files(&self, role: Role) -> anyhow::Result<TlsFiles> {
         let from_dir = self.certs_dir.as_ref().map(|d| TlsFiles::in_dir(d, role, &self.id));

@@ -239,7 +239,12 @@ impl Bookies {
     }
 
     /// The bookie's LAC for the ledger, and the instance that answered.
-    pub async fn read_lac(&self, bookie_id: &str, ledger_id: u64, timeout: Duration) -> Result<(i64, String), RpcError> {
+    pub async fn read_lac(
+        &self,
+        bookie_id: &str,
+        ledger_id: u64,
+        timeout: Duration,
+    ) -> Result<(i64, String), RpcError> {
         let p = self.peer(bookie_id).await?;
         let r = p.call_full(v1::ReadLacRequest { ledger_id }, CallOptions::timeout(timeout)).await?;
         Ok((r.body.last_add_confirmed, r.instance_id))
