@@ -31,9 +31,15 @@ pub struct Quorums {
 }
 
 impl Quorums {
-    /// Checks 1 <= Qa <= Qw <= E.
+    /// Checks 1 <= Qa <= Qw <= E <= 64.
     pub fn new(ensemble: usize, write: usize, ack: usize) -> Option<Quorums> {
-        (1 <= ack && ack <= write && write <= ensemble).then_some(Quorums { ensemble, write, ack })
+        (1 <= ack && ack <= write && write <= ensemble && ensemble <= 64).then_some(Quorums { ensemble, write, ack })
+    }
+
+    /// The write set of `entry_id` as a bit per ensemble position.
+    pub fn write_mask(&self, entry_id: u64) -> u64 {
+        let start = (entry_id % self.ensemble as u64) as usize;
+        (0..self.write).fold(0, |m, i| m | 1u64 << ((start + i) % self.ensemble))
     }
 
     /// The ensemble positions that store `entry_id`.
@@ -166,7 +172,8 @@ impl Default for WriterOptions {
 struct Pending {
     /// Sealed once, at add: resends carry the same bytes, LAC and digest.
     entry: Entry,
-    confirmed: BTreeSet<usize>,
+    /// Positions that stored it, a bit each.
+    confirmed: u64,
     sent_at: Instant,
 }
 
@@ -299,7 +306,7 @@ impl Writer {
         self.length_added = entry.ledger_length;
         self.lac_published = self.lac_published.max(entry.last_add_confirmed);
         self.last_activity = Some(now);
-        self.pending.insert(id, Pending { entry, confirmed: BTreeSet::new(), sent_at: now });
+        self.pending.insert(id, Pending { entry, confirmed: 0, sent_at: now });
         // During an ensemble change, sends go out when the new ensemble is known.
         let cmds = if self.changing { Vec::new() } else { self.sends(id, self.quorums.write_set(id)) };
         (id, cmds)
@@ -360,7 +367,7 @@ impl Writer {
             // A member being replaced: its copy will not be in the metadata.
             Answer::Stored { .. } if self.failed.contains(&position) => Vec::new(),
             Answer::Stored { .. } if !failure => {
-                self.pending.get_mut(&entry_id).expect("checked").confirmed.insert(position);
+                self.pending.get_mut(&entry_id).expect("checked").confirmed |= 1 << position;
                 self.acknowledge()
             }
             // Seed 003: another process at the old address is a failed bookie.
@@ -381,8 +388,7 @@ impl Writer {
         }
         let mut acked = Vec::new();
         while let Some((&id, p)) = self.pending.iter().next() {
-            let in_set = self.quorums.write_set(id);
-            let confirmed = p.confirmed.iter().filter(|pos| in_set.contains(pos)).count();
+            let confirmed = (p.confirmed & self.quorums.write_mask(id)).count_ones() as usize;
             if confirmed < self.quorums.ack {
                 break;
             }
@@ -418,7 +424,7 @@ impl Writer {
         for (&id, p) in &self.pending {
             if now.saturating_duration_since(p.sent_at) >= self.opts.add_timeout {
                 for pos in self.quorums.write_set(id) {
-                    if !p.confirmed.contains(&pos) {
+                    if p.confirmed & (1 << pos) == 0 {
                         late.insert(pos);
                     }
                 }
@@ -472,13 +478,13 @@ impl Writer {
         for id in ids {
             let p = self.pending.get_mut(&id).expect("listed");
             // Confirmations from replaced members no longer count.
-            p.confirmed.retain(|pos| !changed.contains(pos));
+            p.confirmed &= !changed.iter().fold(0u64, |m, c| m | 1 << c);
             p.sent_at = now;
             let missing: Vec<usize> = self
                 .quorums
                 .write_set(id)
                 .into_iter()
-                .filter(|pos| !self.pending[&id].confirmed.contains(pos))
+                .filter(|pos| self.pending[&id].confirmed & (1 << pos) == 0)
                 .collect();
             out.extend(self.sends(id, missing));
         }

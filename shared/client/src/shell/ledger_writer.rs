@@ -381,21 +381,28 @@ impl Actor {
         }
         let timeout = self.client.options().add_timeout;
         let version = self.meta.version;
-        let mut by_member: Vec<(usize, Member, bool, Vec<Entry>)> = Vec::new();
+        // (position, member, recovery, entries, payload bytes)
+        let mut by_member: Vec<(usize, Member, bool, Vec<Entry>, usize)> = Vec::new();
         for (position, member, entry, recovery) in self.outbox.drain(..) {
-            let open = by_member.iter_mut().find(|(p, m, r, batch)| {
+            let open = by_member.iter_mut().find(|(p, m, r, batch, bytes)| {
                 *p == position
                     && *m == member
                     && *r == recovery
                     && batch.len() < BATCH_MAX_ADDS
-                    && batch.iter().map(|e| e.payload.len()).sum::<usize>() + entry.payload.len() <= BATCH_MAX_BYTES
+                    && *bytes + entry.payload.len() <= BATCH_MAX_BYTES
             });
             match open {
-                Some((_, _, _, batch)) => batch.push(entry),
-                None => by_member.push((position, member, recovery, vec![entry])),
+                Some((_, _, _, batch, bytes)) => {
+                    *bytes += entry.payload.len();
+                    batch.push(entry);
+                }
+                None => {
+                    let bytes = entry.payload.len();
+                    by_member.push((position, member, recovery, vec![entry], bytes));
+                }
             }
         }
-        for (position, member, recovery, mut entries) in by_member {
+        for (position, member, recovery, mut entries, _) in by_member {
             let bookies = self.client.bookies().clone();
             if entries.len() == 1 {
                 let entry = entries.pop().expect("one");
