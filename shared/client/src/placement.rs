@@ -51,8 +51,17 @@ fn mix(seed: u64, s: &str) -> u64 {
 }
 
 /// Chooses an ensemble of `e` bookies so that every window of `qw` consecutive
-/// positions spans as many distinct racks as possible.
-pub fn choose_ensemble(candidates: &[Candidate], e: usize, seed: u64) -> Result<Vec<String>, PlacementError> {
+/// positions (cyclically: the write sets) spans as many distinct racks as
+/// possible. How many bookies each rack gives is dealt round-robin (as even
+/// as the racks allow); their order is a smooth weighted round-robin, which
+/// spaces each rack's members evenly around the ensemble.
+pub fn choose_ensemble(
+    candidates: &[Candidate],
+    e: usize,
+    qw: usize,
+    seed: u64,
+) -> Result<Vec<String>, PlacementError> {
+    debug_assert!(qw >= 1 && qw <= e.max(1));
     let mut racks: BTreeMap<&str, Vec<&Candidate>> = BTreeMap::new();
     for c in candidates.iter().filter(|c| c.writable) {
         racks.entry(c.rack.as_str()).or_default().push(c);
@@ -65,23 +74,44 @@ pub fn choose_ensemble(candidates: &[Candidate], e: usize, seed: u64) -> Result<
     for list in racks.values_mut() {
         list.sort_by_key(|c| (std::cmp::Reverse(c.free_bytes / (1 << 30)), mix(seed, &c.bookie_id)));
     }
-    // Racks in the seed's order, largest first so that they do not run out early.
+    // Racks in the seed's order, largest first.
     let mut order: Vec<&str> = racks.keys().copied().collect();
     order.sort_by_key(|r| (std::cmp::Reverse(racks[r].len()), mix(seed, r)));
-    let mut queues: Vec<std::collections::VecDeque<&Candidate>> =
-        order.iter().map(|r| racks[r].iter().copied().collect()).collect();
-    let mut out = Vec::with_capacity(e);
-    while out.len() < e {
-        for q in queues.iter_mut() {
-            if out.len() == e {
-                break;
-            }
-            if let Some(c) = q.pop_front() {
-                out.push(c.bookie_id.clone());
+    // How many from each rack: one from each in turn.
+    let mut counts = vec![0usize; order.len()];
+    let mut dealt = 0;
+    while dealt < e {
+        for (i, r) in order.iter().enumerate() {
+            if dealt < e && counts[i] < racks[r].len() {
+                counts[i] += 1;
+                dealt += 1;
             }
         }
     }
+    // In which order: smooth weighted round-robin over the counts.
+    let mut score = vec![0i64; order.len()];
+    let mut taken = vec![0usize; order.len()];
+    let mut out = Vec::with_capacity(e);
+    for _ in 0..e {
+        for (i, c) in counts.iter().enumerate() {
+            score[i] += *c as i64;
+        }
+        let pick = (0..order.len())
+            .filter(|&i| taken[i] < counts[i])
+            .max_by_key(|&i| (score[i], std::cmp::Reverse(i)))
+            .expect("counts add up to e");
+        score[pick] -= e as i64;
+        out.push(racks[order[pick]][taken[pick]].bookie_id.clone());
+        taken[pick] += 1;
+    }
     Ok(out)
+}
+
+/// The fewest distinct racks in any write set of an ensemble whose members
+/// are in racks `racks` (in ensemble order).
+pub fn min_racks_per_write_set(racks: &[String], qw: usize) -> usize {
+    let e = racks.len();
+    (0..e).map(|s| (0..qw).map(|i| racks[(s + i) % e].as_str()).collect::<BTreeSet<_>>().len()).min().unwrap_or(0)
 }
 
 /// Chooses a replacement for position `failed` of `ensemble`: a writable
@@ -185,22 +215,33 @@ mod tests {
     fn every_write_quorum_spans_distinct_racks_when_there_are_enough() {
         let c = cands(&[("r1", 3), ("r2", 3), ("r3", 3)]);
         for seed in 0..20 {
-            let ens = choose_ensemble(&c, 6, seed).unwrap();
+            let ens = choose_ensemble(&c, 6, 3, seed).unwrap();
             assert_eq!(ens.iter().collect::<BTreeSet<_>>().len(), 6, "distinct bookies");
             assert_eq!(min_window_racks(&racks_of(&ens, &c), 3), 3, "seed {seed}: {ens:?}");
         }
         // Fewer racks than Qw: every window still uses every rack there is.
         let c = cands(&[("r1", 4), ("r2", 4)]);
-        let ens = choose_ensemble(&c, 4, 1).unwrap();
+        let ens = choose_ensemble(&c, 4, 3, 1).unwrap();
         assert_eq!(min_window_racks(&racks_of(&ens, &c), 3), 2);
+    }
+
+    #[test]
+    fn uneven_racks_still_spread_every_write_set() {
+        // Dealing round-robin would give r1,r2,r3,r1,r1: a write set all in r1.
+        let c = cands(&[("r1", 4), ("r2", 1), ("r3", 1)]);
+        for seed in 0..20 {
+            let ens = choose_ensemble(&c, 5, 3, seed).unwrap();
+            assert!(min_window_racks(&racks_of(&ens, &c), 3) >= 2, "seed {seed}: {ens:?}");
+            assert_eq!(min_racks_per_write_set(&racks_of(&ens, &c), 3), min_window_racks(&racks_of(&ens, &c), 3));
+        }
     }
 
     #[test]
     fn read_only_bookies_are_not_placed_on_and_shortage_is_an_error() {
         let mut c = cands(&[("r1", 2), ("r2", 1)]);
         c[0].writable = false;
-        assert_eq!(choose_ensemble(&c, 3, 0), Err(PlacementError::NotEnoughBookies { needed: 3, available: 2 }));
-        let ens = choose_ensemble(&c, 2, 0).unwrap();
+        assert_eq!(choose_ensemble(&c, 3, 2, 0), Err(PlacementError::NotEnoughBookies { needed: 3, available: 2 }));
+        let ens = choose_ensemble(&c, 2, 2, 0).unwrap();
         assert!(!ens.contains(&c[0].bookie_id));
     }
 

@@ -11,7 +11,7 @@ use quire_proto::v1;
 use quire_rpc::{RpcClient, RpcError};
 
 use crate::meta::{LedgerMeta, LedgerState};
-use crate::placement::{choose_ensemble, PlacementError};
+use crate::placement::{choose_ensemble, min_racks_per_write_set, PlacementError};
 use crate::shell::bookies::Bookies;
 use crate::shell::error::ClientError;
 use crate::shell::ledger_writer::LedgerWriter;
@@ -37,6 +37,9 @@ pub struct ClientOptions {
     pub recovery_read_window: usize,
     /// Largest payload accepted (the bookies' limit should match).
     pub max_entry_bytes: usize,
+    /// Racks every write set must span when the cluster has that many
+    /// (BookKeeper's minNumRacksPerWriteQuorum); creation fails otherwise.
+    pub min_racks_per_write_quorum: usize,
 }
 
 impl Default for ClientOptions {
@@ -50,6 +53,7 @@ impl Default for ClientOptions {
             ensemble_change_deadline: Duration::from_secs(15),
             recovery_read_window: 16,
             max_entry_bytes: 4 << 20,
+            min_racks_per_write_quorum: 2,
         }
     }
 }
@@ -134,9 +138,28 @@ impl Client {
             ))
         })?;
         let candidates = self.inner.bookies.candidates().await?;
-        let ids = choose_ensemble(&candidates, q.ensemble, self.next_seed()).map_err(|e| match e {
+        let ids = choose_ensemble(&candidates, q.ensemble, q.write, self.next_seed()).map_err(|e| match e {
             PlacementError::NotEnoughBookies { .. } => ClientError::NotEnoughBookies(e.to_string()),
         })?;
+        // Every write set spans at least min(min_racks_per_write_quorum, racks
+        // with writable bookies) racks, or the ledger is not created.
+        let rack_of =
+            |id: &String| candidates.iter().find(|c| &c.bookie_id == id).map(|c| c.rack.clone()).unwrap_or_default();
+        let racks: Vec<String> = ids.iter().map(rack_of).collect();
+        let live_racks = candidates
+            .iter()
+            .filter(|c| c.writable)
+            .map(|c| c.rack.as_str())
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+        let needed = self.inner.opts.min_racks_per_write_quorum.min(live_racks).min(q.write);
+        let got = min_racks_per_write_set(&racks, q.write);
+        if got < needed {
+            return Err(ClientError::NotEnoughBookies(format!(
+                "an ensemble of {} whose write sets span {needed} racks each cannot be placed (best: {got})",
+                q.ensemble
+            )));
+        }
         let members: Vec<Member> = ids
             .iter()
             .map(|id| Member {

@@ -332,7 +332,8 @@ impl World {
         let q = self.scenario.quorums;
         let cands = self.live_candidates();
         let seed = self.rng.next_u64();
-        let ids = choose_ensemble(&cands, q.ensemble, seed).map_err(|e| Violation(format!("placement: {e}")))?;
+        let ids =
+            choose_ensemble(&cands, q.ensemble, q.write, seed).map_err(|e| Violation(format!("placement: {e}")))?;
         let members: Vec<Member> = ids
             .iter()
             .map(|id| Member { bookie_id: id.clone(), instance_id: self.registry[id].0.instance_id.clone() })
