@@ -44,7 +44,8 @@ for i in 1 2 3; do
 done
 start quire-auditor auditor 1 5181
 start quire-replication-worker replication-worker 1 5281
-start quire-gateway gateway 1 6181
+HTTP=${QUIRE_HTTP:-127.0.0.1:8080}
+start quire-gateway gateway 1 6181 --metadata "$METADATA" --http-listen "$HTTP"
 
 for s in "${SERVICES[@]}"; do
   read -r role id ready <<<"$s"
@@ -64,6 +65,7 @@ id=$(sed -n 's/.*"ledger_id":\([0-9]*\).*/\1/p' <<<"$ledger")
 echo "first ledger read back:"
 "$BIN/quire" ledger --metadata "$METADATA" --certs-dir "$CERTS" read --ledger "$id"
 echo
+echo "HTTP API: http://$HTTP/v1/ledgers (e.g. curl -X POST http://$HTTP/v1/ledgers)"
 echo "quire local cluster up (logs in $DATA/run)."
 if [ -n "${ONESHOT:-}" ]; then exit 0; fi
 echo "Ctrl-C to stop."

@@ -1,23 +1,72 @@
-//! `quire-gateway`: The quire HTTP gateway (issue GATEWAY). Today it serves the control service over QUIC with mTLS.
+//! `quire-gateway`: the HTTP API v1 (actix-web) over the client library.
+//!
+//! It serves the control service over QUIC with mTLS like every quire
+//! service, holds writer handles for the ledgers it created, and answers
+//! HTTP on `--http-listen`. Client calls run on the tokio runtime (quinn,
+//! writer actors); actix-web's workers only parse, route and answer.
 
+mod api;
+mod error;
+mod state;
+
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use actix_web::dev::Service;
+use actix_web::{web, App, HttpServer};
+use anyhow::Context;
 use clap::Parser;
+use quire_client::{Client, ClientOptions};
+use quire_metaclient::{MetaClient, MetaClientOptions};
 use quire_proto::Role;
 use quire_rpc::server::{ControlOnly, ServerOptions};
 use quire_runtime::{logging, new_instance_id, CommonArgs, RunningService};
 
-/// The quire HTTP gateway (issue GATEWAY). Today it serves the control service over QUIC with mTLS.
+use crate::state::GatewayState;
+
+/// The quire HTTP gateway: ledgers over HTTP.
 #[derive(Debug, Parser)]
 #[command(name = "quire-gateway", version)]
 struct Args {
     #[command(flatten)]
     common: CommonArgs,
 
-    /// UDP address the QUIC server binds.
+    /// UDP address the QUIC (control) server binds.
     #[arg(long, env = "QUIRE_LISTEN", default_value = "127.0.0.1:6181")]
     listen: SocketAddr,
+
+    /// Metadata replicas (host:port, comma-separated).
+    #[arg(long, env = "QUIRE_METADATA", value_delimiter = ',', required = true)]
+    metadata: Vec<String>,
+
+    /// TCP address of the HTTP API.
+    #[arg(long, env = "QUIRE_HTTP_LISTEN", default_value = "127.0.0.1:8080")]
+    http_listen: SocketAddr,
+
+    /// Write the HTTP API's bound address here once it listens.
+    #[arg(long, env = "QUIRE_HTTP_READY_FILE")]
+    http_ready_file: Option<PathBuf>,
+
+    /// HTTP worker threads.
+    #[arg(long, default_value_t = 2)]
+    http_workers: usize,
+
+    /// Largest entry accepted, in bytes (bookies should accept at least this).
+    #[arg(long, default_value_t = 4 << 20)]
+    max_entry_bytes: usize,
+
+    /// Most entries one range read returns (the caller pages on).
+    #[arg(long, default_value_t = 1000)]
+    max_range_entries: usize,
+}
+
+fn write_ready(path: &std::path::Path, addr: SocketAddr) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, addr.to_string()).with_context(|| format!("write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("write {}", path.display()))
 }
 
 fn main() -> anyhow::Result<()> {
@@ -25,7 +74,18 @@ fn main() -> anyhow::Result<()> {
     let telemetry =
         logging::init("quire-gateway", &args.common.log, args.common.log_format, args.common.trace_context)?;
     let rt = args.common.runtime()?;
-    let result = rt.block_on(async {
+    let (svc, state) = rt.block_on(async {
+        let creds = args.common.credentials(Role::Gateway)?;
+        let rpc = quire_rpc::RpcClient::new(&creds, quire_rpc::ClientOptions::default())?;
+        let meta = Arc::new(MetaClient::new(rpc.clone(), args.metadata.clone(), MetaClientOptions::default()));
+        let opts = ClientOptions { max_entry_bytes: args.max_entry_bytes, ..ClientOptions::default() };
+        let state = Arc::new(GatewayState {
+            client: Client::new(rpc, meta, opts),
+            writers: Mutex::new(HashMap::new()),
+            rt: tokio::runtime::Handle::current(),
+            max_entry_bytes: args.max_entry_bytes,
+            max_range_entries: args.max_range_entries.max(1),
+        });
         let svc = RunningService::start(
             Role::Gateway,
             &args.common,
@@ -34,9 +94,56 @@ fn main() -> anyhow::Result<()> {
             Arc::new(ControlOnly),
             ServerOptions::default(),
         )?;
-        tracing::info!(addr = %svc.server.local_addr(), "quire-gateway ready");
-        svc.run_until_signal().await
+        anyhow::Ok((svc, state))
+    })?;
+    let rt_handle = rt.handle().clone();
+    let metrics = web::Data::new(api::Metrics::default());
+    let result = actix_web::rt::System::new().block_on(async move {
+        let data = web::Data::new(state);
+        let m = metrics.clone();
+        let server = HttpServer::new(move || {
+            let m2 = m.clone();
+            App::new()
+                .app_data(data.clone())
+                .app_data(m.clone())
+                // Access log: one line per request, with its status and duration.
+                .wrap_fn(move |req, srv| {
+                    let (method, path) = (req.method().clone(), req.path().to_string());
+                    let started = Instant::now();
+                    let m3 = m2.clone();
+                    let fut = srv.call(req);
+                    async move {
+                        let res = fut.await?;
+                        let status = res.status().as_u16();
+                        if status >= 400 {
+                            m3.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        tracing::info!(target: "access", %method, path, status, micros = started.elapsed().as_micros() as u64, "http");
+                        Ok(res)
+                    }
+                })
+                .configure(api::routes)
+                .default_service(web::to(api::unknown))
+        })
+        .workers(args.http_workers.max(1))
+        .disable_signals()
+        .client_request_timeout(Duration::from_secs(30))
+        .bind(args.http_listen)
+        .with_context(|| format!("bind the HTTP API on {}", args.http_listen))?;
+        let addr = *server.addrs().first().context("no HTTP address bound")?;
+        if let Some(p) = &args.http_ready_file {
+            write_ready(p, addr)?;
+        }
+        tracing::info!(quic = %svc.server.local_addr(), http = %addr, "quire-gateway ready");
+        let server = server.run();
+        let handle = server.handle();
+        rt_handle.spawn(async move {
+            let _ = svc.run_until_signal().await;
+            handle.stop(true).await;
+        });
+        server.await.context("HTTP server")
     });
+    drop(rt);
     telemetry.shutdown();
     result
 }

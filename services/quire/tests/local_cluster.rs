@@ -17,6 +17,10 @@ fn the_local_cluster_comes_up_and_every_service_answers() {
         .arg(root.join("deploy/local/run.sh"))
         .arg(data.path())
         .env("ONESHOT", "1")
+        .env("QUIRE_HTTP", {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().to_string()
+        })
         .env("QUIRE_BIN", &bin_dir)
         .env("RUST_BACKTRACE", "0")
         .output()
@@ -32,5 +36,6 @@ fn the_local_cluster_comes_up_and_every_service_answers() {
     assert!(stdout.contains("first ledger written: {"), "{stdout}");
     assert!(stdout.contains("\"state\":\"closed\""), "{stdout}");
     assert!(stdout.contains("0\thello\n1\tquire\n"), "first ledger not read back:\n{stdout}");
+    assert!(stdout.contains("HTTP API: http://127.0.0.1:"), "{stdout}");
     assert!(stdout.contains("quire local cluster up"));
 }

@@ -74,6 +74,13 @@ impl LedgerReader {
         self.lac.fetch_max(lac, Ordering::AcqRel).max(lac)
     }
 
+    /// Tells the reader that every entry up to `lac` is acknowledged: the
+    /// caller holds the ledger's writer (whose LAC the bookies learn only
+    /// with its next entry, or when it idles). Returns the reader's LAC.
+    pub fn observe_lac(&self, lac: i64) -> i64 {
+        self.learn(lac)
+    }
+
     /// Re-reads the metadata (a closed ledger's LAC is final).
     pub async fn refresh(&self) -> Result<LedgerMeta, ClientError> {
         let m = self.client.metadata(self.ledger_id).await?;

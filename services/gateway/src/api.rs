@@ -1,0 +1,466 @@
+//! The HTTP API v1 (BRIEF.md): routes, request parsing and JSON shapes.
+//!
+//! Every input is parsed here, by hand, so that every bad input gets the
+//! API's own error body: bad JSON, bad base64, wrong types, non-numeric ids,
+//! bodies over the limit.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use base64::Engine;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use quire_client::meta::LedgerMeta;
+use quire_client::CreateLedger;
+use quire_proto::v1;
+use serde::Deserialize;
+
+use crate::error::ApiError;
+use crate::state::GatewayState;
+
+type State = web::Data<Arc<GatewayState>>;
+
+/// Counters for /metrics.
+#[derive(Default)]
+pub struct Metrics {
+    /// Entries appended through this gateway.
+    pub appends: AtomicU64,
+    /// Entries read through this gateway.
+    pub reads: AtomicU64,
+    /// Requests answered with an error status.
+    pub errors: AtomicU64,
+}
+
+/// The routes.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/healthz", web::get().to(healthz))
+        .route("/readyz", web::get().to(readyz))
+        .route("/metrics", web::get().to(metrics))
+        .route("/v1/ledgers", web::post().to(create))
+        .route("/v1/ledgers", web::get().to(list))
+        .route("/v1/ledgers/{id}", web::get().to(get_ledger))
+        .route("/v1/ledgers/{id}", web::delete().to(delete))
+        .route("/v1/ledgers/{id}/entries", web::post().to(append))
+        .route("/v1/ledgers/{id}/entries:batch", web::post().to(append_batch))
+        .route("/v1/ledgers/{id}/entries", web::get().to(read_range))
+        .route("/v1/ledgers/{id}/entries/{eid}", web::get().to(read_one))
+        .route("/v1/ledgers/{id}/lac", web::get().to(lac))
+        .route("/v1/ledgers/{id}/close", web::post().to(close))
+        .route("/v1/ledgers/{id}/recover", web::post().to(recover))
+        .route("/v1/bookies", web::get().to(bookies))
+        .route("/v1/cluster", web::get().to(cluster));
+}
+
+/// The ledger as the API shows it.
+pub fn ledger_json(m: &LedgerMeta) -> serde_json::Value {
+    serde_json::json!({
+        "ledger_id": m.ledger_id,
+        "state": m.state.as_str(),
+        "ensemble": m.quorums.ensemble,
+        "write_quorum": m.quorums.write,
+        "ack_quorum": m.quorums.ack,
+        "ensembles": m.segments.iter().map(|s| serde_json::json!({
+            "first_entry_id": s.first_entry_id,
+            "bookies": s.members.iter().map(|b| b.bookie_id.clone()).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "last_entry_id": m.last_entry_id,
+        "length": m.length,
+        "version": m.version,
+        "created_at_ms": m.created_at_ms,
+        "metadata": m.custom.iter().map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned())).collect::<BTreeMap<_, _>>(),
+    })
+}
+
+fn id_param(req: &HttpRequest, name: &str) -> Result<u64, ApiError> {
+    let raw = req.match_info().get(name).unwrap_or("");
+    raw.parse().map_err(|_| ApiError::bad_request(format!("{name} must be an unsigned 64-bit integer, not {raw:?}")))
+}
+
+fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError> {
+    web::Query::<T>::from_query(req.query_string())
+        .map(|q| q.into_inner())
+        .map_err(|e| ApiError::bad_request(format!("bad query string: {e}")))
+}
+
+/// Reads a body of at most `limit` bytes; more is 413, before it is all read.
+async fn body(mut payload: web::Payload, limit: usize, too_large: fn(usize) -> ApiError) -> Result<Bytes, ApiError> {
+    let mut buf = web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
+        if buf.len() + chunk.len() > limit {
+            return Err(too_large(limit));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}
+
+fn entry_too_large(limit: usize) -> ApiError {
+    ApiError::too_large(format!("an entry is at most {limit} bytes"))
+}
+
+fn body_too_large(limit: usize) -> ApiError {
+    ApiError {
+        status: StatusCode::PAYLOAD_TOO_LARGE,
+        code: "BadRequest",
+        message: format!("the body is at most {limit} bytes"),
+    }
+}
+
+fn json_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("bad JSON: {e}")))
+}
+
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
+}
+
+async fn readyz(state: State) -> Result<HttpResponse, ApiError> {
+    let s = state.get_ref().clone();
+    let n = state
+        .run(async move { Ok(s.client.bookies().refresh().await.map_err(ApiError::from)?.len()) })
+        .await
+        .map_err(|e| ApiError { status: StatusCode::SERVICE_UNAVAILABLE, ..e })?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "status": "ready", "bookies": n })))
+}
+
+async fn metrics(state: State, m: web::Data<Metrics>) -> HttpResponse {
+    let writers = state.writers.lock().expect("writers lock").len();
+    let text = format!(
+        "# HELP quire_gateway_appends_total Entries appended through this gateway.\n\
+         # TYPE quire_gateway_appends_total counter\nquire_gateway_appends_total {}\n\
+         # HELP quire_gateway_reads_total Entries read through this gateway.\n\
+         # TYPE quire_gateway_reads_total counter\nquire_gateway_reads_total {}\n\
+         # HELP quire_gateway_errors_total Requests answered with an error.\n\
+         # TYPE quire_gateway_errors_total counter\nquire_gateway_errors_total {}\n\
+         # HELP quire_gateway_writers Writer handles held.\n\
+         # TYPE quire_gateway_writers gauge\nquire_gateway_writers {writers}\n",
+        m.appends.load(Ordering::Relaxed),
+        m.reads.load(Ordering::Relaxed),
+        m.errors.load(Ordering::Relaxed),
+    );
+    HttpResponse::Ok().content_type("text/plain; version=0.0.4").body(text)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    ensemble: Option<usize>,
+    write_quorum: Option<usize>,
+    ack_quorum: Option<usize>,
+    metadata: Option<BTreeMap<String, String>>,
+}
+
+async fn create(state: State, payload: web::Payload) -> Result<HttpResponse, ApiError> {
+    let raw = body(payload, 64 * 1024, body_too_large).await?;
+    let b: CreateBody = if raw.iter().all(u8::is_ascii_whitespace) {
+        CreateBody { ensemble: None, write_quorum: None, ack_quorum: None, metadata: None }
+    } else {
+        json_body(&raw)?
+    };
+    let d = CreateLedger::default();
+    let ensemble = b.ensemble.unwrap_or(d.ensemble);
+    let write_quorum = b.write_quorum.unwrap_or(ensemble.min(d.write_quorum));
+    let ack_quorum = b.ack_quorum.unwrap_or(write_quorum.min(d.ack_quorum));
+    let custom = b.metadata.unwrap_or_default().into_iter().map(|(k, v)| (k, Bytes::from(v))).collect();
+    let spec = CreateLedger { ensemble, write_quorum, ack_quorum, custom };
+    let s = state.get_ref().clone();
+    let meta = state
+        .run(async move {
+            let w = s.client.create(spec).await?;
+            let meta = w.metadata();
+            s.writers.lock().expect("writers lock").insert(meta.ledger_id, w);
+            Ok(meta)
+        })
+        .await?;
+    Ok(HttpResponse::Created().json(ledger_json(&meta)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    start_after: Option<u64>,
+    limit: Option<u32>,
+}
+
+async fn list(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let q: ListQuery = query(&req)?;
+    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    let s = state.get_ref().clone();
+    let (ids, next) = state.run(async move { Ok(s.client.list(q.start_after, limit).await?) }).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "ledgers": ids, "next": next })))
+}
+
+async fn get_ledger(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let id = id_param(&req, "id")?;
+    let s = state.get_ref().clone();
+    let meta = state.run(async move { Ok(s.client.metadata(id).await?) }).await?;
+    Ok(HttpResponse::Ok().json(ledger_json(&meta)))
+}
+
+async fn delete(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let id = id_param(&req, "id")?;
+    let s = state.get_ref().clone();
+    state
+        .run(async move {
+            s.client.delete(id).await?;
+            s.writers.lock().expect("writers lock").remove(&id);
+            Ok(())
+        })
+        .await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// The writer this gateway holds, or why there is none.
+async fn writer_of(state: &Arc<GatewayState>, id: u64) -> Result<quire_client::LedgerWriter, ApiError> {
+    if let Some(w) = state.writer(id) {
+        return Ok(w);
+    }
+    // Not ours: say whether the ledger exists at all, and whether it is closed.
+    let s = state.clone();
+    let meta = state.run(async move { Ok(s.client.metadata(id).await?) }).await?;
+    if meta.state == quire_client::meta::LedgerState::Closed {
+        return Err(quire_client::ClientError::LedgerClosed(id).into());
+    }
+    Err(ApiError::not_writer(id))
+}
+
+async fn append(
+    state: State,
+    req: HttpRequest,
+    payload: web::Payload,
+    m: web::Data<Metrics>,
+) -> Result<HttpResponse, ApiError> {
+    let id = id_param(&req, "id")?;
+    let data = body(payload, state.max_entry_bytes, entry_too_large).await?;
+    let w = writer_of(state.get_ref(), id).await?;
+    let added = state.run(async move { Ok(w.add(data).await?) }).await?;
+    m.appends.fetch_add(1, Ordering::Relaxed);
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "entry_id": added.entry_id, "lac": added.lac })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchBody {
+    entries: Vec<String>,
+}
+
+async fn append_batch(
+    state: State,
+    req: HttpRequest,
+    payload: web::Payload,
+    m: web::Data<Metrics>,
+) -> Result<HttpResponse, ApiError> {
+    let id = id_param(&req, "id")?;
+    // Base64 is 4/3 of the bytes; allow the quotes and commas around them.
+    let limit = 16 * 1024 * 1024;
+    let b: BatchBody = json_body(&body(payload, limit, body_too_large).await?)?;
+    if b.entries.is_empty() || b.entries.len() > 10_000 {
+        return Err(ApiError::bad_request(format!("a batch holds 1 to 10000 entries, not {}", b.entries.len())));
+    }
+    let mut data = Vec::with_capacity(b.entries.len());
+    for (i, e) in b.entries.iter().enumerate() {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(e)
+            .map_err(|err| ApiError::bad_request(format!("entries[{i}] is not base64: {err}")))?;
+        if bytes.len() > state.max_entry_bytes {
+            return Err(entry_too_large(state.max_entry_bytes));
+        }
+        data.push(Bytes::from(bytes));
+    }
+    let n = data.len() as u64;
+    let w = writer_of(state.get_ref(), id).await?;
+    let (first, last) = state.run(async move { Ok(w.add_batch(data).await?) }).await?;
+    m.appends.fetch_add(n, Ordering::Relaxed);
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "first_entry_id": first, "last_entry_id": last })))
+}
+
+/// A reader of `id`. When this gateway holds the writer, its LAC counts too:
+/// an entry acknowledged to an HTTP caller is readable at once, before the
+/// bookies learn the LAC.
+async fn open_reader(s: &Arc<GatewayState>, id: u64) -> Result<quire_client::LedgerReader, ApiError> {
+    let r = s.client.open(id).await?;
+    if let Some(w) = s.writer(id) {
+        r.observe_lac(w.lac());
+    }
+    Ok(r)
+}
+
+async fn read_one(state: State, req: HttpRequest, m: web::Data<Metrics>) -> Result<HttpResponse, ApiError> {
+    let id = id_param(&req, "id")?;
+    let eid = id_param(&req, "eid")?;
+    let s = state.get_ref().clone();
+    let e = state
+        .run(async move {
+            let r = open_reader(&s, id).await?;
+            Ok(r.read(eid).await?)
+        })
+        .await?;
+    m.reads.fetch_add(1, Ordering::Relaxed);
+    Ok(HttpResponse::Ok().content_type("application/octet-stream").body(e.payload))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RangeQuery {
+    from: Option<u64>,
+    to: Option<u64>,
+}
+
+async fn read_range(state: State, req: HttpRequest, m: web::Data<Metrics>) -> Result<HttpResponse, ApiError> {
+    let id = id_param(&req, "id")?;
+    let q: RangeQuery = query(&req)?;
+    let from = q.from.unwrap_or(0);
+    let to = q.to.unwrap_or(u64::MAX);
+    if from > to {
+        return Err(ApiError::bad_request(format!("from ({from}) is after to ({to})")));
+    }
+    let max = state.max_range_entries;
+    let s = state.get_ref().clone();
+    let entries = state
+        .run(async move {
+            let r = open_reader(&s, id).await?;
+            Ok(r.read_range(from, to, max).await?)
+        })
+        .await?;
+    m.reads.fetch_add(entries.len() as u64, Ordering::Relaxed);
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let list: Vec<serde_json::Value> =
+        entries.iter().map(|e| serde_json::json!({ "entry_id": e.entry_id, "data": b64.encode(&e.payload) })).collect();
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "entries": list })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LacQuery {
+    after: Option<i64>,
+    timeout_ms: Option<u64>,
+}
+
+async fn lac(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let id = id_param(&req, "id")?;
+    let q: LacQuery = query(&req)?;
+    if q.after.is_some_and(|a| a < -1) {
+        return Err(ApiError::bad_request("after is -1 or more"));
+    }
+    let wait = Duration::from_millis(q.timeout_ms.unwrap_or(0).min(60_000));
+    let s = state.get_ref().clone();
+    let lac = state
+        .run(async move {
+            let r = open_reader(&s, id).await?;
+            Ok(match q.after {
+                Some(after) if !wait.is_zero() => r.wait_lac(after, wait).await?,
+                _ => r.read_lac().await?.max(r.known_lac()),
+            })
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "lac": lac })))
+}
+
+async fn close(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let id = id_param(&req, "id")?;
+    let w = match state.writer(id) {
+        Some(w) => w,
+        None => {
+            // Closing a ledger closed already is idempotent; otherwise only its writer closes it.
+            let s = state.get_ref().clone();
+            let meta = state.run(async move { Ok(s.client.metadata(id).await?) }).await?;
+            if meta.state == quire_client::meta::LedgerState::Closed {
+                return Ok(HttpResponse::Ok().json(ledger_json(&meta)));
+            }
+            return Err(ApiError::not_writer(id));
+        }
+    };
+    let s = state.get_ref().clone();
+    let meta = state
+        .run(async move {
+            let m = w.close().await?;
+            s.writers.lock().expect("writers lock").remove(&id);
+            Ok(m)
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(ledger_json(&meta)))
+}
+
+async fn recover(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let id = id_param(&req, "id")?;
+    let s = state.get_ref().clone();
+    let meta = state
+        .run(async move {
+            let m = s.client.recover(id).await?;
+            // A writer this gateway held is fenced now.
+            s.writers.lock().expect("writers lock").remove(&id);
+            Ok(m)
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(ledger_json(&meta)))
+}
+
+fn bookie_state(s: i32) -> &'static str {
+    match v1::BookieState::try_from(s) {
+        Ok(v1::BookieState::Available) => "available",
+        Ok(v1::BookieState::ReadOnly) => "read_only",
+        Ok(v1::BookieState::Decommissioning) => "decommissioning",
+        Ok(v1::BookieState::Decommissioned) => "decommissioned",
+        _ => "unknown",
+    }
+}
+
+fn bookie_json(b: &v1::BookieRecord) -> serde_json::Value {
+    serde_json::json!({
+        "id": b.bookie_id,
+        "address": b.address,
+        "rack": b.rack,
+        "state": bookie_state(b.state),
+        "instance_id": b.instance_id,
+        "total_disk_bytes": b.total_disk_bytes,
+        "free_disk_bytes": b.free_disk_bytes,
+    })
+}
+
+async fn bookies(state: State) -> Result<HttpResponse, ApiError> {
+    let s = state.get_ref().clone();
+    let list = state.run(async move { Ok(s.client.bookies().refresh().await?) }).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "bookies": list.iter().map(bookie_json).collect::<Vec<_>>() })))
+}
+
+async fn cluster(state: State) -> Result<HttpResponse, ApiError> {
+    let s = state.get_ref().clone();
+    let (status, list, auditor) = state
+        .run(async move {
+            let meta = s.client.meta();
+            let status = meta
+                .call(v1::MetadataStatusRequest {})
+                .await
+                .map_err(|e| ApiError::from(quire_client::ClientError::from_metadata(e, None)))?;
+            let list = s.client.bookies().refresh().await?;
+            let auditor = meta
+                .call(v1::GetLockRequest { name: "auditor".into() })
+                .await
+                .ok()
+                .and_then(|l| l.lock)
+                .map(|l| l.owner);
+            Ok((status, list, auditor))
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "metadata": {
+            "leader_id": status.leader_id,
+            "leader_address": status.leader_address,
+            "term": status.term,
+            "voters": status.voters.iter().map(|r| serde_json::json!({ "id": r.id, "address": r.address })).collect::<Vec<_>>(),
+        },
+        "bookies": list.iter().map(bookie_json).collect::<Vec<_>>(),
+        "under_replicated_ledgers": status.under_replicated_ledgers,
+        "auditor": auditor,
+    })))
+}
+
+/// Any other path: the API's 404 body.
+pub async fn unknown(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    Err(ApiError::not_found(format!("no route for {} {}", req.method(), req.path())))
+}

@@ -1,0 +1,84 @@
+//! API errors: `{"error": "<Code>", "message": "..."}` with the status the
+//! HTTP API v1 gives each code (BRIEF.md).
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use quire_client::ClientError;
+
+/// An error answered to an HTTP caller.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// The stable code name.
+    pub code: &'static str,
+    /// Detail for humans.
+    pub message: String,
+}
+
+impl ApiError {
+    /// 400 BadRequest.
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError { status: StatusCode::BAD_REQUEST, code: "BadRequest", message: message.into() }
+    }
+
+    /// 409 NotWriter: this gateway does not hold the ledger's writer.
+    pub fn not_writer(ledger_id: u64) -> ApiError {
+        ApiError {
+            status: StatusCode::CONFLICT,
+            code: "NotWriter",
+            message: format!("this gateway does not hold the writer of ledger {ledger_id}"),
+        }
+    }
+
+    /// 404 for an unknown path.
+    pub fn not_found(what: impl Into<String>) -> ApiError {
+        ApiError { status: StatusCode::NOT_FOUND, code: "NotFound", message: what.into() }
+    }
+
+    /// 413 EntryTooLarge.
+    pub fn too_large(message: impl Into<String>) -> ApiError {
+        ApiError { status: StatusCode::PAYLOAD_TOO_LARGE, code: "EntryTooLarge", message: message.into() }
+    }
+
+    /// 500, for what should not happen.
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError { status: StatusCode::INTERNAL_SERVER_ERROR, code: "Internal", message: message.into() }
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.status
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        HttpResponse::build(self.status).json(serde_json::json!({ "error": self.code, "message": self.message }))
+    }
+}
+
+impl From<ClientError> for ApiError {
+    fn from(e: ClientError) -> ApiError {
+        let status = match &e {
+            ClientError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ClientError::NoSuchLedger(_) | ClientError::NoSuchEntry(..) => StatusCode::NOT_FOUND,
+            ClientError::LedgerFenced(_) | ClientError::LedgerClosed(_) | ClientError::WriterClosed(_) => {
+                StatusCode::CONFLICT
+            }
+            ClientError::EntryTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ClientError::NotEnoughBookies(_)
+            | ClientError::MetadataUnavailable(_)
+            | ClientError::Backpressure(_)
+            | ClientError::RecoveryFailed(..) => StatusCode::SERVICE_UNAVAILABLE,
+            ClientError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            ClientError::Corrupt(..) | ClientError::InvalidMetadata(_) | ClientError::Rpc(_) => StatusCode::BAD_GATEWAY,
+        };
+        ApiError { status, code: e.code_name(), message: e.to_string() }
+    }
+}

@@ -1,0 +1,40 @@
+//! What the gateway holds: the client library, and the writer handles of the
+//! ledgers it created (an append elsewhere is NotWriter).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use quire_client::{Client, LedgerWriter};
+
+use crate::error::ApiError;
+
+/// Shared by every HTTP worker.
+pub struct GatewayState {
+    /// The client library.
+    pub client: Client,
+    /// Writers of the ledgers this gateway created, by ledger id.
+    pub writers: Mutex<HashMap<u64, LedgerWriter>>,
+    /// The runtime the client lives on (quinn, writer actors): handlers run
+    /// client calls there, not on the HTTP worker threads.
+    pub rt: tokio::runtime::Handle,
+    /// Largest entry accepted.
+    pub max_entry_bytes: usize,
+    /// Most entries one range read returns.
+    pub max_range_entries: usize,
+}
+
+impl GatewayState {
+    /// Runs `f` on the client's runtime.
+    pub async fn run<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl Future<Output = Result<T, ApiError>> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        self.rt.spawn(f).await.map_err(|e| ApiError::internal(format!("request task: {e}")))?
+    }
+
+    /// The writer of `ledger_id`, if this gateway holds it.
+    pub fn writer(&self, ledger_id: u64) -> Option<LedgerWriter> {
+        self.writers.lock().expect("writers lock").get(&ledger_id).cloned()
+    }
+}

@@ -1,0 +1,295 @@
+//! The HTTP API v1 against a real cluster: 3 metadata replicas, 3 bookies and
+//! the gateway, as processes.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use base64::Engine;
+use quire_pki::{init_dir, IssueOptions, LocalCluster};
+use quire_testkit::{bin_path, Process, TestCluster};
+use serde_json::Value;
+
+struct Gateway {
+    _dir: tempfile::TempDir,
+    cluster: TestCluster,
+    _proc: Process,
+    http: String,
+}
+
+fn start() -> Gateway {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    init_dir(&certs, "test", &LocalCluster { metadata: 3, bookies: 3 }, &IssueOptions::default()).unwrap();
+    let cluster = TestCluster::start(dir.path(), &certs, &["r1", "r2", "r3"], &["--lease-ms", "3000"]).unwrap();
+    let ready = dir.path().join("gateway.ready");
+    let http_ready = dir.path().join("gateway-http.ready");
+    let metadata = cluster.metadata_flag();
+    let args = [
+        "--certs-dir",
+        certs.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--ready-file",
+        ready.to_str().unwrap(),
+        "--metadata",
+        &metadata,
+        "--http-listen",
+        "127.0.0.1:0",
+        "--http-ready-file",
+        http_ready.to_str().unwrap(),
+        "--max-entry-bytes",
+        "65536",
+    ];
+    let mut p = Process::spawn("gateway", &bin_path("quire-gateway"), &args, dir.path()).unwrap();
+    p.wait_ready(&ready, Duration::from_secs(30)).unwrap();
+    let http = p.wait_ready(&http_ready, Duration::from_secs(30)).unwrap();
+    let g = Gateway { _dir: dir, cluster, _proc: p, http };
+    // Ready once the bookies are registered.
+    quire_testkit::wait_until(Duration::from_secs(20), "gateway ready with 3 bookies", || {
+        let (status, body) = g.call("GET", "/v1/bookies", None, b"");
+        (status == 200 && json(&body)["bookies"].as_array().is_some_and(|b| b.len() == 3)).then_some(())
+    })
+    .unwrap();
+    g
+}
+
+impl Gateway {
+    fn call(&self, method: &str, path: &str, content_type: Option<&str>, body: &[u8]) -> (u16, Vec<u8>) {
+        call(&self.http, method, path, content_type, body)
+    }
+
+    fn json(&self, method: &str, path: &str, body: &str) -> (u16, Value) {
+        let (status, b) = self.call(method, path, Some("application/json"), body.as_bytes());
+        (status, json(&b))
+    }
+}
+
+/// One HTTP/1.1 request on its own connection: (status, body).
+fn call(http: &str, method: &str, path: &str, content_type: Option<&str>, body: &[u8]) -> (u16, Vec<u8>) {
+    {
+        let mut s = TcpStream::connect(http).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: quire\r\nConnection: close\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        if let Some(ct) = content_type {
+            head.push_str(&format!("Content-Type: {ct}\r\n"));
+        }
+        head.push_str("\r\n");
+        s.write_all(head.as_bytes()).unwrap();
+        s.write_all(body).unwrap();
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).unwrap();
+        let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
+        let head = String::from_utf8_lossy(&raw[..split]).to_string();
+        let status: u16 = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+        let mut body = raw[split + 4..].to_vec();
+        if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+            body = dechunk(&body);
+        }
+        (status, body)
+    }
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let eol = b.windows(2).position(|w| w == b"\r\n").unwrap();
+        let n = usize::from_str_radix(std::str::from_utf8(&b[..eol]).unwrap().trim(), 16).unwrap();
+        if n == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[eol + 2..eol + 2 + n]);
+        b = &b[eol + 2 + n + 2..];
+    }
+}
+
+fn json(b: &[u8]) -> Value {
+    serde_json::from_slice(b).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(b)))
+}
+
+fn error_of(v: &Value) -> &str {
+    v["error"].as_str().unwrap_or_else(|| panic!("no error code in {v}"))
+}
+
+#[test]
+fn a_ledger_is_created_written_tailed_read_closed_and_deleted_over_http() {
+    let g = start();
+    let (status, l) = g.json(
+        "POST",
+        "/v1/ledgers",
+        r#"{"ensemble":3,"write_quorum":3,"ack_quorum":2,"metadata":{"app":"http-test"}}"#,
+    );
+    assert_eq!(status, 201, "{l}");
+    assert_eq!(
+        (l["state"].as_str(), l["ensemble"].as_u64(), l["last_entry_id"].as_i64()),
+        (Some("open"), Some(3), Some(-1))
+    );
+    assert_eq!(l["metadata"]["app"], "http-test");
+    assert_eq!(l["ensembles"][0]["first_entry_id"], 0);
+    assert_eq!(l["ensembles"][0]["bookies"].as_array().unwrap().len(), 3);
+    let id = l["ledger_id"].as_u64().unwrap();
+
+    for i in 0..3u64 {
+        let (status, b) = g.call(
+            "POST",
+            &format!("/v1/ledgers/{id}/entries"),
+            Some("application/octet-stream"),
+            format!("raw-{i}").as_bytes(),
+        );
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&b));
+        assert_eq!(json(&b)["entry_id"], i);
+    }
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let batch = serde_json::json!({ "entries": [b64.encode("b-3"), b64.encode("b-4"), b64.encode([0u8, 255, 7])] });
+    let (status, r) = g.json("POST", &format!("/v1/ledgers/{id}/entries:batch"), &batch.to_string());
+    assert_eq!((status, r["first_entry_id"].as_u64(), r["last_entry_id"].as_u64()), (200, Some(3), Some(5)), "{r}");
+
+    let (status, lac) = g.json("GET", &format!("/v1/ledgers/{id}/lac?after=4&timeout_ms=10000"), "");
+    assert_eq!((status, lac["lac"].as_i64()), (200, Some(5)), "{lac}");
+    // Tail: a long poll answers when entry 6 lands.
+    let tail = {
+        let http = g.http.clone();
+        std::thread::spawn(move || {
+            call(&http, "GET", &format!("/v1/ledgers/{id}/lac?after=5&timeout_ms=30000"), None, b"")
+        })
+    };
+    let (status, _) = g.call("POST", &format!("/v1/ledgers/{id}/entries"), None, b"raw-6");
+    assert_eq!(status, 200);
+    let (status, lac) = tail.join().unwrap();
+    assert_eq!(status, 200);
+    assert!(json(&lac)["lac"].as_i64().unwrap() >= 6, "{}", String::from_utf8_lossy(&lac));
+
+    let (status, one) = g.call("GET", &format!("/v1/ledgers/{id}/entries/5"), None, b"");
+    assert_eq!((status, one), (200, vec![0u8, 255, 7]));
+    let (status, range) = g.json("GET", &format!("/v1/ledgers/{id}/entries?from=1&to=100"), "");
+    assert_eq!(status, 200, "{range}");
+    let got: Vec<(u64, Vec<u8>)> = range["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["entry_id"].as_u64().unwrap(), b64.decode(e["data"].as_str().unwrap()).unwrap()))
+        .collect();
+    assert_eq!(got.len(), 6, "cut at the LAC: {range}");
+    assert_eq!(got[0], (1, b"raw-1".to_vec()));
+    assert_eq!(got[3], (4, b"b-4".to_vec()));
+
+    let (status, closed) = g.json("POST", &format!("/v1/ledgers/{id}/close"), "");
+    assert_eq!(
+        (status, closed["state"].as_str(), closed["last_entry_id"].as_i64()),
+        (200, Some("closed"), Some(6)),
+        "{closed}"
+    );
+    assert_eq!(closed["length"], 3 * 5 + 3 * 3 + 5);
+    let (status, again) = g.json("POST", &format!("/v1/ledgers/{id}/close"), "");
+    assert_eq!((status, again["state"].as_str()), (200, Some("closed")), "closing twice is fine");
+    let (status, e) = g.json("POST", &format!("/v1/ledgers/{id}/entries"), "x");
+    assert_eq!((status, error_of(&e)), (409, "LedgerClosed"));
+
+    let (status, list) = g.json("GET", "/v1/ledgers?limit=10", "");
+    assert_eq!(status, 200);
+    assert!(list["ledgers"].as_array().unwrap().iter().any(|x| x == id), "{list}");
+    let (status, meta) = g.json("GET", &format!("/v1/ledgers/{id}"), "");
+    assert_eq!((status, meta["state"].as_str()), (200, Some("closed")));
+
+    let (status, _) = g.call("DELETE", &format!("/v1/ledgers/{id}"), None, b"");
+    assert_eq!(status, 204);
+    let (status, e) = g.json("GET", &format!("/v1/ledgers/{id}"), "");
+    assert_eq!((status, error_of(&e)), (404, "NoSuchLedger"));
+    let _ = &g.cluster;
+}
+
+#[test]
+fn bad_input_gets_the_documented_error_and_stored_data_stays_intact() {
+    let g = start();
+    let (status, l) = g.json("POST", "/v1/ledgers", "");
+    assert_eq!((status, l["ensemble"].as_u64()), (201, Some(3)), "an empty body takes the defaults: {l}");
+    let id = l["ledger_id"].as_u64().unwrap();
+    let (status, _) = g.call("POST", &format!("/v1/ledgers/{id}/entries"), None, b"keep-me");
+    assert_eq!(status, 200);
+    // Acknowledged, so readable at once (the gateway holds the writer).
+    let (status, body) = g.call("GET", &format!("/v1/ledgers/{id}/entries/0"), None, b"");
+    assert_eq!((status, body), (200, b"keep-me".to_vec()));
+
+    let cases: Vec<(&str, String, &str, u16, &str)> = vec![
+        ("POST", "/v1/ledgers".into(), "{not json", 400, "BadRequest"),
+        ("POST", "/v1/ledgers".into(), r#"{"ensemble":"three"}"#, 400, "BadRequest"),
+        ("POST", "/v1/ledgers".into(), r#"{"ensembel":3}"#, 400, "BadRequest"),
+        ("POST", "/v1/ledgers".into(), r#"{"ensemble":2,"write_quorum":3}"#, 400, "BadRequest"),
+        ("POST", "/v1/ledgers".into(), r#"{"ensemble":9}"#, 503, "NotEnoughBookies"),
+        ("POST", format!("/v1/ledgers/{id}/entries:batch"), r#"{"entries":["not base64!"]}"#, 400, "BadRequest"),
+        ("POST", format!("/v1/ledgers/{id}/entries:batch"), r#"{"entries":[]}"#, 400, "BadRequest"),
+        ("POST", format!("/v1/ledgers/{id}/entries:batch"), r#"{"entries":"x"}"#, 400, "BadRequest"),
+        ("GET", "/v1/ledgers/abc".into(), "", 400, "BadRequest"),
+        ("GET", "/v1/ledgers/-1".into(), "", 400, "BadRequest"),
+        ("GET", "/v1/ledgers/999999".into(), "", 404, "NoSuchLedger"),
+        ("POST", "/v1/ledgers/999999/entries".into(), "x", 404, "NoSuchLedger"),
+        ("GET", format!("/v1/ledgers/{id}/entries/7"), "", 404, "NoSuchEntry"),
+        ("GET", format!("/v1/ledgers/{id}/entries?from=5&to=1"), "", 400, "BadRequest"),
+        ("GET", format!("/v1/ledgers/{id}/entries?from=x"), "", 400, "BadRequest"),
+        ("GET", format!("/v1/ledgers/{id}/lac?after=-5"), "", 400, "BadRequest"),
+        ("GET", "/v1/nothing-here".into(), "", 404, "NotFound"),
+    ];
+    for (method, path, body, want_status, want_code) in cases {
+        let (status, v) = g.json(method, &path, body);
+        assert_eq!((status, error_of(&v)), (want_status, want_code), "{method} {path} {body}: {v}");
+        assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+    }
+    // An entry over the limit (65536 here) is refused before it is all read.
+    let (status, v) = g.call("POST", &format!("/v1/ledgers/{id}/entries"), None, &vec![1u8; 65537]);
+    assert_eq!((status, error_of(&json(&v))), (413, "EntryTooLarge"));
+    let big = base64::engine::general_purpose::STANDARD.encode(vec![1u8; 65537]);
+    let (status, v) =
+        g.json("POST", &format!("/v1/ledgers/{id}/entries:batch"), &format!(r#"{{"entries":["{big}"]}}"#));
+    assert_eq!((status, error_of(&v)), (413, "EntryTooLarge"));
+
+    // A ledger this gateway did not create: NotWriter.
+    let rpc_dir = g.cluster.certs.clone();
+    let other = {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let creds =
+                quire_rpc::Credentials::load(&quire_rpc::TlsFiles::in_dir(&rpc_dir, quire_proto::Role::Client, "1"))
+                    .unwrap();
+            let rpc = quire_rpc::RpcClient::new(&creds, quire_rpc::ClientOptions::default()).unwrap();
+            let meta = std::sync::Arc::new(quire_metaclient::MetaClient::new(
+                rpc.clone(),
+                g.cluster.metadata.addrs.clone(),
+                Default::default(),
+            ));
+            let c = quire_client::Client::new(rpc, meta, Default::default());
+            let w = c.create(quire_client::CreateLedger::default()).await.unwrap();
+            w.add(bytes::Bytes::from_static(b"from-the-library")).await.unwrap();
+            w.ledger_id()
+        })
+    };
+    let (status, v) = g.json("POST", &format!("/v1/ledgers/{other}/entries"), "x");
+    assert_eq!((status, error_of(&v)), (409, "NotWriter"));
+    let (status, v) = g.json("POST", &format!("/v1/ledgers/{other}/close"), "");
+    assert_eq!((status, error_of(&v)), (409, "NotWriter"));
+    // ...which any gateway may recover: fenced, recovered to its tail, closed.
+    let (status, v) = g.json("POST", &format!("/v1/ledgers/{other}/recover"), "");
+    assert_eq!((status, v["state"].as_str(), v["last_entry_id"].as_i64()), (200, Some("closed"), Some(0)), "{v}");
+    let (status, body) = g.call("GET", &format!("/v1/ledgers/{other}/entries/0"), None, b"");
+    assert_eq!((status, body), (200, b"from-the-library".to_vec()));
+
+    // After all of it, the data is intact.
+    let (status, body) = g.call("GET", &format!("/v1/ledgers/{id}/entries/0"), None, b"");
+    assert_eq!((status, body), (200, b"keep-me".to_vec()));
+    let (status, v) = g.json("GET", "/healthz", "");
+    assert_eq!((status, v["status"].as_str()), (200, Some("ok")));
+    let (status, v) = g.json("GET", "/readyz", "");
+    assert_eq!((status, v["bookies"].as_u64()), (200, Some(3)));
+    let (status, metrics) = g.call("GET", "/metrics", None, b"");
+    let metrics = String::from_utf8(metrics).unwrap();
+    assert_eq!(status, 200);
+    assert!(metrics.contains("quire_gateway_appends_total 1\n"), "{metrics}");
+    assert!(metrics.contains("quire_gateway_errors_total "), "{metrics}");
+    let (status, v) = g.json("GET", "/v1/cluster", "");
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["bookies"].as_array().unwrap().len(), 3);
+    assert_eq!(v["metadata"]["voters"].as_array().unwrap().len(), 3);
+    assert!(v["metadata"]["leader_address"].as_str().is_some_and(|a| a.starts_with("127.0.0.1:")), "{v}");
+}
