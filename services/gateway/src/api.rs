@@ -311,6 +311,26 @@ struct RangeQuery {
     to: Option<u64>,
 }
 
+/// Entries per page of a streamed range read.
+const RANGE_PAGE_ENTRIES: usize = 64;
+
+fn entries_json(entries: &[quire_proto::v1::Entry], first: bool) -> Bytes {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut out = String::new();
+    for (i, e) in entries.iter().enumerate() {
+        if !(first && i == 0) {
+            out.push(',');
+        }
+        out.push_str(&serde_json::json!({ "entry_id": e.entry_id, "data": b64.encode(&e.payload) }).to_string());
+    }
+    Bytes::from(out)
+}
+
+/// A range read, streamed: the first page is read before the answer starts
+/// (so that a missing ledger or entry still gets its status), the rest page
+/// by page through a small bounded channel, never buffered whole. A failure
+/// after the status went out ends the response early (the JSON is then
+/// incomplete, which the caller sees).
 async fn read_range(state: State, req: HttpRequest, m: web::Data<Metrics>) -> Result<HttpResponse, ApiError> {
     let id = id_param(&req, "id")?;
     let q: RangeQuery = query(&req)?;
@@ -319,19 +339,60 @@ async fn read_range(state: State, req: HttpRequest, m: web::Data<Metrics>) -> Re
     if from > to {
         return Err(ApiError::bad_request(format!("from ({from}) is after to ({to})")));
     }
-    let max = state.max_range_entries;
+    let max = state.max_range_entries as u64;
     let s = state.get_ref().clone();
-    let entries = state
+    let (reader, first_page, last) = state
         .run(async move {
             let r = open_reader(&s, id).await?;
-            Ok(r.read_range(from, to, max).await?)
+            let mut lac = r.known_lac();
+            if (to as i64) > lac {
+                lac = r.read_lac().await?;
+            }
+            if (from as i64) > lac {
+                return Ok((Arc::new(r), Vec::new(), None));
+            }
+            let last = (to as i64).min(lac) as u64;
+            let last = last.min(from.saturating_add(max - 1));
+            let page_end = last.min(from + RANGE_PAGE_ENTRIES as u64 - 1);
+            let page = r.read_range(from, page_end, RANGE_PAGE_ENTRIES).await?;
+            Ok((Arc::new(r), page, Some(last)))
         })
         .await?;
-    m.reads.fetch_add(entries.len() as u64, Ordering::Relaxed);
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let list: Vec<serde_json::Value> =
-        entries.iter().map(|e| serde_json::json!({ "entry_id": e.entry_id, "data": b64.encode(&e.payload) })).collect();
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "entries": list })))
+    m.reads.fetch_add(first_page.len() as u64, Ordering::Relaxed);
+    let Some(last) = last else {
+        return Ok(HttpResponse::Ok().content_type("application/json").body(r#"{"entries":[]}"#));
+    };
+    let next = from + first_page.len() as u64;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, ApiError>>(4);
+    let head = [Bytes::from_static(br#"{"entries":["#), entries_json(&first_page, true)];
+    let metrics = m.clone();
+    state.rt.spawn(async move {
+        let mut at = next;
+        while at <= last {
+            let end = last.min(at + RANGE_PAGE_ENTRIES as u64 - 1);
+            let page = match reader.read_range(at, end, RANGE_PAGE_ENTRIES).await {
+                Ok(p) if !p.is_empty() => p,
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::warn!(ledger_id = id, entry_id = at, error = %e, "range read cut short");
+                    let _ = tx.send(Err(e.into())).await;
+                    return;
+                }
+            };
+            at += page.len() as u64;
+            metrics.reads.fetch_add(page.len() as u64, Ordering::Relaxed);
+            if tx.send(Ok(entries_json(&page, false))).await.is_err() {
+                return; // the caller went away
+            }
+        }
+        let _ = tx.send(Ok(Bytes::from_static(b"]}"))).await;
+    });
+    let body = futures_util::stream::iter(head.into_iter().map(Ok::<_, actix_web::Error>)).chain(
+        futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item.map_err(actix_web::Error::from), rx))
+        }),
+    );
+    Ok(HttpResponse::Ok().content_type("application/json").streaming(body))
 }
 
 #[derive(Deserialize)]

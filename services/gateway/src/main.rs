@@ -58,8 +58,8 @@ struct Args {
     #[arg(long, default_value_t = 4 << 20)]
     max_entry_bytes: usize,
 
-    /// Most entries one range read returns (the caller pages on).
-    #[arg(long, default_value_t = 1000)]
+    /// Most entries one range read returns (streamed; the caller pages on).
+    #[arg(long, default_value_t = 100_000)]
     max_range_entries: usize,
 }
 

@@ -67,6 +67,12 @@ impl Gateway {
 
 /// One HTTP/1.1 request on its own connection: (status, body).
 fn call(http: &str, method: &str, path: &str, content_type: Option<&str>, body: &[u8]) -> (u16, Vec<u8>) {
+    let (status, _, body) = call_full(http, method, path, content_type, body);
+    (status, body)
+}
+
+/// As [`call`], with the response head.
+fn call_full(http: &str, method: &str, path: &str, content_type: Option<&str>, body: &[u8]) -> (u16, String, Vec<u8>) {
     {
         let mut s = TcpStream::connect(http).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
@@ -89,7 +95,7 @@ fn call(http: &str, method: &str, path: &str, content_type: Option<&str>, body: 
         if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
             body = dechunk(&body);
         }
-        (status, body)
+        (status, head, body)
     }
 }
 
@@ -292,4 +298,35 @@ fn bad_input_gets_the_documented_error_and_stored_data_stays_intact() {
     assert_eq!(v["bookies"].as_array().unwrap().len(), 3);
     assert_eq!(v["metadata"]["voters"].as_array().unwrap().len(), 3);
     assert!(v["metadata"]["leader_address"].as_str().is_some_and(|a| a.starts_with("127.0.0.1:")), "{v}");
+}
+
+#[test]
+fn a_long_range_is_streamed_not_buffered() {
+    let g = start();
+    let (_, l) = g.json("POST", "/v1/ledgers", "");
+    let id = l["ledger_id"].as_u64().unwrap();
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let data = |i: usize| format!("{i:04}-{}", "y".repeat(1019)).into_bytes();
+    for chunk in 0..4 {
+        let entries: Vec<String> = (chunk * 250..(chunk + 1) * 250).map(|i| b64.encode(data(i))).collect();
+        let (status, r) = g.json(
+            "POST",
+            &format!("/v1/ledgers/{id}/entries:batch"),
+            &serde_json::json!({ "entries": entries }).to_string(),
+        );
+        assert_eq!(status, 200, "{r}");
+    }
+    let (status, head, body) = call_full(&g.http, "GET", &format!("/v1/ledgers/{id}/entries?from=0"), None, b"");
+    assert_eq!(status, 200);
+    assert!(head.to_ascii_lowercase().contains("transfer-encoding: chunked"), "streamed: {head}");
+    let v = json(&body);
+    let entries = v["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 1000);
+    for (i, e) in entries.iter().enumerate() {
+        assert_eq!(e["entry_id"].as_u64(), Some(i as u64));
+        assert_eq!(b64.decode(e["data"].as_str().unwrap()).unwrap(), data(i));
+    }
+    // Past the LAC: an empty list, not an error.
+    let (status, v) = g.json("GET", &format!("/v1/ledgers/{id}/entries?from=5000"), "");
+    assert_eq!((status, v["entries"].as_array().map(Vec::len)), (200, Some(0)));
 }
