@@ -10,6 +10,7 @@ mod certs;
 mod ledger;
 mod metadata;
 mod probe;
+mod standalone;
 
 use clap::{Parser, Subcommand};
 
@@ -36,6 +37,8 @@ enum Cmd {
     Metadata(metadata::MetadataArgs),
     /// Ledgers: write, read, info, recover, delete, list.
     Ledger(ledger::LedgerArgs),
+    /// A whole cluster on this machine (real processes on loopback, mTLS).
+    Standalone(standalone::StandaloneArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -47,5 +50,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::Bookies(a) => bookies::list(a),
         Cmd::Metadata(a) => metadata::run(a),
         Cmd::Ledger(a) => ledger::run(a),
+        Cmd::Standalone(a) => standalone::run(a),
     }
 }
