@@ -330,3 +330,43 @@ fn a_long_range_is_streamed_not_buffered() {
     let (status, v) = g.json("GET", &format!("/v1/ledgers/{id}/entries?from=5000"), "");
     assert_eq!((status, v["entries"].as_array().map(Vec::len)), (200, Some(0)));
 }
+
+#[test]
+fn a_ledger_written_over_http_reads_back_through_the_cli_and_the_other_way_round() {
+    let g = start();
+    let certs = g.cluster.certs.to_str().unwrap().to_string();
+    let metadata = g.cluster.metadata_flag();
+    let cli = |args: &[&str], stdin: &[u8]| -> String {
+        let mut child = std::process::Command::new(bin_path("quire"))
+            .args(["ledger", "--metadata", &metadata, "--certs-dir", &certs])
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .env("RUST_BACKTRACE", "0")
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "quire ledger {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // HTTP -> CLI.
+    let (_, l) = g.json("POST", "/v1/ledgers", "");
+    let id = l["ledger_id"].as_u64().unwrap();
+    for line in ["over", "http"] {
+        assert_eq!(g.call("POST", &format!("/v1/ledgers/{id}/entries"), None, line.as_bytes()).0, 200);
+    }
+    assert_eq!(g.json("POST", &format!("/v1/ledgers/{id}/close"), "").0, 200);
+    assert_eq!(cli(&["read", "--ledger", &id.to_string()], b""), "0\tover\n1\thttp\n");
+    // CLI -> HTTP.
+    let written: Value = serde_json::from_str(cli(&["write"], b"through\nthe cli\n").trim()).unwrap();
+    let id = written["ledger_id"].as_u64().unwrap();
+    assert_eq!(written["state"], "closed");
+    let (status, range) = g.json("GET", &format!("/v1/ledgers/{id}/entries"), "");
+    assert_eq!(status, 200);
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let got: Vec<Vec<u8>> =
+        range["entries"].as_array().unwrap().iter().map(|e| b64.decode(e["data"].as_str().unwrap()).unwrap()).collect();
+    assert_eq!(got, vec![b"through".to_vec(), b"the cli".to_vec()]);
+}
