@@ -41,6 +41,15 @@ impl ApiError {
         ApiError { status: StatusCode::PAYLOAD_TOO_LARGE, code: "EntryTooLarge", message: message.into() }
     }
 
+    /// 401: a bearer token is required and was missing or wrong.
+    pub fn unauthorised() -> ApiError {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            code: "Unauthorized",
+            message: "a valid bearer token is required (Authorization: Bearer <token>)".into(),
+        }
+    }
+
     /// 500, for what should not happen.
     pub fn internal(message: impl Into<String>) -> ApiError {
         ApiError { status: StatusCode::INTERNAL_SERVER_ERROR, code: "Internal", message: message.into() }
@@ -59,7 +68,11 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.status).json(serde_json::json!({ "error": self.code, "message": self.message }))
+        let mut r = HttpResponse::build(self.status);
+        if self.status == StatusCode::UNAUTHORIZED {
+            r.insert_header(("WWW-Authenticate", "Bearer"));
+        }
+        r.json(serde_json::json!({ "error": self.code, "message": self.message }))
     }
 }
 

@@ -6,6 +6,7 @@
 //! writer actors); actix-web's workers only parse, route and answer.
 
 mod api;
+mod auth;
 mod error;
 mod state;
 
@@ -58,6 +59,11 @@ struct Args {
     #[arg(long, default_value_t = 4 << 20)]
     max_entry_bytes: usize,
 
+    /// Bearer tokens, one per line: with it, every /v1 request needs
+    /// `Authorization: Bearer <token>` (health, readiness and metrics stay open).
+    #[arg(long, env = "QUIRE_AUTH_TOKEN_FILE")]
+    auth_token_file: Option<PathBuf>,
+
     /// Most entries one range read returns (streamed; the caller pages on).
     #[arg(long, default_value_t = 100_000)]
     max_range_entries: usize,
@@ -73,6 +79,15 @@ fn main() -> anyhow::Result<()> {
     let args: Args = quire_runtime::config::parse()?;
     let telemetry =
         logging::init("quire-gateway", &args.common.log, args.common.log_format, args.common.trace_context)?;
+    let tokens: Arc<Vec<String>> = Arc::new(match &args.auth_token_file {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).with_context(|| format!("read {}", p.display()))?;
+            let t: Vec<String> = text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect();
+            anyhow::ensure!(!t.is_empty(), "{} holds no token", p.display());
+            t
+        }
+        None => Vec::new(),
+    });
     let rt = args.common.runtime()?;
     let (svc, state) = rt.block_on(async {
         let creds = args.common.credentials(Role::Gateway)?;
@@ -103,23 +118,40 @@ fn main() -> anyhow::Result<()> {
         let m = metrics.clone();
         let server = HttpServer::new(move || {
             let m2 = m.clone();
+            let tokens = tokens.clone();
             App::new()
                 .app_data(data.clone())
                 .app_data(m.clone())
-                // Access log: one line per request, with its status and duration.
+                // Bearer tokens, when configured, guard the API.
+                .wrap_fn(move |req, srv| {
+                    let refused = !tokens.is_empty()
+                        && req.path().starts_with("/v1/")
+                        && !auth::authorised(req.headers().get("authorization").and_then(|h| h.to_str().ok()), &tokens);
+                    let fut = if refused { None } else { Some(srv.call(req)) };
+                    async move {
+                        match fut {
+                            Some(f) => f.await,
+                            None => Err(error::ApiError::unauthorised().into()),
+                        }
+                    }
+                })
+                // Access log (outermost): one line per request, refusals included.
                 .wrap_fn(move |req, srv| {
                     let (method, path) = (req.method().clone(), req.path().to_string());
                     let started = Instant::now();
                     let m3 = m2.clone();
                     let fut = srv.call(req);
                     async move {
-                        let res = fut.await?;
-                        let status = res.status().as_u16();
+                        let res = fut.await;
+                        let status = match &res {
+                            Ok(r) => r.status().as_u16(),
+                            Err(e) => e.as_response_error().status_code().as_u16(),
+                        };
                         if status >= 400 {
                             m3.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
                         tracing::info!(target: "access", %method, path, status, micros = started.elapsed().as_micros() as u64, "http");
-                        Ok(res)
+                        res
                     }
                 })
                 .configure(api::routes)

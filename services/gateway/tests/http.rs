@@ -18,6 +18,11 @@ struct Gateway {
 }
 
 fn start() -> Gateway {
+    start_with_token(None)
+}
+
+/// A cluster and a gateway; with `token`, the gateway requires it.
+fn start_with_token(token: Option<&str>) -> Gateway {
     let dir = tempfile::tempdir().unwrap();
     let certs = dir.path().join("certs");
     init_dir(&certs, "test", &LocalCluster { metadata: 3, bookies: 3 }, &IssueOptions::default()).unwrap();
@@ -25,7 +30,8 @@ fn start() -> Gateway {
     let ready = dir.path().join("gateway.ready");
     let http_ready = dir.path().join("gateway-http.ready");
     let metadata = cluster.metadata_flag();
-    let args = [
+    let token_file = dir.path().join("tokens");
+    let mut args = vec![
         "--certs-dir",
         certs.to_str().unwrap(),
         "--listen",
@@ -41,14 +47,18 @@ fn start() -> Gateway {
         "--max-entry-bytes",
         "65536",
     ];
+    if let Some(t) = token {
+        std::fs::write(&token_file, format!("other-token\n{t}\n")).unwrap();
+        args.extend(["--auth-token-file", token_file.to_str().unwrap()]);
+    }
     let mut p = Process::spawn("gateway", &bin_path("quire-gateway"), &args, dir.path()).unwrap();
     p.wait_ready(&ready, Duration::from_secs(30)).unwrap();
     let http = p.wait_ready(&http_ready, Duration::from_secs(30)).unwrap();
     let g = Gateway { _dir: dir, cluster, _proc: p, http };
     // Ready once the bookies are registered.
     quire_testkit::wait_until(Duration::from_secs(20), "gateway ready with 3 bookies", || {
-        let (status, body) = g.call("GET", "/v1/bookies", None, b"");
-        (status == 200 && json(&body)["bookies"].as_array().is_some_and(|b| b.len() == 3)).then_some(())
+        let (status, body) = g.call("GET", "/readyz", None, b"");
+        (status == 200 && json(&body)["bookies"].as_u64() == Some(3)).then_some(())
     })
     .unwrap();
     g
@@ -73,6 +83,18 @@ fn call(http: &str, method: &str, path: &str, content_type: Option<&str>, body: 
 
 /// As [`call`], with the response head.
 fn call_full(http: &str, method: &str, path: &str, content_type: Option<&str>, body: &[u8]) -> (u16, String, Vec<u8>) {
+    call_with(http, method, path, content_type, &[], body)
+}
+
+/// As [`call_full`], with extra request headers.
+fn call_with(
+    http: &str,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String, Vec<u8>) {
     {
         let mut s = TcpStream::connect(http).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
@@ -82,6 +104,9 @@ fn call_full(http: &str, method: &str, path: &str, content_type: Option<&str>, b
         );
         if let Some(ct) = content_type {
             head.push_str(&format!("Content-Type: {ct}\r\n"));
+        }
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
         }
         head.push_str("\r\n");
         s.write_all(head.as_bytes()).unwrap();
@@ -369,4 +394,23 @@ fn a_ledger_written_over_http_reads_back_through_the_cli_and_the_other_way_round
     let got: Vec<Vec<u8>> =
         range["entries"].as_array().unwrap().iter().map(|e| b64.decode(e["data"].as_str().unwrap()).unwrap()).collect();
     assert_eq!(got, vec![b"through".to_vec(), b"the cli".to_vec()]);
+}
+
+#[test]
+fn with_tokens_configured_the_api_needs_a_bearer_token() {
+    let g = start_with_token(Some("s3cret"));
+    let (status, head, body) = call_with(&g.http, "POST", "/v1/ledgers", None, &[], b"");
+    assert_eq!((status, error_of(&json(&body))), (401, "Unauthorized"));
+    assert!(head.to_ascii_lowercase().contains("www-authenticate: bearer"), "{head}");
+    let wrong = [("Authorization", "Bearer s3cre")];
+    assert_eq!(call_with(&g.http, "GET", "/v1/ledgers", None, &wrong, b"").0, 401);
+    let good = [("Authorization", "Bearer s3cret")];
+    let (status, _, body) = call_with(&g.http, "POST", "/v1/ledgers", None, &good, b"");
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+    let rotated = [("Authorization", "Bearer other-token")];
+    assert_eq!(call_with(&g.http, "GET", "/v1/ledgers", None, &rotated, b"").0, 200);
+    // Health, readiness and metrics stay open for probes and scrapers.
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(g.call("GET", path, None, b"").0, 200, "{path}");
+    }
 }
