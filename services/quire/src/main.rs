@@ -3,8 +3,11 @@
 //! Certificate tooling (`quire certs init|issue`), probes of any quire server
 //! over QUIC with mTLS (`quire ping`, `quire server-info`), the bookie registry
 //! (`quire bookies`), the metadata cluster (`quire metadata`) and ledgers
-//! through the client library (`quire ledger write|read|info|recover|delete|list`).
+//! through the client library (`quire ledger write|read|info|recover|delete|list`),
+//! checks (`quire selftest`, `quire bookie-sanity`, `quire under-replicated`) and
+//! a whole cluster on one machine (`quire standalone`).
 
+mod admin;
 mod bookies;
 mod certs;
 mod ledger;
@@ -39,6 +42,12 @@ enum Cmd {
     Ledger(ledger::LedgerArgs),
     /// A whole cluster on this machine (real processes on loopback, mTLS).
     Standalone(standalone::StandaloneArgs),
+    /// Ledgers the auditor found below their write quorum.
+    UnderReplicated(admin::UnderReplicatedArgs),
+    /// Write, read back and delete a ledger: is the cluster working?
+    Selftest(admin::SelfTestArgs),
+    /// A ledger on each bookie alone, written, read back and deleted.
+    BookieSanity(admin::BookieSanityArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -51,5 +60,8 @@ fn main() -> anyhow::Result<()> {
         Cmd::Metadata(a) => metadata::run(a),
         Cmd::Ledger(a) => ledger::run(a),
         Cmd::Standalone(a) => standalone::run(a),
+        Cmd::UnderReplicated(a) => admin::under_replicated(a),
+        Cmd::Selftest(a) => admin::selftest(a),
+        Cmd::BookieSanity(a) => admin::bookie_sanity(a),
     }
 }

@@ -129,6 +129,50 @@ impl Client {
         self.inner.seed.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
     }
 
+    /// Creates a ledger on exactly these bookies (in stripe order), bypassing
+    /// placement: for sanity checks of one bookie and for tests. Each must be
+    /// registered and writable.
+    pub async fn create_on(&self, bookie_ids: Vec<String>, spec: CreateLedger) -> Result<LedgerWriter, ClientError> {
+        let q = Quorums::new(bookie_ids.len(), spec.write_quorum, spec.ack_quorum).ok_or_else(|| {
+            ClientError::BadRequest(format!(
+                "quorums must satisfy 1 <= ack ({}) <= write ({}) <= ensemble ({})",
+                spec.ack_quorum,
+                spec.write_quorum,
+                bookie_ids.len()
+            ))
+        })?;
+        let candidates = self.inner.bookies.candidates().await?;
+        let mut members = Vec::with_capacity(bookie_ids.len());
+        for id in &bookie_ids {
+            let c = candidates
+                .iter()
+                .find(|c| &c.bookie_id == id && c.writable)
+                .ok_or_else(|| ClientError::NotEnoughBookies(format!("bookie {id} is not registered and writable")))?;
+            members.push(Member { bookie_id: id.clone(), instance_id: c.instance_id.clone() });
+        }
+        self.create_with(q, members, spec.custom).await
+    }
+
+    async fn create_with(
+        &self,
+        q: Quorums,
+        members: Vec<Member>,
+        custom: BTreeMap<String, Bytes>,
+    ) -> Result<LedgerWriter, ClientError> {
+        let req = v1::CreateLedgerRequest {
+            ensemble_size: q.ensemble as u32,
+            write_quorum: q.write as u32,
+            ack_quorum: q.ack as u32,
+            bookie_ids: members.iter().map(|m| m.bookie_id.clone()).collect(),
+            instance_ids: members.iter().map(|m| m.instance_id.clone()).collect(),
+            custom: custom.into_iter().collect(),
+        };
+        let created = self.meta().call(req).await.map_err(|e| ClientError::from_metadata(e, None))?;
+        let meta = LedgerMeta::from_proto(created.ledger.ok_or_else(|| missing_ledger(None))?)?;
+        tracing::info!(ledger_id = meta.ledger_id, ensemble = ?members.iter().map(|m| &m.bookie_id).collect::<Vec<_>>(), "created ledger");
+        Ok(LedgerWriter::spawn(self.clone(), meta))
+    }
+
     /// Creates a ledger on an ensemble spread over racks, and returns its writer.
     pub async fn create(&self, spec: CreateLedger) -> Result<LedgerWriter, ClientError> {
         let q = Quorums::new(spec.ensemble, spec.write_quorum, spec.ack_quorum).ok_or_else(|| {
@@ -171,18 +215,7 @@ impl Client {
                     .unwrap_or_default(),
             })
             .collect();
-        let req = v1::CreateLedgerRequest {
-            ensemble_size: q.ensemble as u32,
-            write_quorum: q.write as u32,
-            ack_quorum: q.ack as u32,
-            bookie_ids: ids,
-            instance_ids: members.iter().map(|m| m.instance_id.clone()).collect(),
-            custom: spec.custom.into_iter().collect(),
-        };
-        let created = self.meta().call(req).await.map_err(|e| ClientError::from_metadata(e, None))?;
-        let meta = LedgerMeta::from_proto(created.ledger.ok_or_else(|| missing_ledger(None))?)?;
-        tracing::info!(ledger_id = meta.ledger_id, ensemble = ?members.iter().map(|m| &m.bookie_id).collect::<Vec<_>>(), "created ledger");
-        Ok(LedgerWriter::spawn(self.clone(), meta))
+        self.create_with(q, members, spec.custom).await
     }
 
     /// The ledger's metadata, as the metadata leader has it.
