@@ -35,24 +35,95 @@ pub struct Metrics {
     pub errors: AtomicU64,
 }
 
-/// The routes.
-pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/healthz", web::get().to(healthz))
-        .route("/readyz", web::get().to(readyz))
-        .route("/metrics", web::get().to(metrics))
-        .route("/v1/ledgers", web::post().to(create))
-        .route("/v1/ledgers", web::get().to(list))
-        .route("/v1/ledgers/{id}", web::get().to(get_ledger))
-        .route("/v1/ledgers/{id}", web::delete().to(delete))
-        .route("/v1/ledgers/{id}/entries", web::post().to(append))
-        .route("/v1/ledgers/{id}/entries:batch", web::post().to(append_batch))
-        .route("/v1/ledgers/{id}/entries", web::get().to(read_range))
-        .route("/v1/ledgers/{id}/entries/{eid}", web::get().to(read_one))
-        .route("/v1/ledgers/{id}/lac", web::get().to(lac))
-        .route("/v1/ledgers/{id}/close", web::post().to(close))
-        .route("/v1/ledgers/{id}/recover", web::post().to(recover))
-        .route("/v1/bookies", web::get().to(bookies))
-        .route("/v1/cluster", web::get().to(cluster));
+/// One route: what registers it and what documents it come from the same
+/// line, so the OpenAPI document cannot drift from the router.
+macro_rules! endpoints {
+    ($( $method:ident $path:literal => $handler:ident, $summary:literal, $body:literal, [$($code:literal),*] ;)*) => {
+        /// The routes.
+        pub fn routes(cfg: &mut web::ServiceConfig) {
+            $( cfg.route($path, web::$method().to($handler)); )*
+            cfg.route("/openapi.json", web::get().to(openapi));
+        }
+
+        /// Every route: (method, path, summary, request body kind, response codes).
+        pub const ENDPOINTS: &[(&str, &str, &str, &str, &[u16])] = &[
+            $( (stringify!($method), $path, $summary, $body, &[$($code),*]), )*
+        ];
+    };
+}
+
+endpoints! {
+    get "/healthz" => healthz, "Liveness", "", [200];
+    get "/readyz" => readyz, "Readiness: the metadata service answers", "", [200, 503];
+    get "/metrics" => metrics, "Prometheus metrics", "", [200];
+    post "/v1/ledgers" => create, "Create a ledger; this gateway holds its writer", "create", [201, 400, 503];
+    get "/v1/ledgers" => list, "List ledger ids (start_after, limit)", "", [200, 400, 503];
+    get "/v1/ledgers/{id}" => get_ledger, "A ledger's metadata", "", [200, 400, 404];
+    delete "/v1/ledgers/{id}" => delete, "Delete a ledger (space reclaimed by GC)", "", [204, 400, 404];
+    post "/v1/ledgers/{id}/entries" => append, "Append one entry (raw body)", "raw", [200, 400, 404, 409, 413, 503, 504];
+    post "/v1/ledgers/{id}/entries:batch" => append_batch, "Append several entries (base64)", "batch", [200, 400, 404, 409, 413, 503, 504];
+    get "/v1/ledgers/{id}/entries" => read_range, "Entries from..=to, at most up to the LAC (streamed)", "", [200, 400, 404];
+    get "/v1/ledgers/{id}/entries/{eid}" => read_one, "One entry, raw bytes", "", [200, 400, 404];
+    get "/v1/ledgers/{id}/lac" => lac, "The LAC; with after and timeout_ms, a long poll", "", [200, 400, 404];
+    post "/v1/ledgers/{id}/close" => close, "Close a ledger this gateway writes", "", [200, 400, 404, 409];
+    post "/v1/ledgers/{id}/recover" => recover, "Fence, recover to the true tail, close", "", [200, 400, 404, 503];
+    get "/v1/bookies" => bookies, "The bookie registry", "", [200, 503];
+    get "/v1/cluster" => cluster, "Metadata leader, bookies, under-replication, auditor", "", [200, 503];
+}
+
+/// The OpenAPI 3 document, built from [`ENDPOINTS`].
+pub fn openapi_doc() -> serde_json::Value {
+    let error = serde_json::json!({
+        "type": "object", "required": ["error", "message"],
+        "properties": { "error": { "type": "string" }, "message": { "type": "string" } }
+    });
+    let mut paths = serde_json::Map::new();
+    for (method, path, summary, body, codes) in ENDPOINTS {
+        let params: Vec<serde_json::Value> = path
+            .split('/')
+            .filter_map(|seg| seg.strip_prefix('{').and_then(|x| x.split('}').next()))
+            .map(|name| serde_json::json!({ "name": name, "in": "path", "required": true, "schema": { "type": "integer", "format": "uint64" } }))
+            .collect();
+        let mut responses = serde_json::Map::new();
+        for code in *codes {
+            let r = if *code >= 400 {
+                serde_json::json!({ "description": "error", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } })
+            } else {
+                serde_json::json!({ "description": "success" })
+            };
+            responses.insert(code.to_string(), r);
+        }
+        let mut op = serde_json::json!({ "summary": summary, "parameters": params, "responses": responses });
+        let request = match *body {
+            "raw" => Some(
+                serde_json::json!({ "required": true, "content": { "application/octet-stream": { "schema": { "type": "string", "format": "binary" } } } }),
+            ),
+            "batch" => Some(serde_json::json!({ "required": true, "content": { "application/json": { "schema": {
+                "type": "object", "required": ["entries"],
+                "properties": { "entries": { "type": "array", "items": { "type": "string", "format": "byte" } } } } } } })),
+            "create" => Some(serde_json::json!({ "required": false, "content": { "application/json": { "schema": {
+                "type": "object", "additionalProperties": false,
+                "properties": {
+                    "ensemble": { "type": "integer" }, "write_quorum": { "type": "integer" }, "ack_quorum": { "type": "integer" },
+                    "metadata": { "type": "object", "additionalProperties": { "type": "string" } } } } } } })),
+            _ => None,
+        };
+        if let Some(r) = request {
+            op["requestBody"] = r;
+        }
+        let entry = paths.entry(path.to_string()).or_insert_with(|| serde_json::json!({}));
+        entry[*method] = op;
+    }
+    serde_json::json!({
+        "openapi": "3.0.3",
+        "info": { "title": "quire HTTP API", "version": env!("CARGO_PKG_VERSION") },
+        "paths": paths,
+        "components": { "schemas": { "Error": error } },
+    })
+}
+
+async fn openapi() -> HttpResponse {
+    HttpResponse::Ok().json(openapi_doc())
 }
 
 /// The ledger as the API shows it.

@@ -414,3 +414,29 @@ fn with_tokens_configured_the_api_needs_a_bearer_token() {
         assert_eq!(g.call("GET", path, None, b"").0, 200, "{path}");
     }
 }
+
+#[test]
+fn the_openapi_document_lists_every_route_and_each_one_answers() {
+    let g = start();
+    let (status, doc) = g.json("GET", "/openapi.json", "");
+    assert_eq!(status, 200);
+    assert_eq!(doc["openapi"], "3.0.3");
+    let paths = doc["paths"].as_object().unwrap();
+    let mut ops = 0;
+    for (path, item) in paths {
+        for (method, op) in item.as_object().unwrap() {
+            ops += 1;
+            assert!(op["summary"].as_str().is_some_and(|s| !s.is_empty()), "{method} {path}");
+            assert!(op["responses"].as_object().is_some_and(|r| !r.is_empty()), "{method} {path}");
+            // Every documented route is routed (the catch-all answers NotFound).
+            let concrete = path.replace("{id}", "999999").replace("{eid}", "0");
+            let (_, body) = g.call(&method.to_uppercase(), &concrete, None, b"");
+            let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            assert_ne!(v["error"], "NotFound", "{method} {path} is documented but not routed");
+        }
+    }
+    assert_eq!(ops, 16, "every route of the API v1 table");
+    // And an undocumented path is not routed.
+    let (status, v) = g.json("GET", "/v1/undocumented", "");
+    assert_eq!((status, error_of(&v)), (404, "NotFound"));
+}
