@@ -7,7 +7,7 @@ BENCH_SECS ?= 5
 FUZZ_SECS ?= 60
 DATA ?= $(CURDIR)/data
 
-.PHONY: all build test verify fmt fmt-check clippy lint bench-rpc bench-bookie bench-metadata bench-client sim fuzz run clean
+.PHONY: all build test verify fmt fmt-check clippy lint bench-rpc bench-bookie bench-metadata bench-client bench-gateway sim fuzz run clean
 
 all: build
 
@@ -56,6 +56,11 @@ bench-bookie: build
 # NATS cases (writers:window): see docs/benchmarks.md.
 bench-client: build
 	BENCH_SECS=$(BENCH_SECS) $(CARGO) bench -p quire-client --bench client
+
+# HTTP appends through the gateway (64 keep-alive connections) next to
+# direct client appends, in one run: see docs/benchmarks.md.
+bench-gateway: build
+	BENCH_SECS=$(BENCH_SECS) $(CARGO) bench -p quire-gateway --bench http
 
 # Three metadata replicas, 64 clients doing CAS updates: see docs/benchmarks.md.
 bench-metadata: build
