@@ -128,22 +128,7 @@ async fn openapi() -> HttpResponse {
 
 /// The ledger as the API shows it.
 pub fn ledger_json(m: &LedgerMeta) -> serde_json::Value {
-    serde_json::json!({
-        "ledger_id": m.ledger_id,
-        "state": m.state.as_str(),
-        "ensemble": m.quorums.ensemble,
-        "write_quorum": m.quorums.write,
-        "ack_quorum": m.quorums.ack,
-        "ensembles": m.segments.iter().map(|s| serde_json::json!({
-            "first_entry_id": s.first_entry_id,
-            "bookies": s.members.iter().map(|b| b.bookie_id.clone()).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>(),
-        "last_entry_id": m.last_entry_id,
-        "length": m.length,
-        "version": m.version,
-        "created_at_ms": m.created_at_ms,
-        "metadata": m.custom.iter().map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned())).collect::<BTreeMap<_, _>>(),
-    })
+    m.to_json()
 }
 
 fn id_param(req: &HttpRequest, name: &str) -> Result<u64, ApiError> {

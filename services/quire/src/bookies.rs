@@ -64,13 +64,14 @@ pub fn list(a: BookiesArgs) -> anyhow::Result<()> {
         let rpc = a.target.rpc()?;
         let meta = MetaClient::new(rpc.clone(), a.target.metadata.clone(), MetaClientOptions::default());
         let mut resp = meta.call(v1::ListBookiesRequest {}).await.context("list bookies")?;
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(a.wait_ms);
-        while resp.bookies.len() < a.at_least {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            anyhow::ensure!(!left.is_zero(), "only {} of {} bookies registered", resp.bookies.len(), a.at_least);
-            let w = v1::WatchBookiesRequest { after_version: resp.version, timeout_ms: left.as_millis() as u32 };
-            let w = meta.call_waiting(w, left).await.context("watch bookies")?;
-            resp = v1::ListBookiesResponse { bookies: w.bookies, version: w.version };
+        if resp.bookies.len() < a.at_least {
+            let wait = Duration::from_millis(a.wait_ms);
+            let bookies = meta
+                .wait_for_registry(wait, |b| b.len() >= a.at_least)
+                .await
+                .context("watch bookies")?
+                .with_context(|| format!("fewer than {} bookies registered within {} ms", a.at_least, a.wait_ms))?;
+            resp = v1::ListBookiesResponse { bookies, version: resp.version };
         }
         rpc.close(Duration::from_millis(100)).await;
         if a.json {

@@ -90,20 +90,7 @@ enum LedgerCmd {
 }
 
 fn json(m: &LedgerMeta) -> serde_json::Value {
-    serde_json::json!({
-        "ledger_id": m.ledger_id,
-        "state": m.state.as_str(),
-        "ensemble": m.quorums.ensemble,
-        "write_quorum": m.quorums.write,
-        "ack_quorum": m.quorums.ack,
-        "ensembles": m.segments.iter().map(|s| serde_json::json!({
-            "first_entry_id": s.first_entry_id,
-            "bookies": s.members.iter().map(|b| b.bookie_id.clone()).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>(),
-        "last_entry_id": m.last_entry_id,
-        "length": m.length,
-        "version": m.version,
-    })
+    m.to_json()
 }
 
 pub fn run(a: LedgerArgs) -> anyhow::Result<()> {

@@ -15,7 +15,7 @@ use clap::Args;
 use quire_client::{Client, ClientOptions, CreateLedger};
 use quire_metaclient::{MetaClient, MetaClientOptions};
 use quire_pki::{init_dir, IssueOptions, LocalCluster};
-use quire_proto::{v1, Role};
+use quire_proto::Role;
 use quire_rpc::{Credentials, RpcClient, TlsFiles};
 
 #[derive(Debug, Args)]
@@ -178,26 +178,13 @@ pub fn run(a: StandaloneArgs) -> anyhow::Result<()> {
         let rpc = RpcClient::new(&creds, quire_rpc::ClientOptions::default())?;
         let meta = Arc::new(MetaClient::new(rpc.clone(), meta_addrs.clone(), MetaClientOptions::default()));
         // Every bookie registered.
-        let mut version = 0;
-        loop {
-            let w = meta
-                .call_waiting(
-                    v1::WatchBookiesRequest { after_version: version, timeout_ms: 10_000 },
-                    Duration::from_secs(10),
-                )
-                .await
-                .context("watch the bookie registry")?;
-            if w.bookies.len() >= 3 {
-                for b in &w.bookies {
-                    println!(
-                        "bookie {} registered at {} ({}), instance {}",
-                        b.bookie_id, b.address, b.rack, b.instance_id
-                    );
-                }
-                break;
-            }
-            anyhow::ensure!(!w.timed_out, "only {} of 3 bookies registered", w.bookies.len());
-            version = w.version;
+        let bookies = meta
+            .wait_for_registry(Duration::from_secs(20), |b| b.len() >= 3)
+            .await
+            .context("watch the bookie registry")?
+            .context("fewer than 3 bookies registered within 20 s")?;
+        for b in &bookies {
+            println!("bookie {} registered at {} ({}), instance {}", b.bookie_id, b.address, b.rack, b.instance_id);
         }
         // A first ledger, written, closed and read back.
         let client = Client::new(rpc.clone(), meta, ClientOptions::default());

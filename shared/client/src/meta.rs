@@ -195,6 +195,30 @@ impl LedgerMeta {
         next
     }
 
+    /// The ledger as the HTTP API and the CLI show it.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "ledger_id": self.ledger_id,
+            "state": self.state.as_str(),
+            "ensemble": self.quorums.ensemble,
+            "write_quorum": self.quorums.write,
+            "ack_quorum": self.quorums.ack,
+            "ensembles": self.segments.iter().map(|s| serde_json::json!({
+                "first_entry_id": s.first_entry_id,
+                "bookies": s.members.iter().map(|b| b.bookie_id.clone()).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "last_entry_id": self.last_entry_id,
+            "length": self.length,
+            "version": self.version,
+            "created_at_ms": self.created_at_ms,
+            "metadata": self
+                .custom
+                .iter()
+                .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned()))
+                .collect::<BTreeMap<_, _>>(),
+        })
+    }
+
     /// The LAC readers may read up to when the ledger is closed.
     pub fn closed_lac(&self) -> Option<i64> {
         (self.state == LedgerState::Closed).then_some(self.last_entry_id)

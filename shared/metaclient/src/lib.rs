@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use quire_proto::method::{Call, ServiceKind};
-use quire_proto::v1::ErrorCode;
+use quire_proto::v1::{self, ErrorCode};
 use quire_proto::{Method, Role};
 use quire_rpc::{CallOptions, RpcClient, RpcError};
 use tokio::time::Instant;
@@ -81,6 +81,32 @@ impl MetaClient {
         let mut l = self.leader.lock().expect("leader lock");
         if l.as_deref() == Some(addr) {
             *l = None;
+        }
+    }
+
+    /// Watches the bookie registry until `done` holds for it, or `wait` passes
+    /// (then `Ok(None)`). Returns the registry that satisfied it.
+    pub async fn wait_for_registry(
+        &self,
+        wait: Duration,
+        mut done: impl FnMut(&[v1::BookieRecord]) -> bool,
+    ) -> Result<Option<Vec<v1::BookieRecord>>, RpcError> {
+        let deadline = Instant::now() + wait;
+        let mut version = 0;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let req = v1::WatchBookiesRequest {
+                after_version: version,
+                timeout_ms: left.as_millis().min(u32::MAX as u128) as u32,
+            };
+            let w = self.call_waiting(req, left).await?;
+            if done(&w.bookies) {
+                return Ok(Some(w.bookies));
+            }
+            if w.timed_out || Instant::now() >= deadline {
+                return Ok(None);
+            }
+            version = w.version;
         }
     }
 

@@ -54,21 +54,8 @@ impl Setup {
     pub async fn wait_for_bookies(&self, n: usize) {
         let rpc = self.rpc(Role::Admin);
         let meta = self.meta(&rpc);
-        let mut version = 0;
-        loop {
-            let w = meta
-                .call_waiting(
-                    v1::WatchBookiesRequest { after_version: version, timeout_ms: 10_000 },
-                    Duration::from_secs(10),
-                )
-                .await
-                .unwrap();
-            if w.bookies.len() >= n {
-                return;
-            }
-            assert!(!w.timed_out, "only {} of {n} bookies registered:\n{}", w.bookies.len(), self.cluster.logs());
-            version = w.version;
-        }
+        let got = meta.wait_for_registry(Duration::from_secs(20), |b| b.len() >= n).await.unwrap();
+        assert!(got.is_some(), "fewer than {n} bookies registered:\n{}", self.cluster.logs());
     }
 }
 
@@ -77,20 +64,9 @@ impl Setup {
     pub async fn wait_for_new_instance(&self, bookie_id: &str, old: &str) -> String {
         let rpc = self.rpc(Role::Admin);
         let meta = self.meta(&rpc);
-        let mut version = 0;
-        loop {
-            let w = meta
-                .call_waiting(
-                    v1::WatchBookiesRequest { after_version: version, timeout_ms: 10_000 },
-                    Duration::from_secs(10),
-                )
-                .await
-                .unwrap();
-            if let Some(b) = w.bookies.iter().find(|b| b.bookie_id == bookie_id && b.instance_id != old) {
-                return b.instance_id.clone();
-            }
-            assert!(!w.timed_out, "bookie {bookie_id} never re-registered:\n{}", self.cluster.logs());
-            version = w.version;
-        }
+        let fresh = |b: &v1::BookieRecord| b.bookie_id == bookie_id && b.instance_id != old;
+        let list = meta.wait_for_registry(Duration::from_secs(20), |l| l.iter().any(fresh)).await.unwrap();
+        let list = list.unwrap_or_else(|| panic!("bookie {bookie_id} never re-registered:\n{}", self.cluster.logs()));
+        list.into_iter().find(fresh).expect("found").instance_id
     }
 }
