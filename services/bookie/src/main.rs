@@ -181,7 +181,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let rpc = quire_rpc::RpcClient::new(&creds, quire_rpc::ClientOptions::default())?;
         Some(Arc::new(quire_metaclient::MetaClient::new(rpc, args.metadata.clone(), Default::default())))
     };
-    let service = Arc::new(BookieService::new(store.clone(), me, ledger_dir.clone(), meta.clone()));
+    let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let service = Arc::new(BookieService::new(store.clone(), me, ledger_dir.clone(), meta.clone(), draining.clone()));
     let svc = RunningService::start(
         Role::Bookie,
         &args.common,
@@ -208,7 +209,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             lease_ms: args.lease_ms,
             data_dir: ledger_dir.clone(),
         };
-        Some(tokio::spawn(registration::keep_registered(meta, me, store.clone())))
+        Some(tokio::spawn(registration::keep_registered(meta, me, store.clone(), draining)))
     } else {
         tracing::info!("no --metadata given: static mode, not registered anywhere");
         None

@@ -7,6 +7,7 @@
 //! then records the new instance as the id's owner.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,8 +45,23 @@ fn record(me: &Registration, store: &Store) -> v1::BookieRecord {
     }
 }
 
+/// Follows the operator's state as the lease answers carry it.
+fn follow_operator(draining: &AtomicBool, operator_state: i32) {
+    let now = matches!(
+        v1::BookieState::try_from(operator_state),
+        Ok(v1::BookieState::Decommissioning | v1::BookieState::Decommissioned)
+    );
+    if draining.swap(now, Ordering::Relaxed) != now {
+        if now {
+            tracing::warn!("the operator is decommissioning this bookie: refusing new entries, serving reads");
+        } else {
+            tracing::info!("decommissioning cancelled: taking new entries again");
+        }
+    }
+}
+
 /// Runs until aborted.
-pub async fn keep_registered(meta: Arc<MetaClient>, me: Registration, store: Arc<Store>) {
+pub async fn keep_registered(meta: Arc<MetaClient>, me: Registration, store: Arc<Store>, draining: Arc<AtomicBool>) {
     let renew_every = Duration::from_millis(u64::from(me.lease_ms) / 3).max(Duration::from_millis(100));
     let mut lease: Option<u64> = None;
     let mut tick = tokio::time::interval(renew_every);
@@ -58,6 +74,14 @@ pub async fn keep_registered(meta: Arc<MetaClient>, me: Registration, store: Arc
                     Ok(r) => {
                         tracing::info!(lease_id = r.lease_id, address = %me.address, "registered with the metadata service");
                         lease = Some(r.lease_id);
+                        follow_operator(&draining, r.operator_state);
+                    }
+                    Err(e) if e.code() == Some(ErrorCode::BookieDecommissioned) => {
+                        // Retired: no ledger names this id, and it may not
+                        // come back. Keep serving reads of what it holds (no
+                        // one needs them) but take nothing new.
+                        draining.store(true, Ordering::Relaxed);
+                        tracing::error!(error = %e, "this bookie id is decommissioned; it will not register again");
                     }
                     Err(e) if e.code() == Some(ErrorCode::AlreadyExists) => {
                         tracing::warn!(error = %e, "another live instance holds this bookie id; retrying when its lease ends");
@@ -68,7 +92,7 @@ pub async fn keep_registered(meta: Arc<MetaClient>, me: Registration, store: Arc
             Some(id) => {
                 let req = v1::RenewLeaseRequest { bookie_id: me.bookie_id.clone(), lease_id: id };
                 match meta.call(req).await {
-                    Ok(_) => {}
+                    Ok(r) => follow_operator(&draining, r.operator_state),
                     Err(e) if matches!(e.code(), Some(ErrorCode::LeaseExpired | ErrorCode::NoSuchBookie)) => {
                         tracing::warn!(error = %e, "lease lost; registering again");
                         lease = None;

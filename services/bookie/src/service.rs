@@ -1,5 +1,6 @@
 //! The bookie's RPC handlers: the storage engine behind `rpc::Service`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,6 +29,10 @@ pub struct BookieService {
     /// The metadata service, when configured: consulted before the first add
     /// of a ledger this bookie has never seen.
     meta: Option<Arc<quire_metaclient::MetaClient>>,
+    /// Set while the operator decommissions this bookie (learnt from the
+    /// lease answers): normal adds are refused so that writers move away by
+    /// ensemble change; recovery adds and reads go on.
+    draining: Arc<AtomicBool>,
 }
 
 impl BookieService {
@@ -37,8 +42,21 @@ impl BookieService {
         me: BookieIdentity,
         data_dir: std::path::PathBuf,
         meta: Option<Arc<quire_metaclient::MetaClient>>,
+        draining: Arc<AtomicBool>,
     ) -> Self {
-        BookieService { store, me, data_dir, meta }
+        BookieService { store, me, data_dir, meta, draining }
+    }
+
+    /// A normal add to a draining bookie is refused as to a read-only one:
+    /// writers handle that by replacing this bookie in their ensemble.
+    fn check_draining(&self, recovery: bool) -> Result<(), ServiceError> {
+        if !recovery && self.draining.load(Ordering::Relaxed) {
+            return Err(ServiceError::new(
+                ErrorCode::BookieReadOnly,
+                format!("bookie {} is being decommissioned: it takes no new entries", self.me.bookie_id),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -76,7 +94,7 @@ impl BookieService {
             return Box::pin(std::future::ready(outcome(0, 0, Err(ServiceError::bad_request("add without an entry")))));
         };
         let (l, e) = (entry.ledger_id, entry.entry_id);
-        if let Err(err) = self.check_instance(&a.expected_instance_id) {
+        if let Err(err) = self.check_instance(&a.expected_instance_id).and_then(|()| self.check_draining(a.recovery)) {
             return Box::pin(std::future::ready(outcome(l, e, Err(err))));
         }
         let added = self.store.add(entry, a.recovery);
@@ -155,6 +173,7 @@ impl BookieService {
             me: self.me.clone(),
             data_dir: self.data_dir.clone(),
             meta: self.meta.clone(),
+            draining: self.draining.clone(),
         }
     }
 }
@@ -233,7 +252,9 @@ impl quire_rpc::Service for BookieService {
                 };
                 // Seed 003: a writer that believes it talks to another instance of
                 // this bookie (its disks were replaced) must not get a success.
-                if let Err(e) = self.check_instance(&a.expected_instance_id) {
+                if let Err(e) =
+                    self.check_instance(&a.expected_instance_id).and_then(|()| self.check_draining(a.recovery))
+                {
                     return ready(Err(e));
                 }
                 let (l, e) = (entry.ledger_id, entry.entry_id);

@@ -68,6 +68,8 @@ endpoints! {
     post "/v1/ledgers/{id}/close" => close, "Close a ledger this gateway writes", "", [200, 400, 404, 409];
     post "/v1/ledgers/{id}/recover" => recover, "Fence, recover to the true tail, close", "", [200, 400, 404, 503];
     get "/v1/bookies" => bookies, "The bookie registry", "", [200, 503];
+    get "/v1/bookies/{bookie}" => get_bookie, "One bookie, and the ledgers that still name it", "", [200, 404, 503];
+    post "/v1/bookies/{bookie}/decommission" => decommission, "Drain a bookie (re-replicated elsewhere), then retire it", "", [202, 404, 409, 503];
     get "/v1/cluster" => cluster, "Metadata leader, bookies, under-replication, auditor", "", [200, 503];
 }
 
@@ -82,7 +84,14 @@ pub fn openapi_doc() -> serde_json::Value {
         let params: Vec<serde_json::Value> = path
             .split('/')
             .filter_map(|seg| seg.strip_prefix('{').and_then(|x| x.split('}').next()))
-            .map(|name| serde_json::json!({ "name": name, "in": "path", "required": true, "schema": { "type": "integer", "format": "uint64" } }))
+            .map(|name| {
+                let schema = if name == "bookie" {
+                    serde_json::json!({ "type": "string" })
+                } else {
+                    serde_json::json!({ "type": "integer", "format": "uint64" })
+                };
+                serde_json::json!({ "name": name, "in": "path", "required": true, "schema": schema })
+            })
             .collect();
         let mut responses = serde_json::Map::new();
         for code in *codes {
@@ -543,8 +552,67 @@ fn bookie_json(b: &v1::BookieRecord) -> serde_json::Value {
 
 async fn bookies(state: State) -> Result<HttpResponse, ApiError> {
     let s = state.get_ref().clone();
-    let list = state.run(async move { Ok(s.client.bookies().refresh().await?) }).await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "bookies": list.iter().map(bookie_json).collect::<Vec<_>>() })))
+    let list = state.run(async move { meta_call(&s, v1::ListBookiesRequest {}).await }).await?;
+    // Registered bookies, then decommissioning or retired ones that are down.
+    let all: Vec<serde_json::Value> = list.bookies.iter().chain(&list.retired).map(bookie_json).collect();
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "bookies": all })))
+}
+
+/// A metadata call, its errors in the API's terms.
+async fn meta_call<R: quire_proto::method::Call + Clone>(
+    s: &Arc<GatewayState>,
+    req: R,
+) -> Result<R::Response, ApiError> {
+    s.client.meta().call(req).await.map_err(|e| match e.code() {
+        Some(v1::ErrorCode::NoSuchBookie) => {
+            ApiError { status: StatusCode::NOT_FOUND, code: "NoSuchBookie", message: e.to_string() }
+        }
+        Some(v1::ErrorCode::BookieDecommissioned) => {
+            ApiError { status: StatusCode::CONFLICT, code: "BookieDecommissioned", message: e.to_string() }
+        }
+        _ => quire_client::ClientError::from_metadata(e, None).into(),
+    })
+}
+
+fn bookie_param(req: &HttpRequest) -> Result<String, ApiError> {
+    let id = req.match_info().get("bookie").unwrap_or("");
+    if id.is_empty() || id.len() > 128 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
+        return Err(ApiError::bad_request(format!("{id:?} is not a bookie id (letters, digits, '-', '_', '.')")));
+    }
+    Ok(id.to_string())
+}
+
+/// One bookie with its decommissioning progress.
+fn bookie_detail_json(r: &v1::GetBookieResponse) -> serde_json::Value {
+    let mut j = bookie_json(&r.bookie.clone().unwrap_or_default());
+    j["registered"] = r.registered.into();
+    j["ledgers"] = r.ledgers.into();
+    j["under_replicated_ledgers"] = r.under_replicated_ledgers.into();
+    j["decommission_requested_at_ms"] = r.decommission_requested_at_ms.into();
+    j
+}
+
+async fn get_bookie(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let id = bookie_param(&req)?;
+    let s = state.get_ref().clone();
+    let r = state.run(async move { meta_call(&s, v1::GetBookieRequest { bookie_id: id }).await }).await?;
+    Ok(HttpResponse::Ok().json(bookie_detail_json(&r)))
+}
+
+/// 202: the drain is under way (the auditor re-replicates, then retires the
+/// bookie); GET /v1/bookies/{bookie} shows how far it has got.
+async fn decommission(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let id = bookie_param(&req)?;
+    let s = state.get_ref().clone();
+    let r = state
+        .run(async move {
+            let set =
+                v1::SetBookieStateRequest { bookie_id: id.clone(), state: v1::BookieState::Decommissioning as i32 };
+            meta_call(&s, set).await?;
+            meta_call(&s, v1::GetBookieRequest { bookie_id: id }).await
+        })
+        .await?;
+    Ok(HttpResponse::Accepted().json(bookie_detail_json(&r)))
 }
 
 async fn cluster(state: State) -> Result<HttpResponse, ApiError> {
@@ -556,7 +624,7 @@ async fn cluster(state: State) -> Result<HttpResponse, ApiError> {
                 .call(v1::MetadataStatusRequest {})
                 .await
                 .map_err(|e| ApiError::from(quire_client::ClientError::from_metadata(e, None)))?;
-            let list = s.client.bookies().refresh().await?;
+            let list = meta_call(&s, v1::ListBookiesRequest {}).await?;
             let auditor = meta
                 .call(v1::GetLockRequest { name: "auditor".into() })
                 .await
@@ -573,7 +641,7 @@ async fn cluster(state: State) -> Result<HttpResponse, ApiError> {
             "term": status.term,
             "voters": status.voters.iter().map(|r| serde_json::json!({ "id": r.id, "address": r.address })).collect::<Vec<_>>(),
         },
-        "bookies": list.iter().map(bookie_json).collect::<Vec<_>>(),
+        "bookies": list.bookies.iter().chain(&list.retired).map(bookie_json).collect::<Vec<_>>(),
         "under_replicated_ledgers": status.under_replicated_ledgers,
         "auditor": auditor,
     })))

@@ -18,15 +18,21 @@ struct Gateway {
 }
 
 fn start() -> Gateway {
-    start_with_token(None)
+    start_with(None, 3)
 }
 
-/// A cluster and a gateway; with `token`, the gateway requires it.
 fn start_with_token(token: Option<&str>) -> Gateway {
+    start_with(token, 3)
+}
+
+/// A cluster of `bookies` bookies and a gateway; with `token`, the gateway requires it.
+fn start_with(token: Option<&str>, bookies: usize) -> Gateway {
     let dir = tempfile::tempdir().unwrap();
     let certs = dir.path().join("certs");
-    init_dir(&certs, "test", &LocalCluster { metadata: 3, bookies: 3 }, &IssueOptions::default()).unwrap();
-    let cluster = TestCluster::start(dir.path(), &certs, &["r1", "r2", "r3"], &["--lease-ms", "3000"]).unwrap();
+    init_dir(&certs, "test", &LocalCluster { metadata: 3, bookies: bookies as u32 }, &IssueOptions::default()).unwrap();
+    let racks: Vec<String> = (0..bookies).map(|i| format!("r{}", i % 3 + 1)).collect();
+    let racks: Vec<&str> = racks.iter().map(String::as_str).collect();
+    let cluster = TestCluster::start(dir.path(), &certs, &racks, &["--lease-ms", "3000"]).unwrap();
     let ready = dir.path().join("gateway.ready");
     let http_ready = dir.path().join("gateway-http.ready");
     let metadata = cluster.metadata_flag();
@@ -56,9 +62,9 @@ fn start_with_token(token: Option<&str>) -> Gateway {
     let http = p.wait_ready(&http_ready, Duration::from_secs(30)).unwrap();
     let g = Gateway { _dir: dir, cluster, _proc: p, http };
     // Ready once the bookies are registered.
-    quire_testkit::wait_until(Duration::from_secs(20), "gateway ready with 3 bookies", || {
+    quire_testkit::wait_until(Duration::from_secs(20), "gateway ready with every bookie", || {
         let (status, body) = g.call("GET", "/readyz", None, b"");
-        (status == 200 && json(&body)["bookies"].as_u64() == Some(3)).then_some(())
+        (status == 200 && json(&body)["bookies"].as_u64() == Some(bookies as u64)).then_some(())
     })
     .unwrap();
     g
@@ -429,14 +435,88 @@ fn the_openapi_document_lists_every_route_and_each_one_answers() {
             assert!(op["summary"].as_str().is_some_and(|s| !s.is_empty()), "{method} {path}");
             assert!(op["responses"].as_object().is_some_and(|r| !r.is_empty()), "{method} {path}");
             // Every documented route is routed (the catch-all answers NotFound).
-            let concrete = path.replace("{id}", "999999").replace("{eid}", "0");
+            let concrete = path.replace("{id}", "999999").replace("{eid}", "0").replace("{bookie}", "nobody");
             let (_, body) = g.call(&method.to_uppercase(), &concrete, None, b"");
             let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             assert_ne!(v["error"], "NotFound", "{method} {path} is documented but not routed");
         }
     }
-    assert_eq!(ops, 16, "every route of the API v1 table");
+    assert_eq!(ops, 18, "every route of the API v1 table");
     // And an undocumented path is not routed.
     let (status, v) = g.json("GET", "/v1/undocumented", "");
     assert_eq!((status, error_of(&v)), (404, "NotFound"));
+}
+
+#[test]
+fn a_decommissioned_bookie_is_drained_by_ensemble_change_and_no_acknowledged_entry_is_lost() {
+    let g = start_with(None, 4);
+    let (status, l) = g.json("POST", "/v1/ledgers", r#"{"ensemble":3,"write_quorum":3,"ack_quorum":2}"#);
+    assert_eq!(status, 201, "{l}");
+    let id = l["ledger_id"].as_u64().unwrap();
+    let first: Vec<String> =
+        l["ensembles"][0]["bookies"].as_array().unwrap().iter().map(|b| b.as_str().unwrap().to_string()).collect();
+    let mut written: Vec<Vec<u8>> = Vec::new();
+    let append = |written: &mut Vec<Vec<u8>>| {
+        let data = format!("entry-{}", written.len()).into_bytes();
+        let (status, b) = g.call("POST", &format!("/v1/ledgers/{id}/entries"), None, &data);
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&b));
+        assert_eq!(json(&b)["entry_id"].as_u64(), Some(written.len() as u64));
+        written.push(data);
+    };
+    for _ in 0..20 {
+        append(&mut written);
+    }
+
+    // Bad ids and unknown bookies get their errors.
+    let (status, e) = g.json("POST", "/v1/bookies/no%20such/decommission", "");
+    assert_eq!((status, error_of(&e)), (400, "BadRequest"), "{e}");
+    let (status, e) = g.json("POST", "/v1/bookies/nobody/decommission", "");
+    assert_eq!((status, error_of(&e)), (404, "NoSuchBookie"), "{e}");
+    let (status, e) = g.json("GET", "/v1/bookies/nobody", "");
+    assert_eq!((status, error_of(&e)), (404, "NoSuchBookie"), "{e}");
+
+    // Drain a member of the ledger's ensemble: 202, and the registry says so.
+    let victim = first[0].clone();
+    let (status, b) = g.json("POST", &format!("/v1/bookies/{victim}/decommission"), "");
+    assert_eq!((status, b["state"].as_str()), (202, Some("decommissioning")), "{b}");
+    assert_eq!(b["ledgers"].as_u64(), Some(1), "{b}");
+    let (status, again) = g.json("POST", &format!("/v1/bookies/{victim}/decommission"), "");
+    assert_eq!((status, again["state"].as_str()), (202, Some("decommissioning")), "asking twice is fine");
+    let (_, list) = g.json("GET", "/v1/bookies", "");
+    let row = list["bookies"].as_array().unwrap().iter().find(|b| b["id"] == victim.as_str()).cloned().unwrap();
+    assert_eq!(row["state"], "decommissioning", "{list}");
+    // A second drain would leave two writable bookies for an E=3 ledger.
+    let (status, e) = g.json("POST", &format!("/v1/bookies/{}/decommission", first[1]), "");
+    assert_eq!((status, error_of(&e)), (400, "BadRequest"), "{e}");
+    assert!(e["message"].as_str().unwrap().contains("would leave 2 writable bookies"), "{e}");
+
+    // The writer keeps going: once the bookie learns it is draining (its next
+    // lease renewal), it refuses adds and the writer replaces it.
+    quire_testkit::wait_until(Duration::from_secs(30), "the writer moved off the draining bookie", || {
+        append(&mut written);
+        let (_, m) = g.json("GET", &format!("/v1/ledgers/{id}"), "");
+        let ensembles = m["ensembles"].as_array().unwrap().clone();
+        let last = ensembles.last().unwrap()["bookies"].as_array().unwrap().clone();
+        (ensembles.len() >= 2 && !last.iter().any(|b| b == victim.as_str())).then_some(())
+    })
+    .unwrap();
+    for _ in 0..10 {
+        append(&mut written);
+    }
+    // New ledgers are not placed on it.
+    for _ in 0..5 {
+        let (status, l) = g.json("POST", "/v1/ledgers", r#"{"ensemble":3,"write_quorum":3,"ack_quorum":2}"#);
+        assert_eq!(status, 201, "{l}");
+        assert!(!l["ensembles"][0]["bookies"].as_array().unwrap().iter().any(|b| b == victim.as_str()), "{l}");
+    }
+
+    // Every acknowledged entry reads back, the draining bookie still serving its part.
+    let (status, range) = g.json("GET", &format!("/v1/ledgers/{id}/entries?from=0"), "");
+    assert_eq!(status, 200);
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let got: Vec<Vec<u8>> =
+        range["entries"].as_array().unwrap().iter().map(|e| b64.decode(e["data"].as_str().unwrap()).unwrap()).collect();
+    assert_eq!(got, written);
+    let (status, b) = g.json("GET", &format!("/v1/bookies/{victim}"), "");
+    assert_eq!((status, b["state"].as_str(), b["ledgers"].as_u64()), (200, Some("decommissioning"), Some(1)), "{b}");
 }

@@ -73,23 +73,39 @@ pub fn bookie_to_wire(b: &Bookie) -> v1::BookieRecord {
         address: b.address.clone(),
         rack: b.rack.clone(),
         instance_id: b.instance_id.clone(),
-        state: match b.state {
-            BookieState::Available => v1::BookieState::Available,
-            BookieState::ReadOnly => v1::BookieState::ReadOnly,
-            BookieState::Decommissioning => v1::BookieState::Decommissioning,
-        } as i32,
+        state: state_to_wire(b.state) as i32,
         total_disk_bytes: b.total_disk_bytes,
         free_disk_bytes: b.free_disk_bytes,
     }
 }
 
+/// A bookie state on the wire.
+pub fn state_to_wire(s: BookieState) -> v1::BookieState {
+    match s {
+        BookieState::Available => v1::BookieState::Available,
+        BookieState::ReadOnly => v1::BookieState::ReadOnly,
+        BookieState::Decommissioning => v1::BookieState::Decommissioning,
+        BookieState::Decommissioned => v1::BookieState::Decommissioned,
+    }
+}
+
+/// A bookie state the operator may set, from the wire.
+pub fn operator_state_from_wire(s: i32) -> Result<BookieState, String> {
+    match v1::BookieState::try_from(s) {
+        Ok(v1::BookieState::Available) => Ok(BookieState::Available),
+        Ok(v1::BookieState::Decommissioning) => Ok(BookieState::Decommissioning),
+        Ok(v1::BookieState::Decommissioned) => Ok(BookieState::Decommissioned),
+        _ => Err(format!("the operator sets AVAILABLE, DECOMMISSIONING or DECOMMISSIONED, not state {s}")),
+    }
+}
+
 /// A bookie registration from the wire (lease fields are the store's to set).
 pub fn bookie_from_wire(r: &v1::BookieRecord) -> Result<Bookie, String> {
+    // A bookie says only whether it takes adds; decommissioning is the operator's.
     let state = match v1::BookieState::try_from(r.state) {
         Ok(v1::BookieState::Available) | Ok(v1::BookieState::Unspecified) => BookieState::Available,
         Ok(v1::BookieState::ReadOnly) => BookieState::ReadOnly,
-        Ok(v1::BookieState::Decommissioning) => BookieState::Decommissioning,
-        _ => return Err(format!("bookie state {} cannot be registered", r.state)),
+        _ => return Err(format!("a bookie registers as AVAILABLE or READ_ONLY, not state {}", r.state)),
     };
     Ok(Bookie {
         bookie_id: r.bookie_id.clone(),

@@ -13,7 +13,10 @@ use quire_proto::v1::{self, request_frame::Body as Req, ErrorCode};
 use quire_proto::Method;
 use quire_rpc::{RequestContext, ServiceError, ServiceFuture};
 
-use crate::convert::{bookie_from_wire, bookie_to_wire, ledger_from_wire, ledger_to_wire, lock_to_wire, mark_to_wire};
+use crate::convert::{
+    bookie_from_wire, bookie_to_wire, ledger_from_wire, ledger_to_wire, lock_to_wire, mark_to_wire,
+    operator_state_from_wire, state_to_wire,
+};
 use crate::raft::network::kind;
 use crate::raft::state_machine::Shared;
 use crate::raft::MetaRaft;
@@ -127,6 +130,7 @@ fn refusal(r: Refusal) -> ServiceError {
         Refusal::LeaseExpired(m) => (ErrorCode::LeaseExpired, m),
         Refusal::AlreadyExists(m) => (ErrorCode::AlreadyExists, m),
         Refusal::LockHeld(m) => (ErrorCode::LockHeld, m),
+        Refusal::Decommissioned(m) => (ErrorCode::BookieDecommissioned, m),
     };
     ServiceError::new(code, msg)
 }
@@ -251,8 +255,12 @@ impl quire_rpc::Service for MetaService {
                     }
                     let bookie = bookie_from_wire(&rec).map_err(ServiceError::bad_request)?;
                     let lease_ms = u64::from(r.lease_ms).clamp(LEASE_MS_MIN, LEASE_MS_MAX);
+                    let id = bookie.bookie_id.clone();
                     match proposer.propose(Command::RegisterBookie { bookie, lease_ms, now_ms: now_ms() }).await? {
-                        Outcome::Registered { lease_id } => Ok(v1::RegisterBookieResponse { lease_id }.into()),
+                        Outcome::Registered { lease_id } => {
+                            Ok(v1::RegisterBookieResponse { lease_id, operator_state: operator_state(&shared, &id) }
+                                .into())
+                        }
                         other => Err(ServiceError::internal(format!("unexpected outcome {other:?}"))),
                     }
                 }
@@ -263,17 +271,20 @@ impl quire_rpc::Service for MetaService {
                             "a bookie renews only its own lease",
                         ));
                     }
+                    let id = r.bookie_id.clone();
                     proposer
                         .propose(Command::RenewLease { bookie_id: r.bookie_id, lease_id: r.lease_id, now_ms: now_ms() })
                         .await?;
-                    Ok(v1::RenewLeaseResponse {}.into())
+                    Ok(v1::RenewLeaseResponse { operator_state: operator_state(&shared, &id) }.into())
                 }
                 Req::ListBookies(_) => {
                     read_barrier(&raft, false).await?;
                     let st = shared.state.read().expect("state lock");
+                    let (live, retired) = st.list_bookies();
                     Ok(v1::ListBookiesResponse {
-                        bookies: st.bookies.values().map(bookie_to_wire).collect(),
+                        bookies: live.iter().map(bookie_to_wire).collect(),
                         version: st.bookies_version,
+                        retired: retired.iter().map(bookie_to_wire).collect(),
                     }
                     .into())
                 }
@@ -283,10 +294,12 @@ impl quire_rpc::Service for MetaService {
                     let after = w.after_version;
                     let (_, timed_out) = watch(&shared, timeout, |s| (s.bookies_version > after).then_some(())).await;
                     let st = shared.state.read().expect("state lock");
+                    let (live, retired) = st.list_bookies();
                     Ok(v1::WatchBookiesResponse {
-                        bookies: st.bookies.values().map(bookie_to_wire).collect(),
+                        bookies: live.iter().map(bookie_to_wire).collect(),
                         version: st.bookies_version,
                         timed_out,
+                        retired: retired.iter().map(bookie_to_wire).collect(),
                     }
                     .into())
                 }
@@ -349,6 +362,32 @@ impl quire_rpc::Service for MetaService {
                     let st = shared.state.read().expect("state lock");
                     Ok(v1::GetLockResponse { lock: st.live_lock(&g.name, now_ms()).map(lock_to_wire) }.into())
                 }
+                Req::SetBookieState(r) => {
+                    let state = operator_state_from_wire(r.state).map_err(ServiceError::bad_request)?;
+                    let cmd = Command::SetBookieState { bookie_id: r.bookie_id, state, now_ms: now_ms() };
+                    match proposer.propose(cmd).await? {
+                        Outcome::BookieState(b) => {
+                            Ok(v1::SetBookieStateResponse { bookie: Some(bookie_to_wire(&b)) }.into())
+                        }
+                        other => Err(ServiceError::internal(format!("unexpected outcome {other:?}"))),
+                    }
+                }
+                Req::GetBookie(g) => {
+                    read_barrier(&raft, false).await?;
+                    let st = shared.state.read().expect("state lock");
+                    let b = st
+                        .bookie_view(&g.bookie_id)
+                        .ok_or_else(|| refusal(Refusal::NoSuchBookie(g.bookie_id.clone())))?;
+                    let (ledgers, marks) = st.bookie_load(&g.bookie_id);
+                    Ok(v1::GetBookieResponse {
+                        bookie: Some(bookie_to_wire(&b)),
+                        registered: st.bookies.contains_key(&g.bookie_id),
+                        ledgers,
+                        under_replicated_ledgers: marks,
+                        decommission_requested_at_ms: st.retirements.get(&g.bookie_id).map_or(0, |r| r.requested_at_ms),
+                    }
+                    .into())
+                }
                 Req::ChangeMembership(c) => change_membership(&raft, c).await,
                 Req::MetadataStatus(_) => {
                     let m = raft.metrics().borrow().clone();
@@ -374,6 +413,12 @@ impl quire_rpc::Service for MetaService {
             }
         })
     }
+}
+
+/// The operator's state for a bookie, as its lease answers carry it.
+fn operator_state(shared: &Shared, bookie_id: &str) -> i32 {
+    let st = shared.state.read().expect("state lock");
+    st.operator_state(bookie_id).map_or(v1::BookieState::Unspecified, state_to_wire) as i32
 }
 
 /// Waits until `check` finds something in the state, or `timeout`.

@@ -67,8 +67,28 @@ pub enum BookieState {
     Available,
     /// Serves reads only.
     ReadOnly,
-    /// Being drained.
+    /// Being drained (operator).
     Decommissioning,
+    /// Drained and retired (no ledger names it; it may not register again).
+    Decommissioned,
+}
+
+/// The operator's decommissioning of a bookie id: outlives its registration
+/// (a bookie may be down while it is drained) and, once retired, refuses the
+/// id's registration for good.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retirement {
+    /// The bookie.
+    pub bookie_id: String,
+    /// `Decommissioning` or `Decommissioned`.
+    pub state: BookieState,
+    /// Leader clock when the operator asked.
+    pub requested_at_ms: u64,
+    /// Leader clock when it was retired (0 until then).
+    pub retired_at_ms: u64,
+    /// The registration as last seen (address, rack, instance), for listings
+    /// once its lease is gone.
+    pub last_seen: Option<Bookie>,
 }
 
 /// A registered bookie and its lease.
@@ -224,6 +244,16 @@ pub enum Command {
         /// The grant held.
         lock_id: u64,
     },
+    /// The operator's state for a bookie: `Decommissioning` (drain),
+    /// `Decommissioned` (retire a drained bookie), `Available` (cancel a drain).
+    SetBookieState {
+        /// The bookie.
+        bookie_id: String,
+        /// The state asked for.
+        state: BookieState,
+        /// Leader clock.
+        now_ms: u64,
+    },
     /// Several commands proposed as one log entry (the leader batches
     /// concurrent writes: one Raft round and one fsync for all of them).
     /// Applied in order; each has its own outcome.
@@ -250,6 +280,8 @@ pub enum Refusal {
     AlreadyExists(String),
     /// Another owner holds the lock under a live lease.
     LockHeld(String),
+    /// The bookie id was decommissioned.
+    Decommissioned(String),
 }
 
 /// A command's result, returned to the proposer.
@@ -278,6 +310,9 @@ pub enum Outcome {
     Released,
     /// The outcomes of a batch, in order.
     Batch(Vec<Outcome>),
+    /// A bookie's state as set (the registration or last-seen record, with
+    /// the operator's state).
+    BookieState(Bookie),
     /// A Raft-internal entry (blank, membership).
     Nothing,
 }
@@ -310,6 +345,8 @@ pub struct MetaState {
     pub locks: BTreeMap<String, Lock>,
     /// The next lock grant id.
     pub next_lock_id: u64,
+    /// Decommissionings, by bookie id.
+    pub retirements: BTreeMap<String, Retirement>,
 }
 
 /// What a command touched (for persisting it).
@@ -325,6 +362,8 @@ pub enum Touched {
     Mark(u64),
     /// A lock.
     Lock(String),
+    /// A decommissioning.
+    Retirement(String),
     /// The counters.
     Counters,
 }
@@ -407,6 +446,7 @@ impl MetaState {
                 validate_quorums(ensemble_size, write_quorum, ack_quorum)?;
                 validate_ensemble(&bookie_ids, &instance_ids, ensemble_size)?;
                 validate_custom(&custom)?;
+                self.refuse_retired(&bookie_ids)?;
                 // Ledger ids start at 1; 0 is never a ledger.
                 let id = self.next_ledger_id.max(1);
                 self.next_ledger_id = id + 1;
@@ -434,6 +474,9 @@ impl MetaState {
                     return Err(Refusal::VersionConflict { actual: stored.version });
                 }
                 Self::validate_update(stored, &ledger)?;
+                for seg in &ledger.ensembles {
+                    self.refuse_retired(&seg.bookie_ids)?;
+                }
                 ledger.version = stored.version + 1;
                 self.ledgers.insert(id, ledger.clone());
                 Ok((Outcome::Ledger(ledger), vec![Touched::Ledger(id)]))
@@ -449,6 +492,12 @@ impl MetaState {
                     return Err(Refusal::BadRequest(
                         "a registration needs a bookie id, an instance id and an address".into(),
                     ));
+                }
+                if self.retirements.get(&bookie.bookie_id).is_some_and(|r| r.state == BookieState::Decommissioned) {
+                    return Err(Refusal::Decommissioned(format!(
+                        "bookie {} was decommissioned: give this machine a new bookie id and empty disks",
+                        bookie.bookie_id
+                    )));
                 }
                 if let Some(cur) = self.bookies.get(&bookie.bookie_id) {
                     if cur.instance_id != bookie.instance_id && cur.expires_at_ms > now_ms {
@@ -487,10 +536,15 @@ impl MetaState {
             Command::ExpireLeases { now_ms } => {
                 let gone: Vec<String> =
                     self.bookies.values().filter(|b| b.expires_at_ms <= now_ms).map(|b| b.bookie_id.clone()).collect();
-                for id in &gone {
-                    self.bookies.remove(id);
-                }
                 let mut touched: Vec<Touched> = gone.iter().cloned().map(Touched::Bookie).collect();
+                for id in &gone {
+                    let b = self.bookies.remove(id);
+                    // A drained bookie stays listed as it was last seen.
+                    if let Some(r) = self.retirements.get_mut(id) {
+                        r.last_seen = b;
+                        touched.push(Touched::Retirement(id.clone()));
+                    }
+                }
                 if !gone.is_empty() {
                     self.bookies_version += 1;
                     touched.push(Touched::Counters);
@@ -568,6 +622,7 @@ impl MetaState {
                 let l = lock.clone();
                 Ok((Outcome::Lock(l), vec![Touched::Lock(name)]))
             }
+            Command::SetBookieState { bookie_id, state, now_ms } => self.set_bookie_state(bookie_id, state, now_ms),
             Command::ReleaseLock { name, lock_id } => {
                 if self.locks.get(&name).is_some_and(|l| l.lock_id == lock_id) {
                     self.locks.remove(&name);
@@ -578,6 +633,184 @@ impl MetaState {
                 Ok((Outcome::Released, Vec::new()))
             }
         }
+    }
+
+    fn set_bookie_state(
+        &mut self,
+        bookie_id: String,
+        state: BookieState,
+        now_ms: u64,
+    ) -> Result<(Outcome, Vec<Touched>), Refusal> {
+        let current = self.retirements.get(&bookie_id).map(|r| r.state);
+        let registered = self.bookies.get(&bookie_id).cloned();
+        match state {
+            BookieState::Decommissioning => {
+                if current == Some(BookieState::Decommissioned) {
+                    return Err(Refusal::Decommissioned(format!("bookie {bookie_id} is decommissioned already")));
+                }
+                // Known: registered now, or it registered once (a down bookie
+                // can be drained; BookKeeper even requires it to be down).
+                if registered.is_none() && !self.cookies.contains_key(&bookie_id) {
+                    return Err(Refusal::NoSuchBookie(bookie_id));
+                }
+                if current.is_none() {
+                    self.check_capacity_without(&bookie_id)?;
+                }
+                let r = self.retirements.entry(bookie_id.clone()).or_insert_with(|| Retirement {
+                    bookie_id: bookie_id.clone(),
+                    state: BookieState::Decommissioning,
+                    requested_at_ms: now_ms,
+                    retired_at_ms: 0,
+                    last_seen: None,
+                });
+                if registered.is_some() {
+                    r.last_seen = registered;
+                }
+            }
+            BookieState::Decommissioned => {
+                match current {
+                    Some(BookieState::Decommissioned) => {}
+                    Some(_) => {
+                        // Retiring a bookie some ledger still names would lose
+                        // that ledger's copies on it: refuse.
+                        let holding: Vec<u64> = self
+                            .ledgers
+                            .values()
+                            .filter(|l| l.ensembles.iter().any(|s| s.bookie_ids.contains(&bookie_id)))
+                            .map(|l| l.ledger_id)
+                            .take(5)
+                            .collect();
+                        if !holding.is_empty() {
+                            return Err(Refusal::BadRequest(format!(
+                                "bookie {bookie_id} still holds copies of ledgers {holding:?}: it is retired only once drained"
+                            )));
+                        }
+                        let r = self.retirements.get_mut(&bookie_id).expect("current is Some");
+                        r.state = BookieState::Decommissioned;
+                        r.retired_at_ms = now_ms;
+                        if registered.is_some() {
+                            r.last_seen = registered;
+                        }
+                    }
+                    None => {
+                        return Err(Refusal::BadRequest(format!(
+                            "bookie {bookie_id} is not being decommissioned: decommission it first"
+                        )))
+                    }
+                }
+            }
+            BookieState::Available => match current {
+                Some(BookieState::Decommissioned) => {
+                    return Err(Refusal::Decommissioned(format!(
+                        "bookie {bookie_id} is decommissioned; it cannot come back under this id"
+                    )))
+                }
+                Some(_) => {
+                    self.retirements.remove(&bookie_id);
+                }
+                None if registered.is_some() || self.cookies.contains_key(&bookie_id) => {}
+                None => return Err(Refusal::NoSuchBookie(bookie_id)),
+            },
+            BookieState::ReadOnly => {
+                return Err(Refusal::BadRequest(
+                    "the operator sets decommissioning, decommissioned or available; read-only is the bookie's own"
+                        .into(),
+                ))
+            }
+        }
+        self.bookies_version += 1;
+        let view = self.bookie_view(&bookie_id).ok_or_else(|| Refusal::NoSuchBookie(bookie_id.clone()))?;
+        Ok((Outcome::BookieState(view), vec![Touched::Retirement(bookie_id), Touched::Counters]))
+    }
+
+    /// Draining `bookie_id` must leave enough writable bookies for every
+    /// ledger that names it to move away (its writers replace it by ensemble
+    /// change): otherwise their writers would fail with nowhere to go.
+    fn check_capacity_without(&self, bookie_id: &str) -> Result<(), Refusal> {
+        let writable = self
+            .bookies
+            .values()
+            .filter(|b| b.bookie_id != bookie_id && b.state == BookieState::Available)
+            .filter(|b| self.operator_state(&b.bookie_id).is_none())
+            .count();
+        let needed = self
+            .ledgers
+            .values()
+            .filter(|l| l.ensembles.iter().any(|s| s.bookie_ids.iter().any(|b| b == bookie_id)))
+            .max_by_key(|l| l.ensemble_size);
+        match needed {
+            Some(l) if (l.ensemble_size as usize) > writable => Err(Refusal::BadRequest(format!(
+                "decommissioning bookie {bookie_id} would leave {writable} writable bookies, and ledger {} needs {}: add a bookie first",
+                l.ledger_id, l.ensemble_size
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// A retired bookie is named by no ledger, for good: its copies are
+    /// nobody's any more (invariant: retire only when no ledger names it,
+    /// and never name it after).
+    fn refuse_retired(&self, ids: &[String]) -> Result<(), Refusal> {
+        match ids.iter().find(|id| self.operator_state(id) == Some(BookieState::Decommissioned)) {
+            Some(id) => Err(Refusal::Decommissioned(format!("bookie {id} is decommissioned and holds no ledger"))),
+            None => Ok(()),
+        }
+    }
+
+    /// A bookie as listed: its registration (or, when it has none, its
+    /// decommissioning's last-seen record), with the operator's state over
+    /// its own.
+    pub fn bookie_view(&self, bookie_id: &str) -> Option<Bookie> {
+        let r = self.retirements.get(bookie_id);
+        let mut b = match (self.bookies.get(bookie_id), r) {
+            (Some(b), _) => b.clone(),
+            (None, Some(r)) => r.last_seen.clone().unwrap_or_else(|| Bookie {
+                bookie_id: bookie_id.to_string(),
+                address: String::new(),
+                rack: String::new(),
+                instance_id: self.cookies.get(bookie_id).cloned().unwrap_or_default(),
+                state: r.state,
+                total_disk_bytes: 0,
+                free_disk_bytes: 0,
+                lease_id: 0,
+                lease_ms: 0,
+                expires_at_ms: 0,
+            }),
+            (None, None) => return None,
+        };
+        if let Some(r) = r {
+            b.state = r.state;
+        }
+        Some(b)
+    }
+
+    /// The operator's state for a bookie, if set.
+    pub fn operator_state(&self, bookie_id: &str) -> Option<BookieState> {
+        self.retirements.get(bookie_id).map(|r| r.state)
+    }
+
+    /// Registered bookies as listed, and the decommissioning or retired ones
+    /// without a registration.
+    pub fn list_bookies(&self) -> (Vec<Bookie>, Vec<Bookie>) {
+        let live = self.bookies.keys().filter_map(|id| self.bookie_view(id)).collect();
+        let retired = self
+            .retirements
+            .keys()
+            .filter(|id| !self.bookies.contains_key(*id))
+            .filter_map(|id| self.bookie_view(id))
+            .collect();
+        (live, retired)
+    }
+
+    /// How many ledgers name `bookie_id` in an ensemble, and how many marks name it.
+    pub fn bookie_load(&self, bookie_id: &str) -> (u64, u64) {
+        let ledgers = self
+            .ledgers
+            .values()
+            .filter(|l| l.ensembles.iter().any(|s| s.bookie_ids.iter().any(|b| b == bookie_id)))
+            .count() as u64;
+        let marks = self.marks.values().filter(|m| m.missing.iter().any(|b| b == bookie_id)).count() as u64;
+        (ledgers, marks)
     }
 
     /// The lock `name` if someone holds it under a live lease at `now_ms`.
@@ -667,6 +900,104 @@ mod tests {
             custom: BTreeMap::new(),
             now_ms: 1000,
         }
+    }
+
+    fn register(s: &mut MetaState, id: &str, now_ms: u64) {
+        let b = Bookie {
+            bookie_id: id.into(),
+            address: format!("{id}:3181"),
+            rack: "r".into(),
+            instance_id: format!("{id}-i1"),
+            state: BookieState::Available,
+            total_disk_bytes: 0,
+            free_disk_bytes: 0,
+            lease_id: 0,
+            lease_ms: 0,
+            expires_at_ms: 0,
+        };
+        assert!(matches!(
+            s.apply(Command::RegisterBookie { bookie: b, lease_ms: 1000, now_ms }).0,
+            Outcome::Registered { .. }
+        ));
+    }
+
+    fn set(s: &mut MetaState, id: &str, state: BookieState) -> Outcome {
+        s.apply(Command::SetBookieState { bookie_id: id.into(), state, now_ms: 5000 }).0
+    }
+
+    #[test]
+    fn decommissioning_drains_then_retires_for_good() {
+        let mut s = MetaState::default();
+        for b in ["b1", "b2", "b3", "b4"] {
+            register(&mut s, b, 1000);
+        }
+        let l = ledger(s.apply(create(3, 3, 2)).0);
+        assert!(matches!(
+            set(&mut s, "nobody", BookieState::Decommissioning),
+            Outcome::Refused(Refusal::NoSuchBookie(_))
+        ));
+        assert!(matches!(set(&mut s, "b1", BookieState::ReadOnly), Outcome::Refused(Refusal::BadRequest(_))));
+        assert!(matches!(set(&mut s, "b1", BookieState::Decommissioned), Outcome::Refused(Refusal::BadRequest(_))));
+        let v = s.bookies_version;
+        // With b1 draining, b2..b4 can hold the E=3 ledger; a second drain
+        // would leave 2 writable bookies for it: refused.
+        let Outcome::BookieState(b) = set(&mut s, "b1", BookieState::Decommissioning) else { panic!() };
+        let Outcome::Refused(Refusal::BadRequest(why)) = set(&mut s, "b2", BookieState::Decommissioning) else {
+            panic!()
+        };
+        assert!(why.contains("would leave 2 writable bookies"), "{why}");
+        assert_eq!(b.state, BookieState::Decommissioning);
+        assert!(s.bookies_version > v, "watchers must see the change");
+        assert_eq!(s.bookie_load("b1"), (1, 0));
+        // The lease ends (the bookie is down): still listed, as last seen.
+        s.apply(Command::ExpireLeases { now_ms: 10_000 });
+        let (live, retired) = s.list_bookies();
+        assert!(live.is_empty());
+        assert_eq!(retired.len(), 1);
+        assert_eq!((retired[0].address.as_str(), retired[0].state), ("b1:3181", BookieState::Decommissioning));
+        // Not retired while a ledger names it.
+        let Outcome::Refused(Refusal::BadRequest(why)) = set(&mut s, "b1", BookieState::Decommissioned) else {
+            panic!()
+        };
+        assert!(why.contains(&l.ledger_id.to_string()), "{why}");
+        // Re-replicated: b4 replaces b1.
+        let mut moved = l.clone();
+        moved.ensembles[0].bookie_ids[0] = "b4".into();
+        ledger(s.apply(Command::UpdateLedger { ledger: moved.clone(), expected_version: l.version }).0);
+        assert!(matches!(set(&mut s, "b1", BookieState::Decommissioned), Outcome::BookieState(_)));
+        // Idempotent; no way back; the id cannot register or be named again.
+        assert!(matches!(set(&mut s, "b1", BookieState::Decommissioned), Outcome::BookieState(_)));
+        assert!(matches!(set(&mut s, "b1", BookieState::Available), Outcome::Refused(Refusal::Decommissioned(_))));
+        assert!(matches!(
+            set(&mut s, "b1", BookieState::Decommissioning),
+            Outcome::Refused(Refusal::Decommissioned(_))
+        ));
+        let b1 = Bookie { instance_id: "new".into(), ..retired[0].clone() };
+        assert!(matches!(
+            s.apply(Command::RegisterBookie { bookie: b1, lease_ms: 1000, now_ms: 20_000 }).0,
+            Outcome::Refused(Refusal::Decommissioned(_))
+        ));
+        assert!(matches!(s.apply(create(3, 3, 2)).0, Outcome::Refused(Refusal::Decommissioned(_))));
+        let mut back = moved.clone();
+        back.ensembles[0].bookie_ids[0] = "b1".into();
+        assert!(matches!(
+            s.apply(Command::UpdateLedger { ledger: back, expected_version: l.version + 1 }).0,
+            Outcome::Refused(Refusal::Decommissioned(_))
+        ));
+    }
+
+    #[test]
+    fn a_drain_can_be_cancelled_and_the_registration_shows_the_operator_state() {
+        let mut s = MetaState::default();
+        register(&mut s, "b1", 1000);
+        set(&mut s, "b1", BookieState::Decommissioning);
+        assert_eq!(s.operator_state("b1"), Some(BookieState::Decommissioning));
+        // Its own re-registration (as available) does not undo the operator's word.
+        register(&mut s, "b1", 2000);
+        assert_eq!(s.list_bookies().0[0].state, BookieState::Decommissioning);
+        assert!(matches!(set(&mut s, "b1", BookieState::Available), Outcome::BookieState(_)));
+        assert_eq!(s.operator_state("b1"), None);
+        assert_eq!(s.list_bookies().0[0].state, BookieState::Available);
     }
 
     fn ledger(o: Outcome) -> Ledger {

@@ -48,7 +48,7 @@ pub struct BookiesArgs {
     json: bool,
 }
 
-fn state_name(s: i32) -> &'static str {
+pub fn state_name(s: i32) -> &'static str {
     match v1::BookieState::try_from(s) {
         Ok(v1::BookieState::Available) => "available",
         Ok(v1::BookieState::ReadOnly) => "read-only",
@@ -71,12 +71,13 @@ pub fn list(a: BookiesArgs) -> anyhow::Result<()> {
                 .await
                 .context("watch bookies")?
                 .with_context(|| format!("fewer than {} bookies registered within {} ms", a.at_least, a.wait_ms))?;
-            resp = v1::ListBookiesResponse { bookies, version: resp.version };
+            resp = v1::ListBookiesResponse { bookies, ..resp };
         }
         rpc.close(Duration::from_millis(100)).await;
+        // Registered bookies, then the decommissioning or retired ones that are down.
+        let all: Vec<&v1::BookieRecord> = resp.bookies.iter().chain(&resp.retired).collect();
         if a.json {
-            let rows: Vec<_> = resp
-                .bookies
+            let rows: Vec<_> = all
                 .iter()
                 .map(|b| {
                     serde_json::json!({
@@ -87,15 +88,15 @@ pub fn list(a: BookiesArgs) -> anyhow::Result<()> {
                 .collect();
             println!("{}", serde_json::Value::Array(rows));
         } else {
-            println!("{:<10} {:<22} {:<12} {:<10} {:<34} {:>8}", "ID", "ADDRESS", "RACK", "STATE", "INSTANCE", "DISK");
-            for b in &resp.bookies {
+            println!("{:<10} {:<22} {:<12} {:<16} {:<34} {:>8}", "ID", "ADDRESS", "RACK", "STATE", "INSTANCE", "DISK");
+            for b in &all {
                 let used = if b.total_disk_bytes > 0 {
                     format!("{:.0}%", 100.0 * (1.0 - b.free_disk_bytes as f64 / b.total_disk_bytes as f64))
                 } else {
                     "-".into()
                 };
                 println!(
-                    "{:<10} {:<22} {:<12} {:<10} {:<34} {:>8}",
+                    "{:<10} {:<22} {:<12} {:<16} {:<34} {:>8}",
                     b.bookie_id,
                     b.address,
                     b.rack,

@@ -2,12 +2,13 @@
 //!
 //! Certificate tooling (`quire certs init|issue`), probes of any quire server
 //! over QUIC with mTLS (`quire ping`, `quire server-info`), the bookie registry
-//! (`quire bookies`), the metadata cluster (`quire metadata`) and ledgers
+//! (`quire bookies`, `quire bookie show|decommission|recommission`), the metadata cluster (`quire metadata`) and ledgers
 //! through the client library (`quire ledger write|read|info|recover|delete|list`),
 //! checks (`quire selftest`, `quire bookie-sanity`, `quire under-replicated`) and
 //! a whole cluster on one machine (`quire standalone`).
 
 mod admin;
+mod bookie;
 mod bookies;
 mod certs;
 mod ledger;
@@ -36,6 +37,8 @@ enum Cmd {
     ServerInfo(probe::InfoArgs),
     /// List the bookies registered with the metadata service.
     Bookies(bookies::BookiesArgs),
+    /// One bookie: show, decommission (drain then retire), recommission.
+    Bookie(bookie::BookieArgs),
     /// The metadata cluster: status of each replica, voting membership.
     Metadata(metadata::MetadataArgs),
     /// Ledgers: write, read, info, recover, delete, list.
@@ -57,6 +60,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Ping(a) => probe::ping(a),
         Cmd::ServerInfo(a) => probe::info(a),
         Cmd::Bookies(a) => bookies::list(a),
+        Cmd::Bookie(a) => bookie::run(a),
         Cmd::Metadata(a) => metadata::run(a),
         Cmd::Ledger(a) => ledger::run(a),
         Cmd::Standalone(a) => standalone::run(a),

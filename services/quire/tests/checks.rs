@@ -52,4 +52,22 @@ fn selftest_and_bookie_sanity_pass_on_a_healthy_cluster_and_name_a_dead_bookie()
     // The cluster as a whole still works.
     let (ok, out, err) = quire(&cluster, &["selftest", "--entries", "20"]);
     assert!(ok, "{out}{err}");
+
+    // Decommissioning from the CLI: shown, listed, cancelled.
+    let (ok, out, err) = quire(&cluster, &["bookie", "decommission", "4", "--json"]);
+    assert!(ok, "{out}{err}");
+    let b: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (b["id"].as_str(), b["state"].as_str(), b["registered"].as_bool()),
+        (Some("4"), Some("decommissioning"), Some(true))
+    );
+    let (ok, out, _) = quire(&cluster, &["bookies"]);
+    assert!(ok && out.lines().any(|l| l.starts_with("4 ") && l.contains("decommissioning")), "{out}");
+    let (ok, out, err) = quire(&cluster, &["bookie", "show", "4"]);
+    assert!(ok && out.contains("state       decommissioning"), "{out}{err}");
+    let (ok, out, err) = quire(&cluster, &["bookie", "recommission", "4", "--json"]);
+    assert!(ok, "{out}{err}");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["state"], "available");
+    let (ok, _, err) = quire(&cluster, &["bookie", "show", "nobody"]);
+    assert!(!ok && err.contains("no bookie nobody"), "{err}");
 }

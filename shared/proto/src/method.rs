@@ -106,6 +106,8 @@ methods! {
     ChangeMembership => ChangeMembershipRequest, ChangeMembershipResponse, "change_membership";
     MetadataStatus => MetadataStatusRequest, MetadataStatusResponse, "metadata_status";
     Raft => RaftRequest, RaftResponse, "raft";
+    SetBookieState => SetBookieStateRequest, SetBookieStateResponse, "set_bookie_state";
+    GetBookie => GetBookieRequest, GetBookieResponse, "get_bookie";
 }
 
 /// The service a method belongs to; a server hosts the control service plus one other.
@@ -131,7 +133,7 @@ impl Method {
             CreateLedger | GetLedger | UpdateLedger | DeleteLedger | ListLedgers | WatchLedger | RegisterBookie
             | RenewLease | ListBookies | WatchBookies | MarkUnderReplicated | ListUnderReplicated
             | ClearUnderReplicated | AcquireLock | RenewLock | ReleaseLock | GetLock | ChangeMembership
-            | MetadataStatus | Raft => ServiceKind::Metadata,
+            | MetadataStatus | Raft | SetBookieState | GetBookie => ServiceKind::Metadata,
         }
     }
 }

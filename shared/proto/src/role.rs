@@ -132,6 +132,10 @@ pub fn allowed(role: Role, method: Method) -> bool {
         Raft => role == Metadata,
         ChangeMembership => role == Admin,
         MetadataStatus => true,
+        // The operator decommissions (directly or through the gateway); the
+        // auditor retires a drained bookie.
+        SetBookieState => matches!(role, Gateway | Admin | Auditor),
+        GetBookie => !matches!(role, Metadata),
     }
 }
 

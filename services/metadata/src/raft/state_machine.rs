@@ -77,6 +77,10 @@ fn key_mark(id: u64) -> Vec<u8> {
     k
 }
 
+fn key_retirement(id: &str) -> Vec<u8> {
+    [b"r/".as_slice(), id.as_bytes()].concat()
+}
+
 fn key_lock(name: &str) -> Vec<u8> {
     [b"k/".as_slice(), name.as_bytes()].concat()
 }
@@ -117,6 +121,10 @@ impl StateMachineStore {
                 Some(b"k/") => {
                     let l: crate::state::Lock = unjson(&v)?;
                     state.locks.insert(l.name.clone(), l);
+                }
+                Some(b"r/") => {
+                    let r: crate::state::Retirement = unjson(&v)?;
+                    state.retirements.insert(r.bookie_id.clone(), r);
                 }
                 _ => {}
             }
@@ -171,6 +179,10 @@ impl StateMachineStore {
                 Touched::Lock(name) => match state.locks.get(name) {
                     Some(l) => batch.insert(key_lock(name), json(l)?),
                     None => batch.remove(key_lock(name)),
+                },
+                Touched::Retirement(id) => match state.retirements.get(id) {
+                    Some(r) => batch.insert(key_retirement(id), json(r)?),
+                    None => batch.remove(key_retirement(id)),
                 },
                 Touched::Counters => batch.insert(
                     b"m/counters".to_vec(),
@@ -297,6 +309,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         touched.extend(new_state.cookies.keys().cloned().map(Touched::Cookie));
         touched.extend(new_state.marks.keys().map(|id| Touched::Mark(*id)));
         touched.extend(new_state.locks.keys().cloned().map(Touched::Lock));
+        touched.extend(new_state.retirements.keys().cloned().map(Touched::Retirement));
         touched.push(Touched::Counters);
         self.persist(&new_state, &touched, &mut batch)?;
         self.last_applied = meta.last_log_id;
