@@ -38,101 +38,50 @@ pub struct Metrics {
 /// One route: what registers it and what documents it come from the same
 /// line, so the OpenAPI document cannot drift from the router.
 macro_rules! endpoints {
-    ($( $method:ident $path:literal => $handler:ident, $summary:literal, $body:literal, [$($code:literal),*] ;)*) => {
+    ($( $method:ident $path:literal => $handler:ident, $summary:literal, $body:literal, $reply:literal, [$($code:literal),*] ;)*) => {
         /// The routes.
         pub fn routes(cfg: &mut web::ServiceConfig) {
             $( cfg.route($path, web::$method().to($handler)); )*
             cfg.route("/openapi.json", web::get().to(openapi));
         }
 
-        /// Every route: (method, path, summary, request body kind, response codes).
-        pub const ENDPOINTS: &[(&str, &str, &str, &str, &[u16])] = &[
-            $( (stringify!($method), $path, $summary, $body, &[$($code),*]), )*
+        /// Every route, as /openapi.json documents it.
+        pub const ENDPOINTS: &[crate::openapi::Endpoint] = &[
+            $( crate::openapi::Endpoint {
+                method: stringify!($method),
+                path: $path,
+                summary: $summary,
+                request: $body,
+                reply: $reply,
+                codes: &[$($code),*],
+            }, )*
         ];
     };
 }
 
 endpoints! {
-    get "/healthz" => healthz, "Liveness", "", [200];
-    get "/readyz" => readyz, "Readiness: the metadata service answers", "", [200, 503];
-    get "/metrics" => metrics, "Prometheus metrics", "", [200];
-    post "/v1/ledgers" => create, "Create a ledger; this gateway holds its writer", "create", [201, 400, 503];
-    get "/v1/ledgers" => list, "List ledger ids (start_after, limit)", "", [200, 400, 503];
-    get "/v1/ledgers/{id}" => get_ledger, "A ledger's metadata", "", [200, 400, 404];
-    delete "/v1/ledgers/{id}" => delete, "Delete a ledger (space reclaimed by GC)", "", [204, 400, 404];
-    post "/v1/ledgers/{id}/entries" => append, "Append one entry (raw body)", "raw", [200, 400, 404, 409, 413, 503, 504];
-    post "/v1/ledgers/{id}/entries:batch" => append_batch, "Append several entries (base64)", "batch", [200, 400, 404, 409, 413, 503, 504];
-    get "/v1/ledgers/{id}/entries" => read_range, "Entries from..=to, at most up to the LAC (streamed)", "", [200, 400, 404];
-    get "/v1/ledgers/{id}/entries/{eid}" => read_one, "One entry, raw bytes", "", [200, 400, 404];
-    get "/v1/ledgers/{id}/lac" => lac, "The LAC; with after and timeout_ms, a long poll", "", [200, 400, 404];
-    post "/v1/ledgers/{id}/close" => close, "Close a ledger this gateway writes", "", [200, 400, 404, 409];
-    post "/v1/ledgers/{id}/recover" => recover, "Fence, recover to the true tail, close", "", [200, 400, 404, 503];
-    get "/v1/bookies" => bookies, "The bookie registry", "", [200, 503];
-    get "/v1/bookies/{bookie}" => get_bookie, "One bookie, and the ledgers that still name it", "", [200, 404, 503];
-    post "/v1/bookies/{bookie}/decommission" => decommission, "Drain a bookie (re-replicated elsewhere), then retire it", "", [202, 404, 409, 503];
-    get "/v1/cluster" => cluster, "Metadata leader, bookies, under-replication, auditor", "", [200, 503];
-}
-
-/// The OpenAPI 3 document, built from [`ENDPOINTS`].
-pub fn openapi_doc() -> serde_json::Value {
-    let error = serde_json::json!({
-        "type": "object", "required": ["error", "message"],
-        "properties": { "error": { "type": "string" }, "message": { "type": "string" } }
-    });
-    let mut paths = serde_json::Map::new();
-    for (method, path, summary, body, codes) in ENDPOINTS {
-        let params: Vec<serde_json::Value> = path
-            .split('/')
-            .filter_map(|seg| seg.strip_prefix('{').and_then(|x| x.split('}').next()))
-            .map(|name| {
-                let schema = if name == "bookie" {
-                    serde_json::json!({ "type": "string" })
-                } else {
-                    serde_json::json!({ "type": "integer", "format": "uint64" })
-                };
-                serde_json::json!({ "name": name, "in": "path", "required": true, "schema": schema })
-            })
-            .collect();
-        let mut responses = serde_json::Map::new();
-        for code in *codes {
-            let r = if *code >= 400 {
-                serde_json::json!({ "description": "error", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } })
-            } else {
-                serde_json::json!({ "description": "success" })
-            };
-            responses.insert(code.to_string(), r);
-        }
-        let mut op = serde_json::json!({ "summary": summary, "parameters": params, "responses": responses });
-        let request = match *body {
-            "raw" => Some(
-                serde_json::json!({ "required": true, "content": { "application/octet-stream": { "schema": { "type": "string", "format": "binary" } } } }),
-            ),
-            "batch" => Some(serde_json::json!({ "required": true, "content": { "application/json": { "schema": {
-                "type": "object", "required": ["entries"],
-                "properties": { "entries": { "type": "array", "items": { "type": "string", "format": "byte" } } } } } } })),
-            "create" => Some(serde_json::json!({ "required": false, "content": { "application/json": { "schema": {
-                "type": "object", "additionalProperties": false,
-                "properties": {
-                    "ensemble": { "type": "integer" }, "write_quorum": { "type": "integer" }, "ack_quorum": { "type": "integer" },
-                    "metadata": { "type": "object", "additionalProperties": { "type": "string" } } } } } } })),
-            _ => None,
-        };
-        if let Some(r) = request {
-            op["requestBody"] = r;
-        }
-        let entry = paths.entry(path.to_string()).or_insert_with(|| serde_json::json!({}));
-        entry[*method] = op;
-    }
-    serde_json::json!({
-        "openapi": "3.0.3",
-        "info": { "title": "quire HTTP API", "version": env!("CARGO_PKG_VERSION") },
-        "paths": paths,
-        "components": { "schemas": { "Error": error } },
-    })
+    get "/healthz" => healthz, "Liveness", "", "Status", [200];
+    get "/readyz" => readyz, "Readiness: the metadata service answers", "", "Status", [200, 503];
+    get "/metrics" => metrics, "Prometheus metrics", "", "text", [200];
+    post "/v1/ledgers" => create, "Create a ledger; this gateway holds its writer", "create", "Ledger", [201, 400, 503];
+    get "/v1/ledgers" => list, "List ledger ids (start_after, limit)", "", "LedgerList", [200, 400, 503];
+    get "/v1/ledgers/{id}" => get_ledger, "A ledger's metadata", "", "Ledger", [200, 400, 404];
+    delete "/v1/ledgers/{id}" => delete, "Delete a ledger (space reclaimed by GC)", "", "", [204, 400, 404];
+    post "/v1/ledgers/{id}/entries" => append, "Append one entry (raw body)", "raw", "Appended", [200, 400, 404, 409, 413, 503, 504];
+    post "/v1/ledgers/{id}/entries:batch" => append_batch, "Append several entries (base64)", "batch", "AppendedBatch", [200, 400, 404, 409, 413, 503, 504];
+    get "/v1/ledgers/{id}/entries" => read_range, "Entries from..=to, at most up to the LAC (streamed)", "", "Entries", [200, 400, 404];
+    get "/v1/ledgers/{id}/entries/{eid}" => read_one, "One entry, raw bytes", "", "bytes", [200, 400, 404];
+    get "/v1/ledgers/{id}/lac" => lac, "The LAC; with after and timeout_ms, a long poll", "", "Lac", [200, 400, 404];
+    post "/v1/ledgers/{id}/close" => close, "Close a ledger this gateway writes", "", "Ledger", [200, 400, 404, 409];
+    post "/v1/ledgers/{id}/recover" => recover, "Fence, recover to the true tail, close", "", "Ledger", [200, 400, 404, 503];
+    get "/v1/bookies" => bookies, "The bookie registry", "", "BookieList", [200, 503];
+    get "/v1/bookies/{bookie}" => get_bookie, "One bookie, and the ledgers that still name it", "", "BookieDetail", [200, 404, 503];
+    post "/v1/bookies/{bookie}/decommission" => decommission, "Drain a bookie (re-replicated elsewhere), then retire it", "", "BookieDetail", [202, 404, 409, 503];
+    get "/v1/cluster" => cluster, "Metadata leader, bookies, under-replication, auditor", "", "Cluster", [200, 503];
 }
 
 async fn openapi() -> HttpResponse {
-    HttpResponse::Ok().json(openapi_doc())
+    HttpResponse::Ok().json(crate::openapi::document(ENDPOINTS))
 }
 
 /// The ledger as the API shows it.
@@ -305,7 +254,7 @@ async fn append(
     let w = writer_of(state.get_ref(), id).await?;
     // Straight to the writer actor (on the client's runtime) from this worker:
     // a channel send and a reply, no task hop.
-    let added = w.add(data).await?;
+    let added = state.timed(async { Ok(w.add(data).await?) }).await?;
     m.appends.fetch_add(1, Ordering::Relaxed);
     Ok(HttpResponse::Ok().json(serde_json::json!({ "entry_id": added.entry_id, "lac": added.lac })))
 }
@@ -341,7 +290,7 @@ async fn append_batch(
     }
     let n = data.len() as u64;
     let w = writer_of(state.get_ref(), id).await?;
-    let (first, last) = w.add_batch(data).await?;
+    let (first, last) = state.timed(async { Ok(w.add_batch(data).await?) }).await?;
     m.appends.fetch_add(n, Ordering::Relaxed);
     Ok(HttpResponse::Ok().json(serde_json::json!({ "first_entry_id": first, "last_entry_id": last })))
 }

@@ -50,6 +50,15 @@ impl ApiError {
         }
     }
 
+    /// 504 Timeout: the request's work outlived the gateway's request timeout.
+    pub fn timeout(limit: std::time::Duration) -> ApiError {
+        ApiError {
+            status: StatusCode::GATEWAY_TIMEOUT,
+            code: "Timeout",
+            message: format!("the request took longer than {} ms", limit.as_millis()),
+        }
+    }
+
     /// 500, for what should not happen.
     pub fn internal(message: impl Into<String>) -> ApiError {
         ApiError { status: StatusCode::INTERNAL_SERVER_ERROR, code: "Internal", message: message.into() }

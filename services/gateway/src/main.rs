@@ -8,6 +8,7 @@
 mod api;
 mod auth;
 mod error;
+mod openapi;
 mod state;
 
 use std::collections::HashMap;
@@ -67,6 +68,43 @@ struct Args {
     /// Most entries one range read returns (streamed; the caller pages on).
     #[arg(long, default_value_t = 100_000)]
     max_range_entries: usize,
+
+    /// Serve HTTPS with this certificate chain (PEM); needs --https-key.
+    /// Without it the API is plain HTTP (behind a TLS-terminating proxy, or on
+    /// loopback).
+    #[arg(long, env = "QUIRE_HTTPS_CERT", requires = "https_key")]
+    https_cert: Option<PathBuf>,
+
+    /// The private key of --https-cert (PEM).
+    #[arg(long, env = "QUIRE_HTTPS_KEY", requires = "https_cert")]
+    https_key: Option<PathBuf>,
+
+    /// Longest a request may take end to end (a LAC long poll is capped below
+    /// it), in milliseconds; past it the caller gets 504 Timeout.
+    #[arg(long, default_value_t = 75_000)]
+    request_timeout_ms: u64,
+}
+
+/// The HTTPS server configuration: ring as the provider (the one quinn uses;
+/// see DEPENDENCIES.md), no client certificates (bearer tokens authenticate
+/// callers at the edge; mTLS is for the inside).
+fn https_config(cert: &std::path::Path, key: &std::path::Path) -> anyhow::Result<rustls::ServerConfig> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .with_context(|| format!("read {}", cert.display()))?
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("parse {}", cert.display()))?;
+    anyhow::ensure!(!chain.is_empty(), "{} holds no certificate", cert.display());
+    let key = PrivateKeyDer::from_pem_file(key).with_context(|| format!("read the key {}", key.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS versions")?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .context("the HTTPS certificate and key do not match")?;
+    Ok(cfg)
 }
 
 fn write_ready(path: &std::path::Path, addr: SocketAddr) -> anyhow::Result<()> {
@@ -88,6 +126,10 @@ fn main() -> anyhow::Result<()> {
         }
         None => Vec::new(),
     });
+    let tls = match (&args.https_cert, &args.https_key) {
+        (Some(c), Some(k)) => Some(https_config(c, k)?),
+        _ => None,
+    };
     let rt = args.common.runtime()?;
     let (svc, state) = rt.block_on(async {
         let creds = args.common.credentials(Role::Gateway)?;
@@ -100,6 +142,7 @@ fn main() -> anyhow::Result<()> {
             rt: tokio::runtime::Handle::current(),
             max_entry_bytes: args.max_entry_bytes,
             max_range_entries: args.max_range_entries.max(1),
+            request_timeout: Duration::from_millis(args.request_timeout_ms.max(1000)),
         });
         let svc = RunningService::start(
             Role::Gateway,
@@ -159,14 +202,18 @@ fn main() -> anyhow::Result<()> {
         })
         .workers(args.http_workers.max(1))
         .disable_signals()
-        .client_request_timeout(Duration::from_secs(30))
-        .bind(args.http_listen)
+        .client_request_timeout(Duration::from_secs(30));
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let server = match tls {
+            Some(cfg) => server.bind_rustls_0_23(args.http_listen, cfg),
+            None => server.bind(args.http_listen),
+        }
         .with_context(|| format!("bind the HTTP API on {}", args.http_listen))?;
         let addr = *server.addrs().first().context("no HTTP address bound")?;
         if let Some(p) = &args.http_ready_file {
             write_ready(p, addr)?;
         }
-        tracing::info!(quic = %svc.server.local_addr(), http = %addr, "quire-gateway ready");
+        tracing::info!(quic = %svc.server.local_addr(), http = %addr, scheme, "quire-gateway ready");
         let server = server.run();
         let handle = server.handle();
         rt_handle.spawn(async move {

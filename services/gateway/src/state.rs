@@ -22,15 +22,27 @@ pub struct GatewayState {
     pub max_entry_bytes: usize,
     /// Most entries one range read returns.
     pub max_range_entries: usize,
+    /// Longest a request's client work may take: then 504 Timeout.
+    pub request_timeout: std::time::Duration,
 }
 
 impl GatewayState {
-    /// Runs `f` on the client's runtime.
+    /// Runs `f` on the client's runtime, for at most the request timeout.
     pub async fn run<T: Send + 'static>(
         self: &Arc<Self>,
         f: impl Future<Output = Result<T, ApiError>> + Send + 'static,
     ) -> Result<T, ApiError> {
-        self.rt.spawn(f).await.map_err(|e| ApiError::internal(format!("request task: {e}")))?
+        let limit = self.request_timeout;
+        let task = self.rt.spawn(async move {
+            tokio::time::timeout(limit, f).await.unwrap_or_else(|_| Err(ApiError::timeout(limit)))
+        });
+        task.await.map_err(|e| ApiError::internal(format!("request task: {e}")))?
+    }
+
+    /// `f` (already on an HTTP worker), for at most the request timeout.
+    pub async fn timed<T>(&self, f: impl Future<Output = Result<T, ApiError>>) -> Result<T, ApiError> {
+        let limit = self.request_timeout;
+        tokio::time::timeout(limit, f).await.unwrap_or_else(|_| Err(ApiError::timeout(limit)))
     }
 
     /// The writer of `ledger_id`, if this gateway holds it.

@@ -25,8 +25,13 @@ fn start_with_token(token: Option<&str>) -> Gateway {
     start_with(token, 3)
 }
 
-/// A cluster of `bookies` bookies and a gateway; with `token`, the gateway requires it.
 fn start_with(token: Option<&str>, bookies: usize) -> Gateway {
+    start_full(token, bookies, false)
+}
+
+/// A cluster of `bookies` bookies and a gateway; with `token`, the gateway
+/// requires it; with `https`, it serves HTTPS with its own certificate.
+fn start_full(token: Option<&str>, bookies: usize, https: bool) -> Gateway {
     let dir = tempfile::tempdir().unwrap();
     let certs = dir.path().join("certs");
     init_dir(&certs, "test", &LocalCluster { metadata: 3, bookies: bookies as u32 }, &IssueOptions::default()).unwrap();
@@ -57,10 +62,17 @@ fn start_with(token: Option<&str>, bookies: usize) -> Gateway {
         std::fs::write(&token_file, format!("other-token\n{t}\n")).unwrap();
         args.extend(["--auth-token-file", token_file.to_str().unwrap()]);
     }
+    let (cert, key) = (certs.join("gateway-1.pem"), certs.join("gateway-1.key"));
+    if https {
+        args.extend(["--https-cert", cert.to_str().unwrap(), "--https-key", key.to_str().unwrap()]);
+    }
     let mut p = Process::spawn("gateway", &bin_path("quire-gateway"), &args, dir.path()).unwrap();
     p.wait_ready(&ready, Duration::from_secs(30)).unwrap();
     let http = p.wait_ready(&http_ready, Duration::from_secs(30)).unwrap();
     let g = Gateway { _dir: dir, cluster, _proc: p, http };
+    if https {
+        return g;
+    }
     // Ready once the bookies are registered.
     quire_testkit::wait_until(Duration::from_secs(20), "gateway ready with every bookie", || {
         let (status, body) = g.call("GET", "/readyz", None, b"");
@@ -445,6 +457,100 @@ fn the_openapi_document_lists_every_route_and_each_one_answers() {
     // And an undocumented path is not routed.
     let (status, v) = g.json("GET", "/v1/undocumented", "");
     assert_eq!((status, error_of(&v)), (404, "NotFound"));
+
+    // Real answers match the documented schemas, successes and errors alike.
+    let check = |method: &str, template: &str, path: &str, body: &str| {
+        let (status, v) = g.json(method, path, body);
+        let op = &doc["paths"][template][method.to_lowercase()];
+        let resp = &op["responses"][status.to_string()];
+        assert!(resp.is_object(), "{method} {template} answered {status}, which it does not document: {v}");
+        let schema = &resp["content"]["application/json"]["schema"];
+        if let Err(e) = conforms(&doc, schema, &v, "$") {
+            panic!("{method} {path} ({status}): {e}\n{v}");
+        }
+        v
+    };
+    check("GET", "/healthz", "/healthz", "");
+    check("GET", "/readyz", "/readyz", "");
+    let l = check("POST", "/v1/ledgers", "/v1/ledgers", r#"{"metadata":{"k":"v"}}"#);
+    let id = l["ledger_id"].as_u64().unwrap();
+    let p = |tail: &str| format!("/v1/ledgers/{id}{tail}");
+    check("POST", "/v1/ledgers/{id}/entries", &p("/entries"), "one");
+    check("POST", "/v1/ledgers/{id}/entries:batch", &p("/entries:batch"), r#"{"entries":["dHdv"]}"#);
+    check("POST", "/v1/ledgers/{id}/entries:batch", &p("/entries:batch"), r#"{"entries":"no"}"#);
+    check("GET", "/v1/ledgers/{id}/entries", &p("/entries?from=0"), "");
+    check("GET", "/v1/ledgers/{id}/lac", &p("/lac"), "");
+    check("GET", "/v1/ledgers", "/v1/ledgers?limit=1", "");
+    check("GET", "/v1/ledgers/{id}", &p(""), "");
+    check("GET", "/v1/ledgers/{id}", "/v1/ledgers/424242", "");
+    check("POST", "/v1/ledgers/{id}/close", &p("/close"), "");
+    check("POST", "/v1/ledgers/{id}/recover", &p("/recover"), "");
+    check("GET", "/v1/bookies", "/v1/bookies", "");
+    check("GET", "/v1/bookies/{bookie}", "/v1/bookies/1", "");
+    check("GET", "/v1/bookies/{bookie}", "/v1/bookies/nobody", "");
+    check("GET", "/v1/cluster", "/v1/cluster", "");
+}
+
+/// Whether `v` conforms to the OpenAPI 3.0 `schema` (the subset the document
+/// uses: $ref, type, nullable, required, properties, items, enum,
+/// additionalProperties).
+fn conforms(doc: &Value, schema: &Value, v: &Value, at: &str) -> Result<(), String> {
+    if let Some(r) = schema["$ref"].as_str() {
+        let name = r.trim_start_matches("#/components/schemas/");
+        let target = &doc["components"]["schemas"][name];
+        if !target.is_object() {
+            return Err(format!("{at}: unresolved {r}"));
+        }
+        return conforms(doc, target, v, at);
+    }
+    if v.is_null() {
+        return if schema["nullable"] == true { Ok(()) } else { Err(format!("{at}: null")) };
+    }
+    let ok = match schema["type"].as_str() {
+        Some("object") => v.is_object(),
+        Some("array") => v.is_array(),
+        Some("string") => v.is_string(),
+        Some("integer") => v.is_i64() || v.is_u64(),
+        Some("boolean") => v.is_boolean(),
+        _ => true,
+    };
+    if !ok {
+        return Err(format!("{at}: {v} is not of type {}", schema["type"]));
+    }
+    if let Some(allowed) = schema["enum"].as_array() {
+        if !allowed.contains(v) {
+            return Err(format!("{at}: {v} is not one of {allowed:?}"));
+        }
+    }
+    if schema["minimum"] == 0 && v.as_i64().is_some_and(|n| n < 0) {
+        return Err(format!("{at}: {v} is negative"));
+    }
+    if let Some(required) = schema["required"].as_array() {
+        for k in required {
+            let k = k.as_str().unwrap();
+            if v.get(k).is_none() {
+                return Err(format!("{at}: missing {k}"));
+            }
+        }
+    }
+    if let (Some(props), Some(o)) = (schema["properties"].as_object(), v.as_object()) {
+        for (k, sub) in props {
+            if let Some(x) = o.get(k) {
+                conforms(doc, sub, x, &format!("{at}.{k}"))?;
+            }
+        }
+    }
+    if let (Some(extra), Some(o)) = (schema.get("additionalProperties").filter(|e| e.is_object()), v.as_object()) {
+        for (k, x) in o {
+            conforms(doc, extra, x, &format!("{at}.{k}"))?;
+        }
+    }
+    if let (Some(items), Some(a)) = (schema.get("items"), v.as_array()) {
+        for (i, x) in a.iter().enumerate() {
+            conforms(doc, items, x, &format!("{at}[{i}]"))?;
+        }
+    }
+    Ok(())
 }
 
 #[test]
@@ -519,4 +625,73 @@ fn a_decommissioned_bookie_is_drained_by_ensemble_change_and_no_acknowledged_ent
     assert_eq!(got, written);
     let (status, b) = g.json("GET", &format!("/v1/bookies/{victim}"), "");
     assert_eq!((status, b["state"].as_str(), b["ledgers"].as_u64()), (200, Some("decommissioning"), Some(1)), "{b}");
+}
+
+/// One HTTPS request, the server verified against the cluster's CA as `localhost`.
+fn https_call(addr: &str, ca_pem: &std::path::Path, path: &str) -> Result<(u16, Vec<u8>), rustls::Error> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pki_types::CertificateDer::pem_file_iter(ca_pem).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let cfg =
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(cfg), name)?;
+    let tcp = TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    if let Err(e) = tls.write_all(req.as_bytes()) {
+        return Err(e
+            .into_inner()
+            .and_then(|i| i.downcast::<rustls::Error>().ok())
+            .map_or(rustls::Error::General("write".into()), |b| *b));
+    }
+    let mut raw = Vec::new();
+    match tls.read_to_end(&mut raw) {
+        Ok(_) => {}
+        // A server that closes without close_notify after Connection: close.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+        Err(e) => return Err(rustls::Error::General(e.to_string())),
+    }
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let status: u16 = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let mut body = raw[split + 4..].to_vec();
+    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        body = dechunk(&body);
+    }
+    Ok((status, body))
+}
+
+#[test]
+fn with_a_certificate_the_api_is_served_over_https_only() {
+    let g = start_full(None, 3, true);
+    let ca = g._dir.path().join("certs").join("ca.pem");
+    let (status, body) = quire_testkit::wait_until(Duration::from_secs(20), "HTTPS ready with 3 bookies", || {
+        let (status, body) = https_call(&g.http, &ca, "/readyz").ok()?;
+        (status == 200 && json(&body)["bookies"].as_u64() == Some(3)).then_some((status, body))
+    })
+    .unwrap();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let (status, body) = https_call(&g.http, &ca, "/v1/bookies").unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(json(&body)["bookies"].as_array().unwrap().len(), 3);
+    // A client that trusts another CA refuses the server.
+    let other = tempfile::tempdir().unwrap();
+    init_dir(other.path(), "other", &LocalCluster { metadata: 1, bookies: 0 }, &IssueOptions::default()).unwrap();
+    let err = https_call(&g.http, &other.path().join("ca.pem"), "/healthz").unwrap_err();
+    assert!(matches!(err, rustls::Error::InvalidCertificate(_)) || err.to_string().contains("certificate"), "{err}");
+    // Plain HTTP on the HTTPS port gets no API answer.
+    let mut s = TcpStream::connect(&g.http).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    assert!(!String::from_utf8_lossy(&raw).contains("\"ok\""), "{}", String::from_utf8_lossy(&raw));
 }

@@ -1,0 +1,241 @@
+//! The OpenAPI 3 document, generated from the route table in `api.rs` (the
+//! same table registers the routes, so the two cannot drift) and the JSON
+//! shapes below (which a test checks against real answers).
+
+use serde_json::{json, Map, Value};
+
+/// One route as documented.
+pub struct Endpoint {
+    /// Lower-case HTTP method.
+    pub method: &'static str,
+    /// Path with `{param}` segments.
+    pub path: &'static str,
+    /// One line.
+    pub summary: &'static str,
+    /// Request body kind: "" (none), "raw", "batch" or "create".
+    pub request: &'static str,
+    /// The success body: a schema in [`schemas`], "bytes", "text" or "" (none).
+    pub reply: &'static str,
+    /// Status codes it answers with.
+    pub codes: &'static [u16],
+}
+
+fn int() -> Value {
+    json!({ "type": "integer", "format": "int64" })
+}
+
+fn uint() -> Value {
+    json!({ "type": "integer", "format": "uint64", "minimum": 0 })
+}
+
+fn string() -> Value {
+    json!({ "type": "string" })
+}
+
+fn object(required: &[&str], props: Value) -> Value {
+    json!({ "type": "object", "required": required, "properties": props })
+}
+
+fn array_of(items: Value) -> Value {
+    json!({ "type": "array", "items": items })
+}
+
+fn reference(name: &str) -> Value {
+    json!({ "$ref": format!("#/components/schemas/{name}") })
+}
+
+/// The JSON bodies the API answers with, by name.
+pub fn schemas() -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("Error".into(), object(&["error", "message"], json!({ "error": string(), "message": string() })));
+    m.insert("Status".into(), object(&["status"], json!({ "status": string(), "bookies": uint() })));
+    m.insert(
+        "Ledger".into(),
+        object(
+            &[
+                "ledger_id",
+                "state",
+                "ensemble",
+                "write_quorum",
+                "ack_quorum",
+                "ensembles",
+                "last_entry_id",
+                "length",
+                "version",
+                "created_at_ms",
+                "metadata",
+            ],
+            json!({
+                "ledger_id": uint(),
+                "state": { "type": "string", "enum": ["open", "in_recovery", "closed"] },
+                "ensemble": uint(), "write_quorum": uint(), "ack_quorum": uint(),
+                "ensembles": array_of(object(&["first_entry_id", "bookies"], json!({
+                    "first_entry_id": uint(), "bookies": array_of(string()),
+                }))),
+                "last_entry_id": int(),
+                "length": uint(),
+                "version": uint(),
+                "created_at_ms": uint(),
+                "metadata": { "type": "object", "additionalProperties": string() },
+            }),
+        ),
+    );
+    m.insert(
+        "LedgerList".into(),
+        object(
+            &["ledgers", "next"],
+            json!({ "ledgers": array_of(uint()), "next": { "type": "integer", "format": "uint64", "nullable": true } }),
+        ),
+    );
+    m.insert("Appended".into(), object(&["entry_id", "lac"], json!({ "entry_id": uint(), "lac": int() })));
+    m.insert(
+        "AppendedBatch".into(),
+        object(&["first_entry_id", "last_entry_id"], json!({ "first_entry_id": uint(), "last_entry_id": uint() })),
+    );
+    m.insert(
+        "Entries".into(),
+        object(
+            &["entries"],
+            json!({ "entries": array_of(object(&["entry_id", "data"], json!({
+                "entry_id": uint(), "data": { "type": "string", "format": "byte" },
+            }))) }),
+        ),
+    );
+    m.insert("Lac".into(), object(&["lac"], json!({ "lac": int() })));
+    let bookie_props = json!({
+        "id": string(), "address": string(), "rack": string(),
+        "state": { "type": "string", "enum": ["available", "read_only", "decommissioning", "decommissioned", "unknown"] },
+        "instance_id": string(), "total_disk_bytes": uint(), "free_disk_bytes": uint(),
+    });
+    let bookie_required = ["id", "address", "rack", "state", "instance_id", "total_disk_bytes", "free_disk_bytes"];
+    m.insert("Bookie".into(), object(&bookie_required, bookie_props.clone()));
+    m.insert("BookieList".into(), object(&["bookies"], json!({ "bookies": array_of(reference("Bookie")) })));
+    let mut detail_props = bookie_props.as_object().cloned().unwrap_or_default();
+    for (k, v) in [
+        ("registered", json!({ "type": "boolean" })),
+        ("ledgers", uint()),
+        ("under_replicated_ledgers", uint()),
+        ("decommission_requested_at_ms", uint()),
+    ] {
+        detail_props.insert(k.into(), v);
+    }
+    let mut detail_required: Vec<&str> = bookie_required.to_vec();
+    detail_required.extend(["registered", "ledgers", "under_replicated_ledgers", "decommission_requested_at_ms"]);
+    m.insert("BookieDetail".into(), object(&detail_required, Value::Object(detail_props)));
+    m.insert(
+        "Cluster".into(),
+        object(
+            &["metadata", "bookies", "under_replicated_ledgers", "auditor"],
+            json!({
+                "metadata": object(&["leader_id", "leader_address", "term", "voters"], json!({
+                    "leader_id": { "type": "integer", "format": "uint64", "nullable": true },
+                    "leader_address": string(),
+                    "term": uint(),
+                    "voters": array_of(object(&["id", "address"], json!({ "id": uint(), "address": string() }))),
+                })),
+                "bookies": array_of(reference("Bookie")),
+                "under_replicated_ledgers": uint(),
+                "auditor": { "type": "string", "nullable": true },
+            }),
+        ),
+    );
+    m
+}
+
+fn request_body(kind: &str) -> Option<Value> {
+    let body = |required: bool, media: &str, schema: Value| json!({ "required": required, "content": { media: { "schema": schema } } });
+    match kind {
+        "raw" => Some(body(true, "application/octet-stream", json!({ "type": "string", "format": "binary" }))),
+        "batch" => Some(body(
+            true,
+            "application/json",
+            object(&["entries"], json!({ "entries": array_of(json!({ "type": "string", "format": "byte" })) })),
+        )),
+        "create" => Some(body(
+            false,
+            "application/json",
+            json!({
+                "type": "object", "additionalProperties": false,
+                "properties": {
+                    "ensemble": uint(), "write_quorum": uint(), "ack_quorum": uint(),
+                    "metadata": { "type": "object", "additionalProperties": string() },
+                },
+            }),
+        )),
+        _ => None,
+    }
+}
+
+fn success(reply: &str) -> Value {
+    match reply {
+        "" => json!({ "description": "success, no body" }),
+        "bytes" => {
+            json!({ "description": "success", "content": { "application/octet-stream": { "schema": { "type": "string", "format": "binary" } } } })
+        }
+        "text" => json!({ "description": "success", "content": { "text/plain": { "schema": string() } } }),
+        name => json!({ "description": "success", "content": { "application/json": { "schema": reference(name) } } }),
+    }
+}
+
+/// The OpenAPI 3.0.3 document of `endpoints`.
+pub fn document(endpoints: &[Endpoint]) -> Value {
+    let mut paths = Map::new();
+    for e in endpoints {
+        let params: Vec<Value> = e
+            .path
+            .split('/')
+            .filter_map(|seg| seg.strip_prefix('{').and_then(|x| x.split('}').next()))
+            .map(|name| {
+                let schema = if name == "bookie" { string() } else { uint() };
+                json!({ "name": name, "in": "path", "required": true, "schema": schema })
+            })
+            .collect();
+        let mut responses = Map::new();
+        for code in e.codes {
+            let r = if *code >= 400 {
+                json!({ "description": "error", "content": { "application/json": { "schema": reference("Error") } } })
+            } else {
+                success(e.reply)
+            };
+            responses.insert(code.to_string(), r);
+        }
+        let mut op = json!({ "summary": e.summary, "parameters": params, "responses": responses });
+        if let Some(r) = request_body(e.request) {
+            op["requestBody"] = r;
+        }
+        let item = paths.entry(e.path.to_string()).or_insert_with(|| json!({}));
+        item[e.method] = op;
+    }
+    json!({
+        "openapi": "3.0.3",
+        "info": { "title": "quire HTTP API", "version": env!("CARGO_PKG_VERSION") },
+        "paths": paths,
+        "components": { "schemas": schemas() },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `$ref` in the document names a schema it defines.
+    #[test]
+    fn every_reference_resolves() {
+        let doc = document(crate::api::ENDPOINTS);
+        let defined = doc["components"]["schemas"].as_object().unwrap().clone();
+        fn walk(v: &Value, defined: &Map<String, Value>) {
+            match v {
+                Value::Object(o) => {
+                    if let Some(r) = o.get("$ref").and_then(Value::as_str) {
+                        let name = r.trim_start_matches("#/components/schemas/");
+                        assert!(defined.contains_key(name), "unresolved {r}");
+                    }
+                    o.values().for_each(|x| walk(x, defined));
+                }
+                Value::Array(a) => a.iter().for_each(|x| walk(x, defined)),
+                _ => {}
+            }
+        }
+        walk(&doc, &defined);
+    }
+}
