@@ -1,41 +1,88 @@
-//! `quire-auditor`: The quire auditor: finds ledgers below their write quorum (issue AUTORECOVERY). Today it serves the control service over QUIC with mTLS.
+//! `quire-auditor`: finds ledgers below their write quorum (BookKeeper's
+//! Auditor). Several may run; one is active (a lock under a lease in the
+//! metadata service), the others stand by. It marks ledgers that keep copies
+//! on a lost bookie (after a grace period) or a decommissioning one, checks
+//! replicas for holes and corrupt copies, retires drained bookies, and
+//! publishes its report (GET /v1/cluster). The replication workers repair.
+
+mod audit;
+mod auditor;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Parser;
+use quire_client::{Client, ClientOptions};
+use quire_metaclient::{MetaClient, MetaClientOptions};
 use quire_proto::Role;
 use quire_rpc::server::{ControlOnly, ServerOptions};
 use quire_runtime::{logging, new_instance_id, CommonArgs, RunningService};
 
-/// The quire auditor: finds ledgers below their write quorum (issue AUTORECOVERY). Today it serves the control service over QUIC with mTLS.
+/// The quire auditor.
 #[derive(Debug, Parser)]
 #[command(name = "quire-auditor", version)]
 struct Args {
     #[command(flatten)]
     common: CommonArgs,
 
-    /// UDP address the QUIC server binds.
+    /// UDP address the QUIC (control) server binds.
     #[arg(long, env = "QUIRE_LISTEN", default_value = "127.0.0.1:5181")]
     listen: SocketAddr,
+
+    /// Metadata replicas (host:port, comma-separated). Required (checked
+    /// after the config file is read, so that the file may give it).
+    #[arg(long, env = "QUIRE_METADATA", value_delimiter = ',')]
+    metadata: Vec<String>,
+
+    /// Between audit passes, in milliseconds.
+    #[arg(long, default_value_t = 5_000)]
+    audit_interval_ms: u64,
+
+    /// A bookie whose registration has been gone this long is lost and its
+    /// ledgers are re-replicated (BookKeeper's lostBookieRecoveryDelay), in ms.
+    #[arg(long, default_value_t = 30_000)]
+    lost_bookie_grace_ms: u64,
+
+    /// Between replica checks (every entry read back on its bookies), in ms; 0: never.
+    #[arg(long, default_value_t = 3_600_000)]
+    replica_check_interval_ms: u64,
 }
 
 fn main() -> anyhow::Result<()> {
     let args: Args = quire_runtime::config::parse()?;
+    anyhow::ensure!(!args.metadata.is_empty(), "--metadata is required (flag, QUIRE_METADATA or the config file)");
     let telemetry =
         logging::init("quire-auditor", &args.common.log, args.common.log_format, args.common.trace_context)?;
     let rt = args.common.runtime()?;
     let result = rt.block_on(async {
+        let instance = new_instance_id();
+        let creds = args.common.credentials(Role::Auditor)?;
+        let rpc = quire_rpc::RpcClient::new(&creds, quire_rpc::ClientOptions::default())?;
+        let meta = Arc::new(MetaClient::new(rpc.clone(), args.metadata.clone(), MetaClientOptions::default()));
+        let client = Client::new(rpc, meta, ClientOptions::default());
         let svc = RunningService::start(
             Role::Auditor,
             &args.common,
             args.listen,
-            new_instance_id(),
+            instance.clone(),
             Arc::new(ControlOnly),
             ServerOptions::default(),
         )?;
-        tracing::info!(addr = %svc.server.local_addr(), "quire-auditor ready");
-        svc.run_until_signal().await
+        let interval = Duration::from_millis(args.audit_interval_ms.max(100));
+        let cfg = auditor::AuditorConfig {
+            owner: format!("{}/{instance}", creds.identity().id),
+            // Renewed every pass: a lease of three passes (at least 3 s).
+            election_lease: (interval * 3).max(Duration::from_secs(3)),
+            interval,
+            lost_bookie_grace: Duration::from_millis(args.lost_bookie_grace_ms),
+            replica_check_interval: Duration::from_millis(args.replica_check_interval_ms),
+        };
+        tracing::info!(addr = %svc.server.local_addr(), owner = %cfg.owner, "quire-auditor ready");
+        let work = tokio::spawn(auditor::run(client, cfg));
+        let r = svc.run_until_signal().await;
+        work.abort();
+        r
     });
     telemetry.shutdown();
     result

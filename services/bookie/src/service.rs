@@ -47,6 +47,18 @@ impl BookieService {
         BookieService { store, me, data_dir, meta, draining }
     }
 
+    /// Re-replication copies are for the roles that repair: workers, a bookie
+    /// refilling itself, the operator. They bypass fencing, so no writer may
+    /// send one.
+    fn check_replication(role: quire_proto::Role) -> Result<(), ServiceError> {
+        use quire_proto::Role::*;
+        if matches!(role, ReplicationWorker | Bookie | Admin) {
+            Ok(())
+        } else {
+            Err(ServiceError::new(ErrorCode::PermissionDenied, format!("a {role} may not send replication adds")))
+        }
+    }
+
     /// A normal add to a draining bookie is refused as to a read-only one:
     /// writers handle that by replacing this bookie in their ensemble.
     fn check_draining(&self, recovery: bool) -> Result<(), ServiceError> {
@@ -89,22 +101,27 @@ impl BookieService {
 
     /// One add of a batch whose ledgers are known (and fenced, for recovery
     /// adds): queued to the journal now, in request order; awaited later.
-    fn add_queued(&self, a: v1::AddEntryRequest) -> AddOutcomeFuture {
+    fn add_queued(&self, a: v1::AddEntryRequest, role: quire_proto::Role) -> AddOutcomeFuture {
         let Some(entry) = a.entry else {
             return Box::pin(std::future::ready(outcome(0, 0, Err(ServiceError::bad_request("add without an entry")))));
         };
         let (l, e) = (entry.ledger_id, entry.entry_id);
-        if let Err(err) = self.check_instance(&a.expected_instance_id).and_then(|()| self.check_draining(a.recovery)) {
+        let checked = if a.replication {
+            Self::check_replication(role).and_then(|()| self.check_instance(&a.expected_instance_id))
+        } else {
+            self.check_instance(&a.expected_instance_id).and_then(|()| self.check_draining(a.recovery))
+        };
+        if let Err(err) = checked {
             return Box::pin(std::future::ready(outcome(l, e, Err(err))));
         }
-        let added = self.store.add(entry, a.recovery);
+        let added = self.store.add(entry, a.recovery || a.replication);
         Box::pin(async move { outcome(l, e, added.await.map_err(to_service_error)) })
     }
 
     /// AddEntries: each add judged as a single AddEntry would be. The checks
     /// that need a round trip (an unknown ledger's state, a recovery add's
     /// fence) run once per ledger of the batch, before its adds are queued.
-    fn add_entries(&self, adds: Vec<v1::AddEntryRequest>) -> ServiceFuture {
+    fn add_entries(&self, adds: Vec<v1::AddEntryRequest>, role: quire_proto::Role) -> ServiceFuture {
         if adds.is_empty() || adds.len() > MAX_ADDS_PER_REQUEST {
             return ready(Err(ServiceError::bad_request(format!(
                 "an AddEntries request carries 1 to {MAX_ADDS_PER_REQUEST} adds, not {}",
@@ -114,7 +131,7 @@ impl BookieService {
         let mut unknown = std::collections::BTreeSet::new();
         let mut to_fence = std::collections::BTreeSet::new();
         for a in &adds {
-            if let Some(entry) = &a.entry {
+            if let Some(entry) = a.entry.as_ref().filter(|_| !a.replication) {
                 let l = entry.ledger_id;
                 if a.recovery && !self.store.is_fenced(l) {
                     to_fence.insert(l);
@@ -124,7 +141,7 @@ impl BookieService {
             }
         }
         if unknown.is_empty() && to_fence.is_empty() {
-            let queued: Vec<AddOutcomeFuture> = adds.into_iter().map(|a| self.add_queued(a)).collect();
+            let queued: Vec<AddOutcomeFuture> = adds.into_iter().map(|a| self.add_queued(a, role)).collect();
             return Box::pin(async move {
                 let mut outcomes = Vec::with_capacity(queued.len());
                 for q in queued {
@@ -156,7 +173,7 @@ impl BookieService {
                     Some((l, e, r)) => {
                         queued.push(Box::pin(std::future::ready(outcome(l, e, Err(r.clone())))) as AddOutcomeFuture)
                     }
-                    None => queued.push(this.add_queued(a)),
+                    None => queued.push(this.add_queued(a, role)),
                 }
             }
             let mut outcomes = Vec::with_capacity(queued.len());
@@ -176,6 +193,25 @@ impl BookieService {
             draining: self.draining.clone(),
         }
     }
+}
+
+/// Most entry ids one CheckEntries request may name.
+pub const MAX_CHECK_ENTRIES: usize = 4096;
+
+/// Reads each entry from disk (or the write cache): which are absent, which
+/// fail their CRC. Any other storage failure fails the whole check, so that
+/// a bookie in trouble is never reported as merely missing entries.
+fn check_entries(store: &Store, ledger_id: u64, ids: &[u64]) -> Result<(Vec<u64>, Vec<u64>), ServiceError> {
+    let (mut missing, mut corrupt) = (Vec::new(), Vec::new());
+    for &id in ids {
+        match store.read(ledger_id, id) {
+            Ok(e) if e.digest_ok() => {}
+            Ok(_) | Err(StorageError::CorruptEntry(..)) => corrupt.push(id),
+            Err(StorageError::NoSuchEntry(..) | StorageError::NoSuchLedger(_)) => missing.push(id),
+            Err(e) => return Err(to_service_error(e)),
+        }
+    }
+    Ok((missing, corrupt))
 }
 
 /// Seed 003's second guard. A bookie that has never seen a ledger (a fresh
@@ -241,12 +277,27 @@ impl quire_rpc::Service for BookieService {
                 | Method::WriteLac
                 | Method::FenceLedger
                 | Method::BookieInfo
+                | Method::CheckEntries
         )
     }
 
     fn call(&self, ctx: RequestContext, body: Req) -> ServiceFuture {
         match body {
             Req::AddEntry(a) => {
+                if a.replication {
+                    // A copy from another replica: no fence, no metadata check.
+                    let queued = self.add_queued(a, ctx.peer.role);
+                    return Box::pin(async move {
+                        let o = queued.await;
+                        match ErrorCode::try_from(o.code) {
+                            Ok(ErrorCode::Ok) => {
+                                Ok(v1::AddEntryResponse { ledger_id: o.ledger_id, entry_id: o.entry_id }.into())
+                            }
+                            Ok(code) => Err(ServiceError::new(code, o.message)),
+                            Err(_) => Err(ServiceError::internal(o.message)),
+                        }
+                    });
+                }
                 let Some(entry) = a.entry else {
                     return ready(Err(ServiceError::bad_request("add without an entry")));
                 };
@@ -286,7 +337,23 @@ impl quire_rpc::Service for BookieService {
                     Ok(v1::AddEntryResponse { ledger_id: l, entry_id: e }.into())
                 })
             }
-            Req::AddEntries(b) => self.add_entries(b.adds),
+            Req::AddEntries(b) => self.add_entries(b.adds, ctx.peer.role),
+            Req::CheckEntries(c) => {
+                if c.entry_ids.len() > MAX_CHECK_ENTRIES {
+                    return ready(Err(ServiceError::bad_request(format!(
+                        "a CheckEntries request names at most {MAX_CHECK_ENTRIES} entries, not {}",
+                        c.entry_ids.len()
+                    ))));
+                }
+                let store = self.store.clone();
+                Box::pin(async move {
+                    let (missing, corrupt) =
+                        tokio::task::spawn_blocking(move || check_entries(&store, c.ledger_id, &c.entry_ids))
+                            .await
+                            .map_err(|e| ServiceError::internal(format!("check task: {e}")))??;
+                    Ok(v1::CheckEntriesResponse { missing, corrupt }.into())
+                })
+            }
             Req::ReadEntry(r) => {
                 let store = self.store.clone();
                 Box::pin(async move {

@@ -593,6 +593,19 @@ async fn cluster(state: State) -> Result<HttpResponse, ApiError> {
         "bookies": list.bookies.iter().chain(&list.retired).map(bookie_json).collect::<Vec<_>>(),
         "under_replicated_ledgers": status.under_replicated_ledgers,
         "auditor": auditor,
+        "audit": status.audit.as_ref().map(|a| serde_json::json!({
+            "auditor": a.auditor,
+            "at_ms": a.at_ms,
+            "ledgers_checked": a.ledgers_checked,
+            "lost_bookies": a.lost_bookies,
+            "draining_bookies": a.draining_bookies,
+            "ledgers_marked": a.ledgers_marked,
+            "replica_check_at_ms": a.replica_check_at_ms,
+            "entries_checked": a.entries_checked,
+            "entries_missing": a.entries_missing,
+            "entries_corrupt": a.entries_corrupt,
+            "retired_bookies": a.retired_bookies,
+        })),
     })))
 }
 

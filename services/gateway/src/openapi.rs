@@ -136,6 +136,16 @@ pub fn schemas() -> Map<String, Value> {
                 "bookies": array_of(reference("Bookie")),
                 "under_replicated_ledgers": uint(),
                 "auditor": { "type": "string", "nullable": true },
+                "audit": {
+                    "type": "object", "nullable": true,
+                    "description": "the active auditor's last report",
+                    "properties": {
+                        "auditor": string(), "at_ms": uint(), "ledgers_checked": uint(),
+                        "lost_bookies": array_of(string()), "draining_bookies": array_of(string()),
+                        "ledgers_marked": uint(), "replica_check_at_ms": uint(), "entries_checked": uint(),
+                        "entries_missing": uint(), "entries_corrupt": uint(), "retired_bookies": array_of(string()),
+                    },
+                },
             }),
         ),
     );

@@ -388,6 +388,12 @@ impl quire_rpc::Service for MetaService {
                     }
                     .into())
                 }
+                Req::PutAuditReport(p) => {
+                    let report = p.report.ok_or_else(|| ServiceError::bad_request("no report"))?;
+                    let report = prost::Message::encode_to_vec(&report);
+                    proposer.propose(Command::PutAuditReport { report }).await?;
+                    Ok(v1::PutAuditReportResponse {}.into())
+                }
                 Req::ChangeMembership(c) => change_membership(&raft, c).await,
                 Req::MetadataStatus(_) => {
                     let m = raft.metrics().borrow().clone();
@@ -403,6 +409,9 @@ impl quire_rpc::Service for MetaService {
                         voters,
                         under_replicated_ledgers: st.marks.len() as u64,
                         bookies: st.bookies.len() as u64,
+                        audit: (!st.audit_report.is_empty())
+                            .then(|| <v1::AuditReport as prost::Message>::decode(st.audit_report.as_slice()).ok())
+                            .flatten(),
                     }
                     .into())
                 }

@@ -60,6 +60,27 @@ pub struct Ledger {
     pub version: u64,
 }
 
+impl Ledger {
+    /// Whether some segment that may hold entries names `bookie_id`: every
+    /// segment but those that provably hold none (an earlier segment the
+    /// next starts at or before, a closed ledger's segments past its last
+    /// entry). An open ledger's last segment may always take more.
+    pub fn names(&self, bookie_id: &str) -> bool {
+        let n = self.ensembles.len();
+        self.ensembles.iter().enumerate().any(|(i, s)| {
+            let end = if i + 1 < n {
+                self.ensembles[i + 1].first_entry_id as i64 - 1
+            } else if self.state == LedgerState::Closed {
+                self.last_entry_id
+            } else {
+                i64::MAX
+            };
+            let end = if self.state == LedgerState::Closed { end.min(self.last_entry_id) } else { end };
+            end >= s.first_entry_id as i64 && s.bookie_ids.iter().any(|b| b == bookie_id)
+        })
+    }
+}
+
 /// Bookie states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum BookieState {
@@ -254,6 +275,11 @@ pub enum Command {
         /// Leader clock.
         now_ms: u64,
     },
+    /// Store the active auditor's last report (encoded `AuditReport`).
+    PutAuditReport {
+        /// The report, as the wire carries it.
+        report: Vec<u8>,
+    },
     /// Several commands proposed as one log entry (the leader batches
     /// concurrent writes: one Raft round and one fsync for all of them).
     /// Applied in order; each has its own outcome.
@@ -347,6 +373,8 @@ pub struct MetaState {
     pub next_lock_id: u64,
     /// Decommissionings, by bookie id.
     pub retirements: BTreeMap<String, Retirement>,
+    /// The active auditor's last report (encoded `AuditReport`; empty: none).
+    pub audit_report: Vec<u8>,
 }
 
 /// What a command touched (for persisting it).
@@ -364,6 +392,8 @@ pub enum Touched {
     Lock(String),
     /// A decommissioning.
     Retirement(String),
+    /// The audit report.
+    AuditReport,
     /// The counters.
     Counters,
 }
@@ -623,6 +653,13 @@ impl MetaState {
                 Ok((Outcome::Lock(l), vec![Touched::Lock(name)]))
             }
             Command::SetBookieState { bookie_id, state, now_ms } => self.set_bookie_state(bookie_id, state, now_ms),
+            Command::PutAuditReport { report } => {
+                if report.len() > 64 * 1024 {
+                    return Err(Refusal::BadRequest("an audit report is at most 64 KiB".into()));
+                }
+                self.audit_report = report;
+                Ok((Outcome::Nothing, vec![Touched::AuditReport]))
+            }
             Command::ReleaseLock { name, lock_id } => {
                 if self.locks.get(&name).is_some_and(|l| l.lock_id == lock_id) {
                     self.locks.remove(&name);
@@ -676,7 +713,7 @@ impl MetaState {
                         let holding: Vec<u64> = self
                             .ledgers
                             .values()
-                            .filter(|l| l.ensembles.iter().any(|s| s.bookie_ids.contains(&bookie_id)))
+                            .filter(|l| l.names(&bookie_id))
                             .map(|l| l.ledger_id)
                             .take(5)
                             .collect();
@@ -733,11 +770,7 @@ impl MetaState {
             .filter(|b| b.bookie_id != bookie_id && b.state == BookieState::Available)
             .filter(|b| self.operator_state(&b.bookie_id).is_none())
             .count();
-        let needed = self
-            .ledgers
-            .values()
-            .filter(|l| l.ensembles.iter().any(|s| s.bookie_ids.iter().any(|b| b == bookie_id)))
-            .max_by_key(|l| l.ensemble_size);
+        let needed = self.ledgers.values().filter(|l| l.names(bookie_id)).max_by_key(|l| l.ensemble_size);
         match needed {
             Some(l) if (l.ensemble_size as usize) > writable => Err(Refusal::BadRequest(format!(
                 "decommissioning bookie {bookie_id} would leave {writable} writable bookies, and ledger {} needs {}: add a bookie first",
@@ -804,11 +837,7 @@ impl MetaState {
 
     /// How many ledgers name `bookie_id` in an ensemble, and how many marks name it.
     pub fn bookie_load(&self, bookie_id: &str) -> (u64, u64) {
-        let ledgers = self
-            .ledgers
-            .values()
-            .filter(|l| l.ensembles.iter().any(|s| s.bookie_ids.iter().any(|b| b == bookie_id)))
-            .count() as u64;
+        let ledgers = self.ledgers.values().filter(|l| l.names(bookie_id)).count() as u64;
         let marks = self.marks.values().filter(|m| m.missing.iter().any(|b| b == bookie_id)).count() as u64;
         (ledgers, marks)
     }

@@ -153,8 +153,8 @@ pub fn run(a: StandaloneArgs) -> anyhow::Result<()> {
         started.push((name.clone(), spawn(&mut cluster, &bin.join("quire-bookie"), &name, &args, &run_dir)?));
     }
     let others = [
-        ("quire-auditor", "auditor-1", 5181u16, vec![]),
-        ("quire-replication-worker", "replication-worker-1", 5281, vec![]),
+        ("quire-auditor", "auditor-1", 5181u16, vec!["--metadata".to_string(), metadata.clone()]),
+        ("quire-replication-worker", "replication-worker-1", 5281, vec!["--metadata".to_string(), metadata.clone()]),
         (
             "quire-gateway",
             "gateway-1",

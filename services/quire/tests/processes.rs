@@ -149,7 +149,9 @@ fn issued_certificates_and_toml_configuration_work_end_to_end() {
     let cfg = tmp.path().join("auditor.toml");
     std::fs::write(
         &cfg,
-        format!("certs_dir = \"{certs_s}\"\nid = \"a7\"\nlisten = \"127.0.0.1:1\"\nlog = \"debug\"\n"),
+        format!(
+            "certs_dir = \"{certs_s}\"\nid = \"a7\"\nlisten = \"127.0.0.1:1\"\nlog = \"debug\"\nmetadata = \"127.0.0.1:9\"\n"
+        ),
     )
     .unwrap();
     let (_auditor, addr) = start("quire-auditor", "auditor", tmp.path(), &["--config", cfg.to_str().unwrap()]);

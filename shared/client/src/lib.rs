@@ -6,6 +6,8 @@
 //! - [`meta`]: ledger metadata, validated, and the edits the protocol makes.
 //! - [`writer`]: striping, pending adds, the ack rule, LAC, bookie failures
 //!   and ensemble changes, the instance-id guard.
+//! - [`fragments`]: which entries a bookie is meant to hold, and which of
+//!   them autorecovery may repair now.
 //! - [`recovery`]: fence coverage, reading forward, write-back, close at the
 //!   true tail; fail rather than truncate (#1067, #2614, #2908, seed 004).
 //!
@@ -14,10 +16,11 @@
 //! [`LedgerWriter`] is an actor per ledger; a [`LedgerReader`] reads up to the
 //! LAC with speculative retries.
 //!
-//! What this crate does not do: re-replicate fragments (the replication
-//! worker), detect under-replication (the auditor), or retry a failed
-//! recovery by itself (its callers decide when).
+//! [`Client::rereplicate`] repairs the fragments of a marked ledger (the
+//! replication worker's job); detecting under-replication is the auditor's
+//! (services/auditor), and retrying a failed recovery is the caller's.
 
+pub mod fragments;
 pub mod meta;
 pub mod placement;
 pub mod recovery;
@@ -25,4 +28,6 @@ pub mod shell;
 pub mod sim;
 pub mod writer;
 
-pub use shell::{Added, Client, ClientError, ClientOptions, CreateLedger, LedgerReader, LedgerWriter, PendingAdd};
+pub use shell::{
+    Added, Client, ClientError, ClientOptions, CreateLedger, LedgerReader, LedgerWriter, PendingAdd, Repair, Throttle,
+};

@@ -236,10 +236,15 @@ pub enum Conflict {
 
 /// Judges a CAS conflict of the party that owns `ours` (the writer of an open
 /// ledger, or recovery of one in recovery) against `theirs`, the record now
-/// stored. That party owns the ensembles; any other change to them, or
-/// another state, means someone else has taken over.
+/// stored. That party owns the last ensemble; re-replication may have moved
+/// an earlier segment's copies to other bookies meanwhile (same segments,
+/// other members), which it retries on top of. Any other change to the
+/// ensembles, or another state, means someone else has taken over.
 pub fn writer_conflict(ours: &LedgerMeta, theirs: &LedgerMeta) -> Conflict {
-    if theirs.state != ours.state || theirs.segments != ours.segments {
+    let same_shape = theirs.segments.len() == ours.segments.len()
+        && theirs.segments.iter().zip(&ours.segments).all(|(t, o)| t.first_entry_id == o.first_entry_id);
+    let only_earlier_members_moved = same_shape && theirs.segments.last() == ours.segments.last();
+    if theirs.state != ours.state || !only_earlier_members_moved {
         Conflict::Fenced
     } else {
         Conflict::Retry(theirs.version)
@@ -305,5 +310,24 @@ mod tests {
         assert_eq!(writer_conflict(&m, &c), Conflict::Retry(9));
         c.state = LedgerState::InRecovery;
         assert_eq!(writer_conflict(&m, &c), Conflict::Fenced);
+    }
+
+    #[test]
+    fn re_replication_of_an_earlier_segment_is_retried_on_but_the_last_is_the_writers() {
+        let m = LedgerMeta::from_proto(proto()).unwrap();
+        let mut members = m.last_segment().members.clone();
+        members[2] = Member { bookie_id: "d".into(), instance_id: "id".into() };
+        let ours = m.with_ensemble(10, members);
+        // A worker moved segment 0's copies from a to e.
+        let mut moved = ours.clone();
+        moved.segments[0].members[0] = Member { bookie_id: "e".into(), instance_id: "ie".into() };
+        moved.version = ours.version + 1;
+        assert_eq!(writer_conflict(&ours, &moved), Conflict::Retry(moved.version));
+        // But a change to the last segment, or a new segment, is someone else's ensemble change.
+        let mut last = ours.clone();
+        last.segments[1].members[0] = Member { bookie_id: "e".into(), instance_id: "ie".into() };
+        assert_eq!(writer_conflict(&ours, &last), Conflict::Fenced);
+        let more = ours.with_ensemble(20, ours.last_segment().members.clone());
+        assert_eq!(writer_conflict(&ours, &more), Conflict::Fenced);
     }
 }

@@ -57,6 +57,7 @@ async fn the_old_writer_is_fenced_after_its_bookies_are_replaced_and_the_ledger_
             metadata_version: 0,
             expected_instance_id: spare_instance.clone(),
             recovery: true,
+            replication: false,
         })
         .await
         .unwrap();
@@ -111,6 +112,7 @@ async fn the_old_writer_is_fenced_after_its_bookies_are_replaced_and_the_ledger_
         metadata_version: w.metadata().version,
         expected_instance_id: expected.to_string(),
         recovery: false,
+        replication: false,
     };
     // (A new connection: the worker's old one to y's address went to the
     // process that is gone, and would only time out.)

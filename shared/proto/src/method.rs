@@ -86,6 +86,7 @@ methods! {
     FenceLedger => FenceLedgerRequest, FenceLedgerResponse, "fence_ledger";
     BookieInfo => BookieInfoRequest, BookieInfoResponse, "bookie_info";
     AddEntries => AddEntriesRequest, AddEntriesResponse, "add_entries";
+    CheckEntries => CheckEntriesRequest, CheckEntriesResponse, "check_entries";
     CreateLedger => CreateLedgerRequest, CreateLedgerResponse, "create_ledger";
     GetLedger => GetLedgerRequest, GetLedgerResponse, "get_ledger";
     UpdateLedger => UpdateLedgerRequest, UpdateLedgerResponse, "update_ledger";
@@ -108,6 +109,7 @@ methods! {
     Raft => RaftRequest, RaftResponse, "raft";
     SetBookieState => SetBookieStateRequest, SetBookieStateResponse, "set_bookie_state";
     GetBookie => GetBookieRequest, GetBookieResponse, "get_bookie";
+    PutAuditReport => PutAuditReportRequest, PutAuditReportResponse, "put_audit_report";
 }
 
 /// The service a method belongs to; a server hosts the control service plus one other.
@@ -127,13 +129,12 @@ impl Method {
         use Method::*;
         match self {
             Ping | ServerInfo => ServiceKind::Control,
-            AddEntry | AddEntries | ReadEntry | ReadLac | WaitLac | WriteLac | FenceLedger | BookieInfo => {
-                ServiceKind::Bookie
-            }
+            AddEntry | AddEntries | ReadEntry | ReadLac | WaitLac | WriteLac | FenceLedger | BookieInfo
+            | CheckEntries => ServiceKind::Bookie,
             CreateLedger | GetLedger | UpdateLedger | DeleteLedger | ListLedgers | WatchLedger | RegisterBookie
             | RenewLease | ListBookies | WatchBookies | MarkUnderReplicated | ListUnderReplicated
             | ClearUnderReplicated | AcquireLock | RenewLock | ReleaseLock | GetLock | ChangeMembership
-            | MetadataStatus | Raft | SetBookieState | GetBookie => ServiceKind::Metadata,
+            | MetadataStatus | Raft | SetBookieState | GetBookie | PutAuditReport => ServiceKind::Metadata,
         }
     }
 }

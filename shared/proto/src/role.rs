@@ -118,6 +118,8 @@ pub fn allowed(role: Role, method: Method) -> bool {
         AddEntry | AddEntries | WriteLac | FenceLedger => writer,
         // Bookies read from their peers to refill entries they lost (integrity check).
         ReadEntry | ReadLac | WaitLac => writer || matches!(role, Auditor | Bookie),
+        // Replica checks: the auditor, workers, a bookie checking its peers.
+        CheckEntries => matches!(role, Auditor | ReplicationWorker | Bookie | Admin),
         // Creating and deleting ledgers is the application's (and operator's) business.
         CreateLedger | DeleteLedger => matches!(role, Gateway | Client | Admin),
         // Ensemble changes, recovery and re-replication update metadata.
@@ -136,6 +138,7 @@ pub fn allowed(role: Role, method: Method) -> bool {
         // auditor retires a drained bookie.
         SetBookieState => matches!(role, Gateway | Admin | Auditor),
         GetBookie => !matches!(role, Metadata),
+        PutAuditReport => role == Auditor,
     }
 }
 

@@ -18,6 +18,7 @@ fn arb_frame() -> impl Strategy<Value = RequestFrame> {
                 metadata_version: 3,
                 expected_instance_id: "abc".into(),
                 recovery: rec,
+                replication: !rec,
             })),
         (any::<u64>(), any::<i64>(), any::<u32>()).prop_map(|(l, after, t)| Body::WaitLac(v1::WaitLacRequest {
             ledger_id: l,

@@ -303,6 +303,31 @@ impl TestCluster {
         self.start_bookie(i)
     }
 
+    /// Starts another service of the cluster (`quire-auditor`,
+    /// `quire-replication-worker`, `quire-gateway`...) as `id`, pointed at the
+    /// metadata service, with `args` added; waits until it serves.
+    pub fn start_service(&self, binary: &str, id: &str, args: &[&str]) -> anyhow::Result<Process> {
+        let ready = self.dir.join(format!("{binary}-{id}-{}.ready", std::process::id()));
+        let _ = std::fs::remove_file(&ready);
+        let metadata = self.metadata_flag();
+        let mut argv: Vec<&str> = vec![
+            "--certs-dir",
+            self.certs.to_str().context("certs path")?,
+            "--id",
+            id,
+            "--listen",
+            "127.0.0.1:0",
+            "--ready-file",
+            ready.to_str().context("ready path")?,
+            "--metadata",
+            &metadata,
+        ];
+        argv.extend_from_slice(args);
+        let mut p = Process::spawn(&format!("{binary}-{id}"), &bin_path(binary), &argv, &self.dir)?;
+        p.wait_ready(&ready, Duration::from_secs(30))?;
+        Ok(p)
+    }
+
     /// Every process's log, for a failing test's message.
     pub fn logs(&self) -> String {
         let mut out = String::new();

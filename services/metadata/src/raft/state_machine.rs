@@ -130,6 +130,9 @@ impl StateMachineStore {
             }
         }
         let get = |key: &str| sm.get(key).map_err(|e| StorageIOError::read_state_machine(&e));
+        if let Some(v) = get("m/audit")? {
+            state.audit_report = v.to_vec();
+        }
         if let Some(v) = get("m/counters")? {
             let c: Counters = unjson(&v)?;
             state.next_ledger_id = c.next_ledger_id;
@@ -184,6 +187,7 @@ impl StateMachineStore {
                     Some(r) => batch.insert(key_retirement(id), json(r)?),
                     None => batch.remove(key_retirement(id)),
                 },
+                Touched::AuditReport => batch.insert(b"m/audit".to_vec(), state.audit_report.clone()),
                 Touched::Counters => batch.insert(
                     b"m/counters".to_vec(),
                     json(&Counters {
@@ -310,6 +314,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         touched.extend(new_state.marks.keys().map(|id| Touched::Mark(*id)));
         touched.extend(new_state.locks.keys().cloned().map(Touched::Lock));
         touched.extend(new_state.retirements.keys().cloned().map(Touched::Retirement));
+        touched.push(Touched::AuditReport);
         touched.push(Touched::Counters);
         self.persist(&new_state, &touched, &mut batch)?;
         self.last_applied = meta.last_log_id;

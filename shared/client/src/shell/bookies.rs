@@ -114,6 +114,7 @@ impl Bookies {
             metadata_version,
             expected_instance_id: member.instance_id.clone(),
             recovery,
+            replication: false,
         };
         let res = match self.peer(&member.bookie_id).await {
             Ok(p) => p.call_full(req, CallOptions { timeout: Some(timeout), order_key: Some(ledger_id) }).await,
@@ -150,6 +151,7 @@ impl Bookies {
                 metadata_version,
                 expected_instance_id: member.instance_id.clone(),
                 recovery,
+                replication: false,
             })
             .collect();
         let res = match self.peer(&member.bookie_id).await {
@@ -183,6 +185,47 @@ impl Bookies {
                 vec![a; n]
             }
         }
+    }
+
+    /// Stores copies of `entries` (read from other replicas, bytes unchanged)
+    /// on `member` as replication adds: in one request, in entry order. Ok
+    /// only when every one is stored by the instance `member` names.
+    pub async fn replicate(&self, member: &Member, entries: Vec<Entry>, timeout: Duration) -> Result<(), String> {
+        let n = entries.len();
+        let ledger_id = entries.first().map_or(0, |e| e.ledger_id);
+        let adds = entries
+            .into_iter()
+            .map(|entry| v1::AddEntryRequest {
+                entry: Some(entry),
+                metadata_version: 0,
+                expected_instance_id: member.instance_id.clone(),
+                recovery: false,
+                replication: true,
+            })
+            .collect();
+        let p = self.peer(&member.bookie_id).await.map_err(|e| e.to_string())?;
+        let opts = CallOptions { timeout: Some(timeout), order_key: Some(ledger_id) };
+        let r = p.call_full(v1::AddEntriesRequest { adds }, opts).await.map_err(|e| e.to_string())?;
+        if r.body.outcomes.len() != n {
+            return Err(format!("{} outcomes for {n} adds", r.body.outcomes.len()));
+        }
+        match r.body.outcomes.iter().find(|o| o.code != ErrorCode::Ok as i32) {
+            Some(o) => Err(format!("entry {}: code {} {}", o.entry_id, o.code, o.message)),
+            None => Ok(()),
+        }
+    }
+
+    /// Which of `entry_ids` the bookie cannot serve: (missing, corrupt).
+    pub async fn check_entries(
+        &self,
+        bookie_id: &str,
+        ledger_id: u64,
+        entry_ids: Vec<u64>,
+        timeout: Duration,
+    ) -> Result<(Vec<u64>, Vec<u64>, String), RpcError> {
+        let p = self.peer(bookie_id).await?;
+        let r = p.call_full(v1::CheckEntriesRequest { ledger_id, entry_ids }, CallOptions::timeout(timeout)).await?;
+        Ok((r.body.missing, r.body.corrupt, r.instance_id))
     }
 
     /// A read (with `fence`, a recovery read), as recovery judges it.

@@ -9,8 +9,12 @@ pub mod error;
 pub mod ledger_writer;
 pub mod reader;
 pub mod recover;
+pub mod rereplicate;
+pub mod throttle;
 
 pub use client::{Client, ClientOptions, CreateLedger};
 pub use error::ClientError;
 pub use ledger_writer::{Added, LedgerWriter, PendingAdd};
 pub use reader::LedgerReader;
+pub use rereplicate::Repair;
+pub use throttle::Throttle;

@@ -1,0 +1,281 @@
+//! The auditor loop: win the election, then audit every interval.
+//!
+//! Only one auditor is active: it holds the `auditor` lock in the metadata
+//! service under a lease it renews each pass; the others try to take it each
+//! interval and take over within a lease of the active one's death. A pass:
+//! list the registry, the marks and every ledger; mark the ledgers that keep
+//! copies on a lost or draining bookie; every replica-check interval, ask each
+//! live bookie whether it can serve the entries its fragments should hold, and
+//! mark the ledgers with holes or corrupt copies (seed 004); retire drained
+//! bookies; publish the report.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use quire_client::fragments::repairable;
+use quire_client::meta::LedgerMeta;
+use quire_client::{Client, ClientError};
+use quire_proto::v1::{self, ErrorCode};
+use tokio::time::Instant;
+
+use crate::audit::{named_by, needs_repair, LostBookies};
+
+/// How the auditor behaves.
+#[derive(Debug, Clone)]
+pub struct AuditorConfig {
+    /// Who holds the election lock (unique per process).
+    pub owner: String,
+    /// The election lease (renewed every pass, so at least twice the interval).
+    pub election_lease: Duration,
+    /// Between passes.
+    pub interval: Duration,
+    /// A bookie whose registration is gone this long is lost.
+    pub lost_bookie_grace: Duration,
+    /// Between replica checks (0: never).
+    pub replica_check_interval: Duration,
+}
+
+const CHECK_BATCH_ENTRIES: usize = 4096;
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Runs until the task is dropped.
+pub async fn run(client: Client, cfg: AuditorConfig) {
+    let mut lost = LostBookies::new(cfg.lost_bookie_grace.as_millis() as u64);
+    let mut held: Option<u64> = None;
+    let mut last_check: Option<Instant> = None;
+    let lease_ms = cfg.election_lease.as_millis() as u32;
+    loop {
+        let meta = client.meta();
+        held = match held {
+            None => match meta
+                .call(v1::AcquireLockRequest { name: "auditor".into(), owner: cfg.owner.clone(), lease_ms })
+                .await
+            {
+                Ok(r) => {
+                    tracing::info!(owner = %cfg.owner, "this auditor is now the active one");
+                    r.lock.map(|l| l.lock_id)
+                }
+                Err(e) if e.code() == Some(ErrorCode::LockHeld) => None,
+                Err(e) => {
+                    tracing::warn!(error = %e, "auditor election failed");
+                    None
+                }
+            },
+            Some(id) => match meta.call(v1::RenewLockRequest { name: "auditor".into(), lock_id: id }).await {
+                Ok(_) => Some(id),
+                Err(e) => {
+                    tracing::warn!(error = %e, "lost the auditor lock; standing by");
+                    None
+                }
+            },
+        };
+        if held.is_some() {
+            let check = !cfg.replica_check_interval.is_zero()
+                && last_check.is_none_or(|t| t.elapsed() >= cfg.replica_check_interval);
+            match pass(&client, &cfg, &mut lost, check, held.unwrap_or_default()).await {
+                Ok(report) => {
+                    if check {
+                        last_check = Some(Instant::now());
+                    }
+                    if let Err(e) = meta.call(v1::PutAuditReportRequest { report: Some(report) }).await {
+                        tracing::warn!(error = %e, "publishing the audit report failed");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "audit pass failed"),
+            }
+        }
+        tokio::time::sleep(cfg.interval).await;
+    }
+}
+
+async fn all_ledgers(client: &Client) -> Result<Vec<LedgerMeta>, ClientError> {
+    let mut out = Vec::new();
+    let mut start_after = None;
+    loop {
+        let (ids, next) = client.list(start_after, 1000).await?;
+        for id in ids {
+            match client.metadata(id).await {
+                Ok(m) => out.push(m),
+                Err(ClientError::NoSuchLedger(_)) => {} // deleted meanwhile
+                Err(e) => return Err(e),
+            }
+        }
+        match next {
+            Some(n) => start_after = Some(n),
+            None => return Ok(out),
+        }
+    }
+}
+
+async fn marks(client: &Client) -> Result<BTreeMap<u64, BTreeSet<String>>, ClientError> {
+    let mut out = BTreeMap::new();
+    let mut start_after = None;
+    loop {
+        let page = client
+            .meta()
+            .call(v1::ListUnderReplicatedRequest { start_after, limit: 1000 })
+            .await
+            .map_err(|e| ClientError::from_metadata(e, None))?;
+        for m in page.marks {
+            out.insert(m.ledger_id, m.missing_bookie_ids.into_iter().collect());
+        }
+        match page.next {
+            Some(n) => start_after = Some(n),
+            None => return Ok(out),
+        }
+    }
+}
+
+async fn mark(client: &Client, ledger_id: u64, missing: Vec<String>, reason: String) -> Result<(), ClientError> {
+    tracing::info!(ledger_id, ?missing, %reason, "marking a ledger under-replicated");
+    match client.meta().call(v1::MarkUnderReplicatedRequest { ledger_id, missing_bookie_ids: missing, reason }).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == Some(ErrorCode::NoSuchLedger) => Ok(()), // deleted meanwhile
+        Err(e) => Err(ClientError::from_metadata(e, Some(ledger_id))),
+    }
+}
+
+/// One audit pass; its report.
+async fn pass(
+    client: &Client,
+    cfg: &AuditorConfig,
+    lost: &mut LostBookies,
+    replica_check: bool,
+    lock_id: u64,
+) -> Result<v1::AuditReport, ClientError> {
+    let registry =
+        client.meta().call(v1::ListBookiesRequest {}).await.map_err(|e| ClientError::from_metadata(e, None))?;
+    let registered: BTreeSet<String> = registry.bookies.iter().map(|b| b.bookie_id.clone()).collect();
+    let draining: BTreeSet<String> = registry
+        .bookies
+        .iter()
+        .chain(&registry.retired)
+        .filter(|b| b.state == v1::BookieState::Decommissioning as i32)
+        .map(|b| b.bookie_id.clone())
+        .collect();
+    let ledgers = all_ledgers(client).await?;
+    let named: BTreeSet<String> = ledgers.iter().flat_map(named_by).collect();
+    let lost_now = lost.observe(&registered, &named, now_ms());
+    let existing = marks(client).await?;
+    let mut report = v1::AuditReport {
+        auditor: cfg.owner.clone(),
+        ledgers_checked: ledgers.len() as u64,
+        lost_bookies: lost_now.iter().cloned().collect(),
+        draining_bookies: draining.iter().cloned().collect(),
+        ..Default::default()
+    };
+
+    let gone: BTreeSet<String> = lost_now.union(&draining).cloned().collect();
+    for meta in &ledgers {
+        let marked = existing.get(&meta.ledger_id);
+        let need: Vec<String> =
+            needs_repair(meta, &gone).into_iter().filter(|b| !marked.is_some_and(|m| m.contains(b))).collect();
+        if need.is_empty() {
+            continue;
+        }
+        let why = if need.iter().all(|b| draining.contains(b)) { "bookie decommissioning" } else { "bookie lost" };
+        mark(client, meta.ledger_id, need, why.into()).await?;
+        report.ledgers_marked += 1;
+    }
+
+    if replica_check {
+        // A bookie that cannot answer is skipped for the rest of the check:
+        // whether it is lost is for its lease to say, not for this check to
+        // wait out, one timeout per ledger.
+        let mut unreachable = BTreeSet::new();
+        let mut renewed = Instant::now();
+        for meta in &ledgers {
+            // A long check must not outlive the election lease.
+            if renewed.elapsed() >= cfg.interval {
+                let renew = v1::RenewLockRequest { name: "auditor".into(), lock_id };
+                client.meta().call(renew).await.map_err(|e| ClientError::from_metadata(e, None))?;
+                renewed = Instant::now();
+            }
+            let marked = existing.get(&meta.ledger_id);
+            for b in named_by(meta) {
+                if !registered.contains(&b)
+                    || gone.contains(&b)
+                    || unreachable.contains(&b)
+                    || marked.is_some_and(|m| m.contains(&b))
+                {
+                    continue;
+                }
+                let Some((missing, corrupt, checked)) = check_bookie(client, meta, &b).await else {
+                    unreachable.insert(b);
+                    continue;
+                };
+                report.entries_checked += checked;
+                report.entries_missing += missing;
+                report.entries_corrupt += corrupt;
+                if missing + corrupt > 0 {
+                    let why = format!("replica check: {missing} entries missing, {corrupt} corrupt");
+                    mark(client, meta.ledger_id, vec![b.clone()], why).await?;
+                    report.ledgers_marked += 1;
+                }
+            }
+        }
+        report.replica_check_at_ms = now_ms();
+    }
+
+    for b in &draining {
+        let r = client.meta().call(v1::GetBookieRequest { bookie_id: b.clone() }).await;
+        if let Ok(r) = r {
+            if r.ledgers == 0 {
+                let set =
+                    v1::SetBookieStateRequest { bookie_id: b.clone(), state: v1::BookieState::Decommissioned as i32 };
+                match client.meta().call(set).await {
+                    Ok(_) => {
+                        tracing::info!(bookie_id = %b, "bookie drained: retired (decommissioned)");
+                        report.retired_bookies.push(b.clone());
+                    }
+                    Err(e) => tracing::warn!(bookie_id = %b, error = %e, "retiring a drained bookie failed"),
+                }
+            }
+        }
+    }
+    report.at_ms = now_ms();
+    if !report.lost_bookies.is_empty() || report.ledgers_marked > 0 {
+        tracing::info!(
+            lost = ?report.lost_bookies,
+            draining = ?report.draining_bookies,
+            marked = report.ledgers_marked,
+            entries_checked = report.entries_checked,
+            "audit pass"
+        );
+    }
+    Ok(report)
+}
+
+/// Asks `bookie` about every entry its repairable fragments of `meta` should
+/// hold: (missing, corrupt, checked); `None` when it cannot answer (not
+/// judged here: its lease decides whether it is lost).
+async fn check_bookie(client: &Client, meta: &LedgerMeta, bookie: &str) -> Option<(u64, u64, u64)> {
+    let (fragments, _) = repairable(meta, bookie);
+    let (mut missing, mut corrupt, mut checked) = (0, 0, 0);
+    for f in fragments {
+        let ids: Vec<u64> = f.entries(&meta.quorums).collect();
+        for chunk in ids.chunks(CHECK_BATCH_ENTRIES) {
+            let timeout = client.options().read_timeout;
+            match client.bookies().check_entries(bookie, meta.ledger_id, chunk.to_vec(), timeout).await {
+                Ok((m, c, instance)) => {
+                    if !f.member.instance_id.is_empty() && instance != f.member.instance_id {
+                        // Another instance: it holds nothing of this fragment.
+                        missing += chunk.len() as u64;
+                    } else {
+                        missing += m.len() as u64;
+                        corrupt += c.len() as u64;
+                    }
+                    checked += chunk.len() as u64;
+                }
+                Err(e) => {
+                    tracing::info!(ledger_id = meta.ledger_id, bookie, error = %e, "replica check could not ask the bookie");
+                    return None;
+                }
+            }
+        }
+    }
+    Some((missing, corrupt, checked))
+}

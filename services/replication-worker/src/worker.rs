@@ -1,0 +1,173 @@
+//! The worker loop: claim a marked ledger, repair it, release it.
+//!
+//! Claims are `replicate/<ledger>` locks in the metadata service under a
+//! lease that a task renews while the repair runs; a worker that loses its
+//! claim (a partition, a pause longer than the lease) stops copying at the
+//! next batch. A worker killed mid-copy simply lets its lease run out: the
+//! mark is still there and another worker claims it and starts over (its
+//! copies are idempotent; what the dead one wrote is unreferenced until
+//! recorded).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use quire_client::meta::LedgerState;
+use quire_client::{Client, ClientError, Throttle};
+use quire_proto::v1::{self, ErrorCode};
+
+/// How the worker behaves.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Who claims (unique per process).
+    pub owner: String,
+    /// Claim lease; renewed every third of it.
+    pub claim_lease: Duration,
+    /// How long an open ledger whose last segment names a missing bookie is
+    /// left to its writer before the worker recovers (fences and closes) it.
+    pub open_ledger_grace: Duration,
+    /// Pause between scans of the marks when there was nothing to do.
+    pub idle_poll: Duration,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Runs until the task is dropped.
+pub async fn run(client: Client, cfg: WorkerConfig, throttle: Arc<Throttle>) {
+    loop {
+        let worked = match scan(&client, &cfg, &throttle).await {
+            Ok(n) => n > 0,
+            Err(e) => {
+                tracing::warn!(error = %e, "scanning under-replicated ledgers failed");
+                false
+            }
+        };
+        if !worked {
+            tokio::time::sleep(cfg.idle_poll).await;
+        }
+    }
+}
+
+/// One pass over the marks; how many ledgers it worked on.
+async fn scan(client: &Client, cfg: &WorkerConfig, throttle: &Arc<Throttle>) -> Result<usize, ClientError> {
+    let meta = client.meta();
+    let mut start_after = None;
+    let mut worked = 0;
+    loop {
+        let page = meta
+            .call(v1::ListUnderReplicatedRequest { start_after, limit: 100 })
+            .await
+            .map_err(|e| ClientError::from_metadata(e, None))?;
+        for mark in &page.marks {
+            if repair_one(client, cfg, throttle, mark).await? {
+                worked += 1;
+            }
+        }
+        match page.next {
+            Some(n) => start_after = Some(n),
+            None => return Ok(worked),
+        }
+    }
+}
+
+/// Claims and repairs one marked ledger; false when another worker holds it.
+async fn repair_one(
+    client: &Client,
+    cfg: &WorkerConfig,
+    throttle: &Arc<Throttle>,
+    mark: &v1::UnderReplicatedMark,
+) -> Result<bool, ClientError> {
+    let ledger_id = mark.ledger_id;
+    let name = format!("replicate/{ledger_id}");
+    let meta = client.meta().clone();
+    let lease_ms = cfg.claim_lease.as_millis() as u32;
+    let lock = match meta.call(v1::AcquireLockRequest { name: name.clone(), owner: cfg.owner.clone(), lease_ms }).await
+    {
+        Ok(r) => r.lock.ok_or_else(|| ClientError::MetadataUnavailable("lock answer without a lock".into()))?,
+        Err(e) if e.code() == Some(ErrorCode::LockHeld) => return Ok(false),
+        Err(e) => return Err(ClientError::from_metadata(e, None)),
+    };
+    // Renew the claim while we work; `held` goes false the moment it is lost.
+    let held = Arc::new(AtomicBool::new(true));
+    let renewer = {
+        let (meta, name, held) = (meta.clone(), name.clone(), held.clone());
+        let every = cfg.claim_lease / 3;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let r = meta.call(v1::RenewLockRequest { name: name.clone(), lock_id: lock.lock_id }).await;
+                if let Err(e) = r {
+                    tracing::warn!(ledger_id, error = %e, "lost the claim on a ledger");
+                    held.store(false, Ordering::SeqCst);
+                    return;
+                }
+            }
+        })
+    };
+    let result = repair_claimed(client, cfg, throttle, mark, &held).await;
+    renewer.abort();
+    let _ = meta.call(v1::ReleaseLockRequest { name, lock_id: lock.lock_id }).await;
+    result.map(|()| true)
+}
+
+async fn repair_claimed(
+    client: &Client,
+    cfg: &WorkerConfig,
+    throttle: &Throttle,
+    mark: &v1::UnderReplicatedMark,
+    held: &AtomicBool,
+) -> Result<(), ClientError> {
+    let ledger_id = mark.ledger_id;
+    let keep_going = || held.load(Ordering::SeqCst);
+    let meta = match client.metadata(ledger_id).await {
+        Ok(m) => m,
+        Err(ClientError::NoSuchLedger(_)) => {
+            clear(client, ledger_id, Vec::new()).await?;
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let mut repair = client.rereplicate(ledger_id, &mark.missing_bookie_ids, throttle, &keep_going).await?;
+    // An open ledger whose writer has had its grace period and still sits on
+    // a missing bookie: its writer is gone. Recover it (fence, close at the
+    // true tail) so that its last segment becomes repairable.
+    let waited = Duration::from_millis(now_ms().saturating_sub(mark.marked_at_ms));
+    if !repair.waiting_for_writer.is_empty() && meta.state != LedgerState::Closed && waited >= cfg.open_ledger_grace {
+        tracing::warn!(
+            ledger_id,
+            waited_ms = waited.as_millis() as u64,
+            "open ledger's writer did not move off a missing bookie: recovering it"
+        );
+        client.recover(ledger_id).await?;
+        let again = client.rereplicate(ledger_id, &repair.waiting_for_writer, throttle, &keep_going).await?;
+        repair.repaired.extend(again.repaired);
+        repair.failed.extend(again.failed);
+        repair.entries_copied += again.entries_copied;
+        repair.bytes_copied += again.bytes_copied;
+    }
+    for (bookie, why) in &repair.failed {
+        tracing::warn!(ledger_id, bookie_id = %bookie, why = %why, "copies not restored yet; the mark stays");
+    }
+    if !repair.repaired.is_empty() {
+        tracing::info!(
+            ledger_id,
+            repaired = ?repair.repaired,
+            entries = repair.entries_copied,
+            bytes = repair.bytes_copied,
+            "ledger re-replicated"
+        );
+        clear(client, ledger_id, repair.repaired).await?;
+    }
+    Ok(())
+}
+
+async fn clear(client: &Client, ledger_id: u64, bookie_ids: Vec<String>) -> Result<(), ClientError> {
+    client
+        .meta()
+        .call(v1::ClearUnderReplicatedRequest { ledger_id, bookie_ids })
+        .await
+        .map_err(|e| ClientError::from_metadata(e, Some(ledger_id)))?;
+    Ok(())
+}

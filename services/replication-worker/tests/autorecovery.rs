@@ -1,0 +1,313 @@
+//! Autorecovery end to end, with real processes: 3 metadata replicas, four
+//! bookies, the auditor and replication workers. No operator action: the
+//! auditor finds what lost copies, the workers restore them.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use quire_client::meta::LedgerMeta;
+use quire_client::{Client, ClientOptions, CreateLedger};
+use quire_metaclient::{MetaClient, MetaClientOptions};
+use quire_pki::{init_dir, IssueOptions, LocalCluster};
+use quire_proto::{v1, Role};
+use quire_rpc::{Credentials, RpcClient, TlsFiles};
+use quire_testkit::{Process, TestCluster};
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    cluster: TestCluster,
+}
+
+impl Setup {
+    fn start(bookies: usize) -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let certs = dir.path().join("certs");
+        init_dir(&certs, "test", &LocalCluster { metadata: 3, bookies: bookies as u32 }, &IssueOptions::default())
+            .unwrap();
+        let racks: Vec<String> = (0..bookies).map(|i| format!("r{}", i % 3 + 1)).collect();
+        let racks: Vec<&str> = racks.iter().map(String::as_str).collect();
+        let cluster = TestCluster::start(dir.path(), &certs, &racks, &["--lease-ms", "2000"]).unwrap();
+        Setup { _dir: dir, cluster }
+    }
+
+    fn client(&self) -> Client {
+        let creds = Credentials::load(&TlsFiles::in_dir(&self.cluster.certs, Role::Admin, "1")).unwrap();
+        let rpc = RpcClient::new(&creds, quire_rpc::ClientOptions::default()).unwrap();
+        let meta =
+            Arc::new(MetaClient::new(rpc.clone(), self.cluster.metadata.addrs.clone(), MetaClientOptions::default()));
+        let opts = ClientOptions {
+            add_timeout: Duration::from_secs(2),
+            read_timeout: Duration::from_secs(2),
+            ensemble_change_deadline: Duration::from_secs(10),
+            ..ClientOptions::default()
+        };
+        Client::new(rpc, meta, opts)
+    }
+
+    fn auditor(&self) -> Process {
+        let args =
+            ["--audit-interval-ms", "300", "--lost-bookie-grace-ms", "1000", "--replica-check-interval-ms", "1000"];
+        self.cluster.start_service("quire-auditor", "1", &args).unwrap()
+    }
+
+    fn worker(&self, id: &str, extra: &[&str]) -> Process {
+        let mut args = vec!["--open-ledger-grace-ms", "2000", "--poll-ms", "200", "--claim-lease-ms", "3000"];
+        args.extend_from_slice(extra);
+        self.cluster.start_service("quire-replication-worker", id, &args).unwrap()
+    }
+}
+
+fn payload(l: usize, e: u64) -> Bytes {
+    Bytes::from(format!("ledger {l} entry {e} {}", "p".repeat(200 + (e as usize % 5) * 50)))
+}
+
+/// Polls `cond` until it yields, or fails after `timeout` naming `what`.
+async fn eventually<T, F: Future<Output = Option<T>>>(timeout: Duration, what: &str, mut cond: impl FnMut() -> F) -> T {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = cond().await {
+            return v;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            // Let an outer timeout report with the logs; alone, fail here.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn marks(client: &Client) -> Vec<v1::UnderReplicatedMark> {
+    client.meta().call(v1::ListUnderReplicatedRequest { start_after: None, limit: 1000 }).await.unwrap().marks
+}
+
+/// Every entry of `meta` has a byte-identical, intact copy on every bookie of
+/// its write set (read from each bookie directly).
+async fn every_copy_is_there(client: &Client, meta: &LedgerMeta, expected: &[Bytes]) -> Result<(), String> {
+    if meta.last_entry_id + 1 != expected.len() as i64 {
+        return Err(format!("ledger {} ends at {}, not {}", meta.ledger_id, meta.last_entry_id, expected.len() - 1));
+    }
+    for (e, want) in expected.iter().enumerate() {
+        let seg = meta.segment_of(e as u64);
+        for p in meta.quorums.write_set(e as u64) {
+            let b = &seg.members[p].bookie_id;
+            let got = client.bookies().read(b, meta.ledger_id, e as u64, false, Duration::from_secs(2)).await;
+            match got {
+                Ok(r) => {
+                    let entry = r.body.entry.ok_or("no entry")?;
+                    if !entry.digest_ok() || entry.payload != *want {
+                        return Err(format!("ledger {} entry {e} on {b}: wrong bytes", meta.ledger_id));
+                    }
+                }
+                Err(err) => return Err(format!("ledger {} entry {e} on {b}: {err}", meta.ledger_id)),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn spec() -> CreateLedger {
+    CreateLedger { ensemble: 3, write_quorum: 3, ack_quorum: 2, custom: BTreeMap::new() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_bookies_copies_return_to_live_bookies_without_an_operator() {
+    let mut s = Setup::start(4);
+    let client = s.client();
+    eventually(Duration::from_secs(20), "4 bookies", || async {
+        (client.bookies().refresh().await.ok()?.len() == 4).then_some(())
+    })
+    .await;
+    // 100 closed ledgers, and one open ledger whose writer is gone.
+    let mut written: BTreeMap<u64, Vec<Bytes>> = BTreeMap::new();
+    for l in 0..100usize {
+        let w = client.create(spec()).await.unwrap();
+        let data: Vec<Bytes> = (0..8).map(|e| payload(l, e)).collect();
+        w.add_batch(data.clone()).await.unwrap();
+        w.close().await.unwrap();
+        written.insert(w.ledger_id(), data);
+    }
+    let open = client.create(spec()).await.unwrap();
+    let open_data: Vec<Bytes> = (0..8).map(|e| payload(999, e)).collect();
+    open.add_batch(open_data.clone()).await.unwrap();
+    let open_id = open.ledger_id();
+    drop(open);
+    written.insert(open_id, open_data);
+
+    let auditor = s.auditor();
+    let worker = s.worker("1", &[]);
+    // Bookie 2 (alone in its rack, so in every ensemble) dies for good.
+    s.cluster.kill_bookie(1).unwrap();
+    let victim = "2".to_string();
+    let victim_held = {
+        let mut n = 0;
+        for id in written.keys() {
+            if client
+                .metadata(*id)
+                .await
+                .unwrap()
+                .segments
+                .iter()
+                .any(|g| g.members.iter().any(|m| m.bookie_id == victim))
+            {
+                n += 1;
+            }
+        }
+        n
+    };
+    assert_eq!(victim_held, 101, "the dead bookie held copies of every ledger");
+
+    // Without operator action: no ledger names the dead bookie, no mark remains.
+    let moved = tokio::time::timeout(
+        Duration::from_secs(150),
+        eventually(Duration::from_secs(160), "every ledger moved off the dead bookie", || async {
+            for id in written.keys() {
+                let m = client.metadata(*id).await.ok()?;
+                if m.segments.iter().any(|g| g.members.iter().any(|x| x.bookie_id == victim)) {
+                    return None;
+                }
+            }
+            if !marks(&client).await.is_empty() {
+                return None;
+            }
+            // Every acknowledged entry has Qw byte-identical copies on live
+            // bookies (a third copy still in flight when recovery closed the
+            // open ledger is a hole the replica check finds and a worker fills).
+            for (id, data) in &written {
+                let m = client.metadata(*id).await.ok()?;
+                every_copy_is_there(&client, &m, data).await.ok()?;
+            }
+            Some(())
+        }),
+    )
+    .await;
+    if moved.is_err() {
+        let left = marks(&client).await;
+        panic!(
+            "not repaired in 150 s; {} marks left, e.g. {:?}\n--- auditor ---\n{}\n--- worker ---\n{}",
+            left.len(),
+            left.first(),
+            auditor.log(),
+            worker.log()
+        );
+    }
+    for (id, data) in &written {
+        let m = client.metadata(*id).await.unwrap();
+        assert_eq!(m.state, quire_client::meta::LedgerState::Closed, "ledger {id} (the open one was recovered)");
+        every_copy_is_there(&client, &m, data)
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{m:?}\n--- worker ---\n{}", worker.log()));
+    }
+    let status = client.meta().call(v1::MetadataStatusRequest {}).await.unwrap();
+    let audit = status.audit.expect("the auditor published a report");
+    assert_eq!(audit.ledgers_checked, 101);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_copy_on_disk_is_found_and_repaired_in_place() {
+    let mut s = Setup::start(3);
+    let client = s.client();
+    eventually(Duration::from_secs(20), "3 bookies", || async {
+        (client.bookies().refresh().await.ok()?.len() == 3).then_some(())
+    })
+    .await;
+    let w = client.create(spec()).await.unwrap();
+    let data: Vec<Bytes> = (0..20).map(|e| payload(7, e)).collect();
+    w.add_batch(data.clone()).await.unwrap();
+    let meta = w.close().await.unwrap();
+    // Stop bookie 2 cleanly (it flushes its entry log), flip a payload byte of
+    // entry 13 there, start it again: its copy now fails its CRC.
+    s.cluster.terminate_bookie(1).unwrap();
+    let needle = b"ledger 7 entry 13 ";
+    let mut flipped = 0;
+    let mut stack = vec![s.cluster.bookies[1].data.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                if !p.to_string_lossy().contains("journal") {
+                    stack.push(p);
+                }
+                continue;
+            }
+            let mut bytes = std::fs::read(&p).unwrap();
+            if let Some(i) = bytes.windows(needle.len()).position(|w| w == needle) {
+                bytes[i + needle.len() + 3] ^= 0x01;
+                std::fs::write(&p, bytes).unwrap();
+                flipped += 1;
+            }
+        }
+    }
+    assert_eq!(flipped, 1, "entry 13 found in exactly one entry log");
+    s.cluster.start_bookie(1).unwrap();
+    let bad = client.bookies().read("2", meta.ledger_id, 13, false, Duration::from_secs(2)).await;
+    assert!(matches!(&bad, Err(e) if e.code() == Some(v1::ErrorCode::CorruptEntry)), "{bad:?}");
+
+    let _auditor = s.auditor();
+    let _worker = s.worker("1", &[]);
+    eventually(Duration::from_secs(60), "the corrupt copy repaired", || async {
+        let r = client.bookies().read("2", meta.ledger_id, 13, false, Duration::from_secs(2)).await.ok()?;
+        let e = r.body.entry?;
+        (e.digest_ok() && e.payload == data[13]).then_some(())
+    })
+    .await;
+    eventually(Duration::from_secs(30), "the mark cleared", || async { marks(&client).await.is_empty().then_some(()) })
+        .await;
+    let after = client.metadata(meta.ledger_id).await.unwrap();
+    assert_eq!(after.segments, meta.segments, "repaired in place: the ensemble is unchanged");
+    every_copy_is_there(&client, &after, &data).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decommissioned_bookie_is_drained_under_writes_then_retired() {
+    let s = Setup::start(4);
+    let client = s.client();
+    eventually(Duration::from_secs(20), "4 bookies", || async {
+        (client.bookies().refresh().await.ok()?.len() == 4).then_some(())
+    })
+    .await;
+    let mut written: BTreeMap<u64, Vec<Bytes>> = BTreeMap::new();
+    for l in 0..10usize {
+        let w = client.create(spec()).await.unwrap();
+        let data: Vec<Bytes> = (0..8).map(|e| payload(l, e)).collect();
+        w.add_batch(data.clone()).await.unwrap();
+        w.close().await.unwrap();
+        written.insert(w.ledger_id(), data);
+    }
+    let _auditor = s.auditor();
+    let _worker = s.worker("1", &[]);
+    // A writer keeps writing while bookie 1 is drained.
+    let w = client.create(spec()).await.unwrap();
+    let live_id = w.ledger_id();
+    let writer = tokio::spawn(async move {
+        let mut acked = Vec::new();
+        for e in 0..400u64 {
+            let p = payload(500, e);
+            w.add(p.clone()).await.expect("every add is acknowledged");
+            acked.push(p);
+            tokio::task::yield_now().await;
+        }
+        w.close().await.unwrap();
+        acked
+    });
+    client
+        .meta()
+        .call(v1::SetBookieStateRequest { bookie_id: "1".into(), state: v1::BookieState::Decommissioning as i32 })
+        .await
+        .unwrap();
+    written.insert(live_id, writer.await.unwrap());
+    let retired = eventually(Duration::from_secs(120), "bookie 1 retired", || async {
+        let b = client.meta().call(v1::GetBookieRequest { bookie_id: "1".into() }).await.ok()?;
+        (b.bookie?.state == v1::BookieState::Decommissioned as i32).then_some(b.ledgers)
+    })
+    .await;
+    assert_eq!(retired, 0);
+    for (id, data) in &written {
+        let m = client.metadata(*id).await.unwrap();
+        assert!(!m.segments.iter().any(|g| g.members.iter().any(|x| x.bookie_id == "1")), "ledger {id}");
+        every_copy_is_there(&client, &m, data).await.unwrap_or_else(|e| panic!("{e}"));
+    }
+}
