@@ -7,7 +7,7 @@ BENCH_SECS ?= 5
 FUZZ_SECS ?= 60
 DATA ?= $(CURDIR)/data
 
-.PHONY: all build test verify fmt fmt-check clippy lint bench-rpc bench-bookie bench-metadata bench-client bench-gateway sim fuzz run clean
+.PHONY: all build test verify fmt fmt-check clippy lint bench-rpc bench-bookie bench-metadata bench-client bench-gateway bench-rereplicate sim fuzz run clean
 
 all: build
 
@@ -61,6 +61,10 @@ bench-client: build
 # direct client appends, in one run: see docs/benchmarks.md.
 bench-gateway: build
 	BENCH_SECS=$(BENCH_SECS) $(CARGO) bench -p quire-gateway --bench http
+
+# Re-replication MB/s, unthrottled and throttled: see docs/benchmarks.md.
+bench-rereplicate: build
+	$(CARGO) bench -p quire-replication-worker --bench rereplicate
 
 # Three metadata replicas, 64 clients doing CAS updates: see docs/benchmarks.md.
 bench-metadata: build

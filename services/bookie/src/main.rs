@@ -6,6 +6,7 @@
 //! reach it. Registration with the metadata service (leases, the cookie's
 //! ownership record) arrives with the metadata service.
 
+mod integrity;
 mod registration;
 mod service;
 
@@ -127,6 +128,12 @@ struct Args {
     /// How often to check disk usage, in milliseconds.
     #[arg(long, default_value_t = 5000)]
     disk_check_interval_ms: u64,
+
+    /// The data-integrity check: `auto` when data this instance held is
+    /// missing (or a check has not finished), `always` at every start (after
+    /// restoring data from a backup, say), `never`.
+    #[arg(long, value_enum, default_value_t = integrity::CheckMode::Auto)]
+    integrity_check: integrity::CheckMode,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -149,10 +156,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let ledger_dir = args.ledger_dir.clone().unwrap_or_else(|| args.data_dir.join("ledgers"));
     let creds = args.common.credentials(Role::Bookie)?;
     let bookie_id = creds.identity().id.clone();
+    // Brand-new directories (formatted just now) hold nothing to lose.
+    let fresh = !ledger_dir.join(cookie::COOKIE_FILE).exists();
+    let meta_configured = !args.metadata.is_empty();
     let cookie = cookie::check_or_create(&bookie_id, &journal_dir, &ledger_dir, args.format, new_instance_id)
         .context("check the data directories' cookie")?;
     tracing::info!(bookie_id, instance_id = %cookie.instance_id, journal = %journal_dir.display(), ledgers = %ledger_dir.display(), "opening storage");
 
+    let check = meta_configured && integrity::needs_check(&ledger_dir, fresh, args.integrity_check);
+    if check {
+        integrity::mark_pending(&ledger_dir).context("record the pending integrity check")?;
+    }
     let mut config = StoreConfig::new(&journal_dir, &ledger_dir);
     config.journal.policy = GroupCommitPolicy {
         max_wait: Duration::from_micros(args.journal_max_wait_us),
@@ -182,7 +196,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
         Some(Arc::new(quire_metaclient::MetaClient::new(rpc, args.metadata.clone(), Default::default())))
     };
     let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let service = Arc::new(BookieService::new(store.clone(), me, ledger_dir.clone(), meta.clone(), draining.clone()));
+    // With data missing, absent entries are not evidence until the
+    // integrity check has refilled them from peers (integrity.rs).
+    let limbo = Arc::new(if check { integrity::Limbo::everything() } else { integrity::Limbo::none() });
+    let service = Arc::new(BookieService::new(
+        store.clone(),
+        me,
+        ledger_dir.clone(),
+        meta.clone(),
+        draining.clone(),
+        limbo.clone(),
+    ));
     let svc = RunningService::start(
         Role::Bookie,
         &args.common,
@@ -200,6 +224,21 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
         None => svc.server.local_addr().to_string(),
     };
+    let checker = match (&meta, check) {
+        (Some(meta), true) => {
+            let rpc = quire_rpc::RpcClient::new(&creds, quire_rpc::ClientOptions::default())?;
+            let client = quire_client::Client::new(rpc, meta.clone(), quire_client::ClientOptions::default());
+            Some(tokio::spawn(integrity::run(
+                client,
+                store.clone(),
+                limbo.clone(),
+                bookie_id.clone(),
+                cookie.instance_id.clone(),
+                ledger_dir.clone(),
+            )))
+        }
+        _ => None,
+    };
     let registration = if let Some(meta) = meta {
         let me = registration::Registration {
             bookie_id: bookie_id.clone(),
@@ -216,12 +255,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let guard = tokio::spawn(disk_guard(
         store.clone(),
-        vec![journal_dir, ledger_dir],
+        vec![journal_dir, ledger_dir.clone()],
         DiskGuard::new(args.disk_high_water, args.disk_low_water),
         Duration::from_millis(args.disk_check_interval_ms),
     ));
     let result = svc.run_until_signal().await;
     guard.abort();
+    if let Some(c) = checker {
+        c.abort();
+    }
     if let Some(r) = registration {
         r.abort();
     }

@@ -33,6 +33,8 @@ pub struct BookieService {
     /// lease answers): normal adds are refused so that writers move away by
     /// ensemble change; recovery adds and reads go on.
     draining: Arc<AtomicBool>,
+    /// Ledgers whose absent entries may have been lost (unclean start).
+    limbo: Arc<crate::integrity::Limbo>,
 }
 
 impl BookieService {
@@ -43,8 +45,9 @@ impl BookieService {
         data_dir: std::path::PathBuf,
         meta: Option<Arc<quire_metaclient::MetaClient>>,
         draining: Arc<AtomicBool>,
+        limbo: Arc<crate::integrity::Limbo>,
     ) -> Self {
-        BookieService { store, me, data_dir, meta, draining }
+        BookieService { store, me, data_dir, meta, draining, limbo }
     }
 
     /// Re-replication copies are for the roles that repair: workers, a bookie
@@ -191,7 +194,22 @@ impl BookieService {
             data_dir: self.data_dir.clone(),
             meta: self.meta.clone(),
             draining: self.draining.clone(),
+            limbo: self.limbo.clone(),
         }
+    }
+}
+
+/// A storage answer, except that absence in a ledger in limbo is not
+/// evidence of absence (the data-integrity check has not refilled it yet).
+fn in_limbo(limbo: &crate::integrity::Limbo, ledger_id: u64, e: StorageError) -> ServiceError {
+    match e {
+        StorageError::NoSuchEntry(..) | StorageError::NoSuchLedger(_) if limbo.contains(ledger_id) => {
+            ServiceError::new(
+                ErrorCode::LedgerInLimbo,
+                format!("ledger {ledger_id} may have lost entries here (unclean start) and is being refilled"),
+            )
+        }
+        e => to_service_error(e),
     }
 }
 
@@ -356,6 +374,7 @@ impl quire_rpc::Service for BookieService {
             }
             Req::ReadEntry(r) => {
                 let store = self.store.clone();
+                let limbo = self.limbo.clone();
                 Box::pin(async move {
                     if r.fence {
                         // A recovery read fences first (BookKeeper #2614).
@@ -368,7 +387,7 @@ impl quire_rpc::Service for BookieService {
                             tokio::task::spawn_blocking(move || s.read(r.ledger_id, r.entry_id))
                                 .await
                                 .map_err(|e| ServiceError::internal(format!("read task: {e}")))?
-                                .map_err(to_service_error)?
+                                .map_err(|e| in_limbo(&limbo, r.ledger_id, e))?
                         }
                     };
                     Ok(v1::ReadEntryResponse { entry: Some(entry) }.into())
@@ -378,7 +397,7 @@ impl quire_rpc::Service for BookieService {
                 self.store
                     .lac(r.ledger_id)
                     .map(|lac| v1::ReadLacResponse { last_add_confirmed: lac }.into())
-                    .map_err(to_service_error),
+                    .map_err(|e| in_limbo(&self.limbo, r.ledger_id, e)),
             ),
             Req::WaitLac(w) => {
                 let store = self.store.clone();

@@ -311,3 +311,130 @@ async fn a_decommissioned_bookie_is_drained_under_writes_then_retired() {
         every_copy_is_there(&client, &m, data).await.unwrap_or_else(|e| panic!("{e}"));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_copy_leaves_nothing_another_cannot_finish() {
+    let mut s = Setup::start(4);
+    let client = s.client();
+    eventually(Duration::from_secs(20), "4 bookies", || async {
+        (client.bookies().refresh().await.ok()?.len() == 4).then_some(())
+    })
+    .await;
+    // One ledger of 2 000 entries of 1 KiB on bookies 1, 2, 3 (E=Qw=3).
+    let w = client.create_on(vec!["1".into(), "2".into(), "3".into()], spec()).await.unwrap();
+    let data: Vec<Bytes> = (0..2000u64).map(|e| Bytes::from(format!("{e:08}-{}", "k".repeat(1016)))).collect();
+    for chunk in data.chunks(500) {
+        w.add_batch(chunk.to_vec()).await.unwrap();
+    }
+    let id = w.metadata().ledger_id;
+    w.close().await.unwrap();
+
+    // Worker 1 copies at 200 KB/s: ~10 s for the ledger's 2 MB.
+    let ca = quire_pki::CertAuthority::load(&s.cluster.certs).unwrap();
+    ca.issue(Role::ReplicationWorker, "2", &IssueOptions::default())
+        .unwrap()
+        .write(&s.cluster.certs, Role::ReplicationWorker, "2")
+        .unwrap();
+    let _auditor = s.auditor();
+    let mut first = s.worker("1", &["--throttle-bytes-per-sec", "200000"]);
+    s.cluster.kill_bookie(1).unwrap();
+    // Kill it once it is copying.
+    let name = format!("replicate/{id}");
+    eventually(Duration::from_secs(30), "worker 1 copying", || async {
+        let lock = client.meta().call(v1::GetLockRequest { name: name.clone() }).await.ok()?.lock?;
+        (lock.owner.starts_with("1/") && first.log().contains("re-replicating a fragment")).then_some(())
+    })
+    .await;
+    first.kill().unwrap();
+    let before = client.metadata(id).await.unwrap();
+    assert!(before.segments[0].members.iter().any(|m| m.bookie_id == "2"), "nothing recorded mid-copy");
+
+    // Worker 2 takes the claim once worker 1's lease ends, and finishes.
+    let second = s.worker("2", &[]);
+    let done = tokio::time::timeout(
+        Duration::from_secs(90),
+        eventually(Duration::from_secs(100), "worker 2 finished", || async {
+            let m = client.metadata(id).await.ok()?;
+            if m.segments[0].members.iter().any(|x| x.bookie_id == "2") || !marks(&client).await.is_empty() {
+                return None;
+            }
+            every_copy_is_there(&client, &m, &data).await.ok()
+        }),
+    )
+    .await;
+    if done.is_err() {
+        panic!("not finished\n--- worker 2 ---\n{}", second.log());
+    }
+    assert!(second.log().contains("fragment re-replicated"), "{}", second.log());
+}
+
+/// Removes everything in a bookie's data directories but its cookies: the
+/// same instance, its data gone (a disk that lost what it held).
+fn wipe_keeping_cookies(data: &std::path::Path) {
+    for sub in ["journal", "ledgers"] {
+        for e in std::fs::read_dir(data.join(sub)).unwrap() {
+            let p = e.unwrap().path();
+            if p.file_name().is_some_and(|n| n == "COOKIE") {
+                continue;
+            }
+            if p.is_dir() {
+                std::fs::remove_dir_all(&p).unwrap();
+            } else {
+                std::fs::remove_file(&p).unwrap();
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bookie_that_lost_its_data_answers_limbo_not_absent_until_refilled_from_peers() {
+    let mut s = Setup::start(3);
+    let client = s.client();
+    eventually(Duration::from_secs(20), "3 bookies", || async {
+        (client.bookies().refresh().await.ok()?.len() == 3).then_some(())
+    })
+    .await;
+    let a = client.create(spec()).await.unwrap();
+    let a_data: Vec<Bytes> = (0..20).map(|e| payload(1, e)).collect();
+    a.add_batch(a_data.clone()).await.unwrap();
+    let a_id = a.close().await.unwrap().ledger_id;
+    let b = client.create(spec()).await.unwrap();
+    let b_data: Vec<Bytes> = (0..10).map(|e| payload(2, e)).collect();
+    b.add_batch(b_data.clone()).await.unwrap();
+    let b_id = b.ledger_id();
+
+    // Bookie 1 crashes and comes back as the same instance with nothing on disk.
+    s.cluster.kill_bookie(0).unwrap();
+    wipe_keeping_cookies(&s.cluster.bookies[0].data.clone());
+    s.cluster.start_bookie(0).unwrap();
+    // (A new client: the old one's connection to bookie 1 went to the dead
+    // process and would only time out.)
+    let client = s.client();
+
+    // Never "no such entry" for what it may have lost: limbo, or the entry.
+    let limbo =
+        |r: &Result<_, quire_rpc::RpcError>| matches!(r, Err(e) if e.code() == Some(v1::ErrorCode::LedgerInLimbo));
+    let r = client.bookies().read("1", a_id, 5, false, Duration::from_secs(2)).await;
+    assert!(
+        limbo(&r) || r.as_ref().is_ok_and(|x| x.body.entry.as_ref().is_some_and(|e| e.payload == a_data[5])),
+        "{r:?}"
+    );
+    // The closed ledger is refilled from its peers and served again.
+    eventually(Duration::from_secs(30), "ledger A refilled on bookie 1", || async {
+        let m = client.metadata(a_id).await.ok()?;
+        every_copy_is_there(&client, &m, &a_data).await.ok()
+    })
+    .await;
+    // The open ledger stays in limbo while its writer may still be writing...
+    let r = client.bookies().read("1", b_id, 3, false, Duration::from_secs(2)).await;
+    assert!(limbo(&r), "{r:?}");
+    let lac = client.bookies().read_lac("1", b_id, Duration::from_secs(2)).await;
+    assert!(matches!(&lac, Err(e) if e.code() == Some(v1::ErrorCode::LedgerInLimbo)), "{lac:?}");
+    // ...and is refilled once closed.
+    b.close().await.unwrap();
+    eventually(Duration::from_secs(30), "ledger B refilled on bookie 1", || async {
+        let m = client.metadata(b_id).await.ok()?;
+        every_copy_is_there(&client, &m, &b_data).await.ok()
+    })
+    .await;
+}

@@ -208,3 +208,20 @@ async fn recovery_fails_rather_than_truncate_and_succeeds_once_bookies_return() 
     let r = other.open(id).await.unwrap();
     assert_eq!(r.read_range(0, 24, 100).await.unwrap().len(), 25);
 }
+
+/// More adds queued at once than the writer takes in one go (256): each is
+/// acknowledged, none dropped between two takes (a regression).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_larger_than_one_take_is_acknowledged_whole() {
+    let s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let client = s.client();
+    let w = client.create(spec(3, 3, 2)).await.unwrap();
+    for round in 0..3u64 {
+        let data: Vec<Bytes> = (0..700u64).map(|e| payload(round * 700 + e)).collect();
+        let (first, last) = w.add_batch(data).await.unwrap();
+        assert_eq!((first, last), (round * 700, round * 700 + 699));
+    }
+    let closed = w.close().await.unwrap();
+    assert_eq!(closed.last_entry_id, 2099);
+}

@@ -15,7 +15,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::StorageError;
 
-const COOKIE_FILE: &str = "COOKIE";
+/// The cookie's file name in each data directory.
+pub const COOKIE_FILE: &str = "COOKIE";
 
 /// The identity stored in every data directory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -186,7 +186,16 @@ pub struct SledIndex {
 impl SledIndex {
     /// Opens (or creates) the index under `dir`.
     pub fn open(dir: &Path) -> Result<SledIndex, StorageError> {
-        let db = sled::Config::new().path(dir).cache_capacity(64 * 1024 * 1024).open().map_err(idx_err)?;
+        // No background flusher: every commit flushes itself (below), and
+        // without that thread the directory's lock goes with the last
+        // handle, so a store closed and reopened at once (a restart) never
+        // finds it still held.
+        let db = sled::Config::new()
+            .path(dir)
+            .cache_capacity(64 * 1024 * 1024)
+            .flush_every_ms(None)
+            .open()
+            .map_err(idx_err)?;
         let tree = db.open_tree("ledger-index").map_err(idx_err)?;
         Ok(SledIndex { db, tree })
     }

@@ -211,8 +211,9 @@ impl Actor {
                 msg = self.rx.recv(), if accepting || (self.rx_open && self.closing) => {
                     let mut next = msg;
                     // Take what else is queued (up to a batch) so that the adds
-                    // leave together.
-                    for _ in 0..BATCH_MAX_ADDS {
+                    // leave together. A message is taken off the channel only
+                    // when this loop will handle it.
+                    for taken in 1..=BATCH_MAX_ADDS {
                         match next {
                             Some(Msg::Add(payload, reply)) => self.on_add(payload, reply),
                             Some(Msg::Close(reply)) => {
@@ -224,7 +225,10 @@ impl Actor {
                                 break;
                             }
                         }
-                        if self.closing || (self.w.done().is_none() && self.w.pending() >= opts.max_pending_adds) {
+                        if taken == BATCH_MAX_ADDS
+                            || self.closing
+                            || (self.w.done().is_none() && self.w.pending() >= opts.max_pending_adds)
+                        {
                             break;
                         }
                         match self.rx.try_recv() {

@@ -223,7 +223,7 @@ impl Client {
             }
             let end = (at + COPY_BATCH_ENTRIES).min(ids.len());
             let reads = stream::iter(ids[at..end].iter().copied())
-                .map(|id| self.read_intact(meta, &seg.members, f.position, id))
+                .map(|id| self.read_copy(meta, &seg.members, f.position, id))
                 .buffered(READS_IN_FLIGHT);
             let entries: Vec<Result<Entry, ClientError>> = reads.collect().await;
             let mut batch = Vec::with_capacity(entries.len());
@@ -250,8 +250,9 @@ impl Client {
     }
 
     /// `entry_id` from a replica other than `position`, CRC and identity
-    /// checked; every replica is tried before giving up.
-    async fn read_intact(
+    /// checked; every replica is tried before giving up (a bookie refilling
+    /// what it lost reads its copies this way).
+    pub async fn read_copy(
         &self,
         meta: &LedgerMeta,
         members: &[Member],

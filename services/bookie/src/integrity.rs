@@ -1,0 +1,241 @@
+//! The data-integrity check (BookKeeper's DataIntegrityChecker): a bookie
+//! that comes back without data it once held (its index or entry logs lost,
+//! files restored from an older copy) may have lost entries it had
+//! acknowledged. Until it has copied them back from its peers it must not
+//! answer "no such entry" for them: recovery counts such answers as evidence
+//! of absence and could close a ledger short of what its writer was told was
+//! stored.
+//!
+//! So such a bookie starts with every ledger in *limbo*: an absent entry or
+//! ledger is answered LEDGER_IN_LIMBO (not evidence), a present, intact one is
+//! served as usual. The checker then lists the ledgers whose ensembles name
+//! this bookie (this instance), narrows limbo to them, and for each copies
+//! back what its fragments lack (read from the other replicas, CRC checked,
+//! stored unchanged), releasing the ledger once done. An open ledger's last
+//! segment is its writer's: that ledger stays in limbo until it is closed
+//! (by its writer or by recovery), then is refilled and released.
+//!
+//! When: the cookie says this instance has run here before but the ledger
+//! index is gone (`auto`); whenever the operator asks (`always`, after a
+//! restore from backup, say); and again at every start until a check has
+//! finished (a marker in the ledger directory records that one is pending).
+//! An unclean shutdown alone is not a reason: every acknowledged entry was in
+//! the journal, fdatasync'd, before its acknowledgement, and replay restores
+//! it (BookKeeper runs its checker for the journal-less mode this bookie has
+//! not got). Putting ledgers in limbo without cause costs liveness: recovery
+//! cannot count a limbo answer, and stalls while too many bookies give one.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use quire_client::fragments::repairable;
+use quire_client::meta::LedgerState;
+use quire_client::{Client, ClientError};
+use quire_storage::{StorageError, Store};
+
+/// When the check runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CheckMode {
+    /// When data this instance held is missing, or a check is pending.
+    Auto,
+    /// At every start.
+    Always,
+    /// Never (absent entries are answered as absent at once).
+    Never,
+}
+
+fn pending_marker(ledger_dir: &Path) -> PathBuf {
+    ledger_dir.join("INTEGRITY_CHECK_PENDING")
+}
+
+/// Whether this start needs the check (before the store opens: it creates
+/// the index). `fresh`: the directories were formatted just now.
+pub fn needs_check(ledger_dir: &Path, fresh: bool, mode: CheckMode) -> bool {
+    match mode {
+        CheckMode::Never => false,
+        CheckMode::Always => !fresh,
+        CheckMode::Auto => {
+            let pending = pending_marker(ledger_dir).exists();
+            let index_lost = !fresh && !ledger_dir.join("index").exists();
+            if index_lost {
+                tracing::warn!(dir = %ledger_dir.display(), "this instance's ledger index is gone: its data may be lost");
+            }
+            pending || index_lost
+        }
+    }
+}
+
+/// Records that a check is under way (it must run again after a restart
+/// until it finishes).
+pub fn mark_pending(ledger_dir: &Path) -> std::io::Result<()> {
+    std::fs::write(pending_marker(ledger_dir), b"pending\n")?;
+    std::fs::File::open(ledger_dir)?.sync_all()
+}
+
+fn clear_pending(ledger_dir: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(pending_marker(ledger_dir)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => std::fs::File::open(ledger_dir)?.sync_all(),
+    }
+}
+
+/// Which ledgers' absent entries are not to be taken as absent.
+#[derive(Debug, Default)]
+pub struct Limbo {
+    state: RwLock<LimboState>,
+}
+
+#[derive(Debug, Default)]
+struct LimboState {
+    /// Every ledger (until the checker knows which ones matter).
+    all: bool,
+    ledgers: BTreeSet<u64>,
+}
+
+impl Limbo {
+    /// Nothing in limbo (a clean start).
+    pub fn none() -> Limbo {
+        Limbo::default()
+    }
+
+    /// Everything in limbo (an unclean start, before the checker lists).
+    pub fn everything() -> Limbo {
+        Limbo { state: RwLock::new(LimboState { all: true, ledgers: BTreeSet::new() }) }
+    }
+
+    /// Whether `ledger_id` is in limbo.
+    pub fn contains(&self, ledger_id: u64) -> bool {
+        let s = self.state.read().expect("limbo lock");
+        s.all || s.ledgers.contains(&ledger_id)
+    }
+
+    /// Limbo is exactly `ledgers` now.
+    fn narrow(&self, ledgers: BTreeSet<u64>) {
+        *self.state.write().expect("limbo lock") = LimboState { all: false, ledgers };
+    }
+
+    fn release(&self, ledger_id: u64) {
+        self.state.write().expect("limbo lock").ledgers.remove(&ledger_id);
+    }
+
+    /// Ledgers still in limbo (none while `all`: the list is not known yet).
+    pub fn ledgers(&self) -> Vec<u64> {
+        self.state.read().expect("limbo lock").ledgers.iter().copied().collect()
+    }
+
+    /// Whether anything is in limbo.
+    pub fn is_empty(&self) -> bool {
+        let s = self.state.read().expect("limbo lock");
+        !s.all && s.ledgers.is_empty()
+    }
+}
+
+/// Runs the check until limbo is empty, then clears the pending marker.
+pub async fn run(
+    client: Client,
+    store: Arc<Store>,
+    limbo: Arc<Limbo>,
+    bookie_id: String,
+    instance_id: String,
+    ledger_dir: PathBuf,
+) {
+    let pause = Duration::from_secs(1);
+    // 1. Which ledgers name this instance.
+    let named = loop {
+        match named_ledgers(&client, &bookie_id, &instance_id).await {
+            Ok(n) => break n,
+            Err(e) => {
+                tracing::warn!(error = %e, "integrity check: listing ledgers failed; retrying");
+                tokio::time::sleep(pause).await;
+            }
+        }
+    };
+    tracing::warn!(ledgers = named.len(), "integrity check: ledgers in limbo until their entries are checked");
+    limbo.narrow(named.into_iter().collect());
+    // 2. Refill each; an open ledger waits until it is closed.
+    while !limbo.is_empty() {
+        for ledger_id in limbo.ledgers() {
+            match refill(&client, &store, ledger_id, &bookie_id).await {
+                Ok(true) => {
+                    limbo.release(ledger_id);
+                    tracing::info!(ledger_id, "integrity check: ledger complete, out of limbo");
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(ledger_id, error = %e, "integrity check: refill failed; retrying"),
+            }
+        }
+        if !limbo.is_empty() {
+            tokio::time::sleep(pause).await;
+        }
+    }
+    if let Err(e) = clear_pending(&ledger_dir) {
+        tracing::warn!(error = %e, "clearing the integrity-check marker failed: the check runs again at the next start");
+    }
+    tracing::info!("integrity check done: no ledger in limbo");
+}
+
+async fn named_ledgers(client: &Client, bookie_id: &str, instance_id: &str) -> Result<Vec<u64>, ClientError> {
+    let mut out = Vec::new();
+    let mut start_after = None;
+    loop {
+        let (ids, next) = client.list(start_after, 1000).await?;
+        for id in ids {
+            let meta = match client.metadata(id).await {
+                Ok(m) => m,
+                Err(ClientError::NoSuchLedger(_)) => continue,
+                Err(e) => return Err(e),
+            };
+            // Segments that name another instance of this id hold nothing of
+            // ours (seed 003): no limbo for them.
+            let ours = meta.segments.iter().any(|s| {
+                s.members
+                    .iter()
+                    .any(|m| m.bookie_id == bookie_id && (m.instance_id.is_empty() || m.instance_id == instance_id))
+            });
+            if ours {
+                out.push(id);
+            }
+        }
+        match next {
+            Some(n) => start_after = Some(n),
+            None => return Ok(out),
+        }
+    }
+}
+
+/// Copies back what this bookie's repairable fragments of `ledger_id` lack;
+/// true when the ledger is complete here (closed, or deleted).
+async fn refill(client: &Client, store: &Arc<Store>, ledger_id: u64, bookie_id: &str) -> Result<bool, ClientError> {
+    let meta = match client.metadata(ledger_id).await {
+        Ok(m) => m,
+        Err(ClientError::NoSuchLedger(_)) => return Ok(true),
+        Err(e) => return Err(e),
+    };
+    let (fragments, in_writers_segment) = repairable(&meta, bookie_id);
+    let mut copied = 0u64;
+    for f in &fragments {
+        for id in f.entries(&meta.quorums) {
+            let s = store.clone();
+            let local = tokio::task::spawn_blocking(move || s.read(ledger_id, id))
+                .await
+                .map_err(|e| ClientError::Timeout(format!("read task: {e}")))?;
+            match local {
+                Ok(e) if e.digest_ok() => continue,
+                Ok(_)
+                | Err(StorageError::CorruptEntry(..) | StorageError::NoSuchEntry(..) | StorageError::NoSuchLedger(_)) =>
+                    {}
+                Err(e) => return Err(ClientError::Timeout(format!("local read of {ledger_id}/{id}: {e}"))),
+            }
+            let seg = &meta.segments[f.segment];
+            let entry = client.read_copy(&meta, &seg.members, f.position, id).await?;
+            store.add(entry, true).await.map_err(|e| ClientError::Timeout(format!("storing {ledger_id}/{id}: {e}")))?;
+            copied += 1;
+        }
+    }
+    if copied > 0 {
+        tracing::info!(ledger_id, entries = copied, "integrity check: entries copied back from peers");
+    }
+    Ok(!in_writers_segment || meta.state == LedgerState::Closed)
+}
