@@ -10,6 +10,7 @@
 //! bookies; publish the report.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use quire_client::fragments::repairable;
@@ -37,12 +38,117 @@ pub struct AuditorConfig {
 
 const CHECK_BATCH_ENTRIES: usize = 4096;
 
+/// What /metrics shows: the last report and running totals.
+#[derive(Debug, Default)]
+pub struct AuditorStats {
+    /// This auditor holds the election lock.
+    pub active: bool,
+    /// The last pass's report.
+    pub last: v1::AuditReport,
+    /// Marks under way at the last pass.
+    pub under_replicated_ledgers: u64,
+    /// Totals since start.
+    pub passes_total: u64,
+    pub ledgers_marked_total: u64,
+    pub entries_checked_total: u64,
+    pub entries_missing_total: u64,
+    pub entries_corrupt_total: u64,
+    pub bookies_retired_total: u64,
+}
+
+impl AuditorStats {
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        use quire_runtime::metrics::metric;
+        let mut s = String::new();
+        metric(
+            &mut s,
+            "quire_auditor_active",
+            "gauge",
+            "1 when this auditor holds the election lock.",
+            u8::from(self.active),
+        );
+        metric(&mut s, "quire_auditor_passes_total", "counter", "Audit passes run.", self.passes_total);
+        metric(
+            &mut s,
+            "quire_auditor_ledgers_checked",
+            "gauge",
+            "Ledgers the last pass looked at.",
+            self.last.ledgers_checked,
+        );
+        metric(
+            &mut s,
+            "quire_auditor_lost_bookies",
+            "gauge",
+            "Bookies lost (gone past the grace period) at the last pass.",
+            self.last.lost_bookies.len(),
+        );
+        metric(
+            &mut s,
+            "quire_auditor_draining_bookies",
+            "gauge",
+            "Bookies being decommissioned at the last pass.",
+            self.last.draining_bookies.len(),
+        );
+        metric(
+            &mut s,
+            "quire_under_replicated_ledgers",
+            "gauge",
+            "Ledgers marked under-replicated at the last pass.",
+            self.under_replicated_ledgers,
+        );
+        metric(
+            &mut s,
+            "quire_auditor_ledgers_marked_total",
+            "counter",
+            "Marks made (new ledgers or new bookies).",
+            self.ledgers_marked_total,
+        );
+        metric(
+            &mut s,
+            "quire_auditor_entries_checked_total",
+            "counter",
+            "Entries read back by replica checks.",
+            self.entries_checked_total,
+        );
+        metric(
+            &mut s,
+            "quire_auditor_entries_missing_total",
+            "counter",
+            "Entries replica checks found missing.",
+            self.entries_missing_total,
+        );
+        metric(
+            &mut s,
+            "quire_auditor_entries_corrupt_total",
+            "counter",
+            "Entries replica checks found corrupt.",
+            self.entries_corrupt_total,
+        );
+        metric(
+            &mut s,
+            "quire_auditor_bookies_retired_total",
+            "counter",
+            "Drained bookies retired.",
+            self.bookies_retired_total,
+        );
+        metric(
+            &mut s,
+            "quire_auditor_last_pass_ms",
+            "gauge",
+            "Wall clock of the last pass (ms since the epoch).",
+            self.last.at_ms,
+        );
+        s
+    }
+}
+
 fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Runs until the task is dropped.
-pub async fn run(client: Client, cfg: AuditorConfig) {
+pub async fn run(client: Client, cfg: AuditorConfig, stats: Arc<Mutex<AuditorStats>>) {
     let mut lost = LostBookies::new(cfg.lost_bookie_grace.as_millis() as u64);
     let mut held: Option<u64> = None;
     let mut last_check: Option<Instant> = None;
@@ -72,13 +178,25 @@ pub async fn run(client: Client, cfg: AuditorConfig) {
                 }
             },
         };
+        stats.lock().expect("stats lock").active = held.is_some();
         if held.is_some() {
             let check = !cfg.replica_check_interval.is_zero()
                 && last_check.is_none_or(|t| t.elapsed() >= cfg.replica_check_interval);
             match pass(&client, &cfg, &mut lost, check, held.unwrap_or_default()).await {
-                Ok(report) => {
+                Ok((report, under_replicated)) => {
                     if check {
                         last_check = Some(Instant::now());
+                    }
+                    {
+                        let mut st = stats.lock().expect("stats lock");
+                        st.passes_total += 1;
+                        st.ledgers_marked_total += report.ledgers_marked;
+                        st.entries_checked_total += report.entries_checked;
+                        st.entries_missing_total += report.entries_missing;
+                        st.entries_corrupt_total += report.entries_corrupt;
+                        st.bookies_retired_total += report.retired_bookies.len() as u64;
+                        st.under_replicated_ledgers = under_replicated;
+                        st.last = report.clone();
                     }
                     if let Err(e) = meta.call(v1::PutAuditReportRequest { report: Some(report) }).await {
                         tracing::warn!(error = %e, "publishing the audit report failed");
@@ -145,7 +263,7 @@ async fn pass(
     lost: &mut LostBookies,
     replica_check: bool,
     lock_id: u64,
-) -> Result<v1::AuditReport, ClientError> {
+) -> Result<(v1::AuditReport, u64), ClientError> {
     let registry =
         client.meta().call(v1::ListBookiesRequest {}).await.map_err(|e| ClientError::from_metadata(e, None))?;
     let registered: BTreeSet<String> = registry.bookies.iter().map(|b| b.bookie_id.clone()).collect();
@@ -237,6 +355,7 @@ async fn pass(
         }
     }
     report.at_ms = now_ms();
+    let under_replicated = marks(client).await.map_or(existing.len(), |m| m.len()) as u64;
     if !report.lost_bookies.is_empty() || report.ledgers_marked > 0 {
         tracing::info!(
             lost = ?report.lost_bookies,
@@ -246,7 +365,7 @@ async fn pass(
             "audit pass"
         );
     }
-    Ok(report)
+    Ok((report, under_replicated))
 }
 
 /// Asks `bookie` about every entry its repairable fragments of `meta` should

@@ -47,6 +47,10 @@ struct Args {
     /// Between replica checks (every entry read back on its bookies), in ms; 0: never.
     #[arg(long, default_value_t = 3_600_000)]
     replica_check_interval_ms: u64,
+
+    /// Serve Prometheus metrics (GET /metrics) on this TCP address.
+    #[arg(long, env = "QUIRE_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -78,10 +82,24 @@ fn main() -> anyhow::Result<()> {
             lost_bookie_grace: Duration::from_millis(args.lost_bookie_grace_ms),
             replica_check_interval: Duration::from_millis(args.replica_check_interval_ms),
         };
+        let stats = Arc::new(std::sync::Mutex::new(auditor::AuditorStats::default()));
+        let metrics = match args.metrics_listen {
+            Some(addr) => {
+                let (l, bound) = quire_runtime::metrics::bind(addr).await?;
+                tracing::info!(%bound, "metrics on /metrics");
+                let s = stats.clone();
+                let render: quire_runtime::metrics::Render = Arc::new(move || s.lock().expect("stats lock").render());
+                Some(tokio::spawn(quire_runtime::metrics::serve(l, render)))
+            }
+            None => None,
+        };
         tracing::info!(addr = %svc.server.local_addr(), owner = %cfg.owner, "quire-auditor ready");
-        let work = tokio::spawn(auditor::run(client, cfg));
+        let work = tokio::spawn(auditor::run(client, cfg, stats));
         let r = svc.run_until_signal().await;
         work.abort();
+        if let Some(m) = metrics {
+            m.abort();
+        }
         r
     });
     telemetry.shutdown();

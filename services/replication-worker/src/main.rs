@@ -50,6 +50,10 @@ struct Args {
     /// Pause between scans when nothing is marked, in milliseconds.
     #[arg(long, default_value_t = 1_000)]
     poll_ms: u64,
+
+    /// Serve Prometheus metrics (GET /metrics) on this TCP address.
+    #[arg(long, env = "QUIRE_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -77,6 +81,17 @@ fn main() -> anyhow::Result<()> {
             claim_lease: Duration::from_millis(args.claim_lease_ms.max(1_000)),
             open_ledger_grace: Duration::from_millis(args.open_ledger_grace_ms),
             idle_poll: Duration::from_millis(args.poll_ms.max(50)),
+            stats: Arc::new(worker::WorkerStats::default()),
+        };
+        let metrics = match args.metrics_listen {
+            Some(addr) => {
+                let (l, bound) = quire_runtime::metrics::bind(addr).await?;
+                tracing::info!(%bound, "metrics on /metrics");
+                let (s, rate) = (cfg.stats.clone(), args.throttle_bytes_per_sec);
+                let render: quire_runtime::metrics::Render = Arc::new(move || s.render(rate));
+                Some(tokio::spawn(quire_runtime::metrics::serve(l, render)))
+            }
+            None => None,
         };
         tracing::info!(
             addr = %svc.server.local_addr(),
@@ -87,6 +102,9 @@ fn main() -> anyhow::Result<()> {
         let work = tokio::spawn(worker::run(client, cfg, Arc::new(Throttle::new(args.throttle_bytes_per_sec))));
         let r = svc.run_until_signal().await;
         work.abort();
+        if let Some(m) = metrics {
+            m.abort();
+        }
         r
     });
     telemetry.shutdown();

@@ -8,7 +8,7 @@
 //! copies are idempotent; what the dead one wrote is unreferenced until
 //! recorded).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -28,6 +28,78 @@ pub struct WorkerConfig {
     pub open_ledger_grace: Duration,
     /// Pause between scans of the marks when there was nothing to do.
     pub idle_poll: Duration,
+    /// Counters for /metrics.
+    pub stats: Arc<WorkerStats>,
+}
+
+/// What /metrics shows.
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    /// Payload bytes copied.
+    pub bytes_total: AtomicU64,
+    /// Entries copied.
+    pub entries_total: AtomicU64,
+    /// Bookies cleared from marks (repaired).
+    pub repaired_total: AtomicU64,
+    /// Repairs that failed (the mark stays).
+    pub failed_total: AtomicU64,
+    /// Open ledgers recovered after the grace period.
+    pub recovered_total: AtomicU64,
+    /// Ledgers claimed.
+    pub claims_total: AtomicU64,
+}
+
+impl WorkerStats {
+    /// The Prometheus text exposition.
+    pub fn render(&self, throttle_bytes_per_sec: u64) -> String {
+        use quire_runtime::metrics::metric;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut s = String::new();
+        metric(
+            &mut s,
+            "quire_rereplication_bytes_total",
+            "counter",
+            "Payload bytes copied to restore lost copies.",
+            g(&self.bytes_total),
+        );
+        metric(
+            &mut s,
+            "quire_rereplication_entries_total",
+            "counter",
+            "Entries copied to restore lost copies.",
+            g(&self.entries_total),
+        );
+        metric(
+            &mut s,
+            "quire_rereplication_repaired_total",
+            "counter",
+            "Bookies' copies of a ledger restored (cleared from marks).",
+            g(&self.repaired_total),
+        );
+        metric(
+            &mut s,
+            "quire_rereplication_failed_total",
+            "counter",
+            "Repairs that failed and will be retried.",
+            g(&self.failed_total),
+        );
+        metric(
+            &mut s,
+            "quire_rereplication_recovered_total",
+            "counter",
+            "Open ledgers recovered after their writer's grace period.",
+            g(&self.recovered_total),
+        );
+        metric(&mut s, "quire_rereplication_claims_total", "counter", "Marked ledgers claimed.", g(&self.claims_total));
+        metric(
+            &mut s,
+            "quire_rereplication_throttle_bytes_per_second",
+            "gauge",
+            "Copy rate limit (0: none).",
+            throttle_bytes_per_sec,
+        );
+        s
+    }
 }
 
 fn now_ms() -> u64 {
@@ -106,6 +178,7 @@ async fn repair_one(
             }
         })
     };
+    cfg.stats.claims_total.fetch_add(1, Ordering::Relaxed);
     let result = repair_claimed(client, cfg, throttle, mark, &held).await;
     renewer.abort();
     let _ = meta.call(v1::ReleaseLockRequest { name, lock_id: lock.lock_id }).await;
@@ -141,12 +214,18 @@ async fn repair_claimed(
             "open ledger's writer did not move off a missing bookie: recovering it"
         );
         client.recover(ledger_id).await?;
+        cfg.stats.recovered_total.fetch_add(1, Ordering::Relaxed);
         let again = client.rereplicate(ledger_id, &repair.waiting_for_writer, throttle, &keep_going).await?;
         repair.repaired.extend(again.repaired);
         repair.failed.extend(again.failed);
         repair.entries_copied += again.entries_copied;
         repair.bytes_copied += again.bytes_copied;
     }
+    let st = &cfg.stats;
+    st.bytes_total.fetch_add(repair.bytes_copied, Ordering::Relaxed);
+    st.entries_total.fetch_add(repair.entries_copied, Ordering::Relaxed);
+    st.repaired_total.fetch_add(repair.repaired.len() as u64, Ordering::Relaxed);
+    st.failed_total.fetch_add(repair.failed.len() as u64, Ordering::Relaxed);
     for (bookie, why) in &repair.failed {
         tracing::warn!(ledger_id, bookie_id = %bookie, why = %why, "copies not restored yet; the mark stays");
     }

@@ -48,8 +48,13 @@ impl Setup {
     }
 
     fn auditor(&self) -> Process {
-        let args =
-            ["--audit-interval-ms", "300", "--lost-bookie-grace-ms", "1000", "--replica-check-interval-ms", "1000"];
+        self.auditor_with(&[])
+    }
+
+    fn auditor_with(&self, extra: &[&str]) -> Process {
+        let mut args =
+            vec!["--audit-interval-ms", "300", "--lost-bookie-grace-ms", "1000", "--replica-check-interval-ms", "1000"];
+        args.extend_from_slice(extra);
         self.cluster.start_service("quire-auditor", "1", &args).unwrap()
     }
 
@@ -137,8 +142,9 @@ async fn a_lost_bookies_copies_return_to_live_bookies_without_an_operator() {
     drop(open);
     written.insert(open_id, open_data);
 
-    let auditor = s.auditor();
-    let worker = s.worker("1", &[]);
+    let (auditor_metrics, worker_metrics) = (free_tcp_addr(), free_tcp_addr());
+    let auditor = s.auditor_with(&["--metrics-listen", &auditor_metrics]);
+    let worker = s.worker("1", &["--metrics-listen", &worker_metrics]);
     // Bookie 2 (alone in its rack, so in every ensemble) dies for good.
     s.cluster.kill_bookie(1).unwrap();
     let victim = "2".to_string();
@@ -204,6 +210,36 @@ async fn a_lost_bookies_copies_return_to_live_bookies_without_an_operator() {
     let status = client.meta().call(v1::MetadataStatusRequest {}).await.unwrap();
     let audit = status.audit.expect("the auditor published a report");
     assert_eq!(audit.ledgers_checked, 101);
+    // The same story in Prometheus metrics.
+    let a = scrape(&auditor_metrics);
+    assert!(a.contains("\nquire_auditor_active 1\n"), "{a}");
+    assert!(metric_value(&a, "quire_auditor_ledgers_marked_total") >= 101, "{a}");
+    let w = scrape(&worker_metrics);
+    assert!(metric_value(&w, "quire_rereplication_bytes_total") > 0, "{w}");
+    assert!(metric_value(&w, "quire_rereplication_repaired_total") >= 101, "{w}");
+}
+
+/// A loopback TCP address nothing listens on now.
+fn free_tcp_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+/// GET /metrics.
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    out
+}
+
+fn metric_value(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

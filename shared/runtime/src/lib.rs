@@ -5,9 +5,11 @@
 //! - [`logging`]: the tracing subscriber (text or JSON) and the OpenTelemetry
 //!   layer that gives spans W3C ids to propagate.
 //! - [`service`]: the common options and the start/stop of a service's QUIC server.
+//! - [`metrics`]: a Prometheus text endpoint for services without HTTP of their own.
 
 pub mod config;
 pub mod logging;
+pub mod metrics;
 pub mod service;
 
 pub use service::{new_instance_id, wait_for_shutdown_signal, CommonArgs, RunningService};
