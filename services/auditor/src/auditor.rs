@@ -179,6 +179,10 @@ pub async fn run(client: Client, cfg: AuditorConfig, stats: Arc<Mutex<AuditorSta
             },
         };
         stats.lock().expect("stats lock").active = held.is_some();
+        if held.is_none() {
+            // A standby's clocks are stale by the time it takes over: restart them.
+            lost = LostBookies::new(cfg.lost_bookie_grace.as_millis() as u64);
+        }
         if held.is_some() {
             let check = !cfg.replica_check_interval.is_zero()
                 && last_check.is_none_or(|t| t.elapsed() >= cfg.replica_check_interval);

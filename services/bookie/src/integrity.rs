@@ -214,6 +214,11 @@ async fn refill(client: &Client, store: &Arc<Store>, ledger_id: u64, bookie_id: 
         Err(e) => return Err(e),
     };
     let (fragments, in_writers_segment) = repairable(&meta, bookie_id);
+    // A fence this bookie held may have been lost with its data: a ledger
+    // that is not open is fenced again before anything is copied into it.
+    if meta.state != LedgerState::Open {
+        store.fence(ledger_id).await.map_err(|e| ClientError::Timeout(format!("fencing {ledger_id}: {e}")))?;
+    }
     let mut copied = 0u64;
     for f in &fragments {
         for id in f.entries(&meta.quorums) {

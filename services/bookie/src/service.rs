@@ -133,7 +133,13 @@ impl BookieService {
         }
         let mut unknown = std::collections::BTreeSet::new();
         let mut to_fence = std::collections::BTreeSet::new();
+        let mut unknown_copies = std::collections::BTreeSet::new();
         for a in &adds {
+            if let Some(entry) = a.entry.as_ref().filter(|_| a.replication) {
+                if self.meta.is_some() && !self.store.knows_ledger(entry.ledger_id) {
+                    unknown_copies.insert(entry.ledger_id);
+                }
+            }
             if let Some(entry) = a.entry.as_ref().filter(|_| !a.replication) {
                 let l = entry.ledger_id;
                 if a.recovery && !self.store.is_fenced(l) {
@@ -143,7 +149,7 @@ impl BookieService {
                 }
             }
         }
-        if unknown.is_empty() && to_fence.is_empty() {
+        if unknown.is_empty() && to_fence.is_empty() && unknown_copies.is_empty() {
             let queued: Vec<AddOutcomeFuture> = adds.into_iter().map(|a| self.add_queued(a, role)).collect();
             return Box::pin(async move {
                 let mut outcomes = Vec::with_capacity(queued.len());
@@ -166,6 +172,13 @@ impl BookieService {
             for l in to_fence {
                 if let Err(e) = this.store.fence(l).await {
                     refused.insert(l, to_service_error(e));
+                }
+            }
+            if let Some(meta) = &this.meta {
+                for l in unknown_copies {
+                    if let Err(e) = fence_unless_open(&this.store, meta, l).await {
+                        refused.insert(l, e);
+                    }
                 }
             }
             let mut queued = Vec::with_capacity(adds.len());
@@ -259,6 +272,29 @@ async fn check_unknown_ledger(
     Ok(())
 }
 
+/// Before the first copy of a ledger this bookie does not know: fence it here
+/// unless the metadata service says it is open, so that no writer fenced out
+/// elsewhere finds this replica open. A deleted ledger takes no copies.
+async fn fence_unless_open(
+    store: &Store,
+    meta: &quire_metaclient::MetaClient,
+    ledger_id: u64,
+) -> Result<(), ServiceError> {
+    let resp = meta.call(v1::GetLedgerRequest { ledger_id, stale_ok: false }).await.map_err(|e| match e.code() {
+        Some(ErrorCode::NoSuchLedger) => {
+            ServiceError::new(ErrorCode::NoSuchLedger, format!("ledger {ledger_id} is unknown to the metadata service"))
+        }
+        _ => ServiceError::new(
+            ErrorCode::MetadataUnavailable,
+            format!("cannot check ledger {ledger_id} with the metadata service: {e}"),
+        ),
+    })?;
+    if resp.ledger.map(|l| l.state).unwrap_or_default() != v1::LedgerState::Open as i32 {
+        store.fence(ledger_id).await.map_err(to_service_error)?;
+    }
+    Ok(())
+}
+
 /// The protocol code for a storage outcome.
 pub fn to_service_error(e: StorageError) -> ServiceError {
     let code = match &e {
@@ -303,10 +339,19 @@ impl quire_rpc::Service for BookieService {
         match body {
             Req::AddEntry(a) => {
                 if a.replication {
-                    // A copy from another replica: no fence, no metadata check.
-                    let queued = self.add_queued(a, ctx.peer.role);
+                    // A copy from another replica: accepted on a fenced ledger,
+                    // fences nothing, except that a ledger this bookie does not
+                    // know yet is fenced first unless it is open (its fence
+                    // may have been lost with the data being restored).
+                    let unknown = a.entry.as_ref().is_some_and(|e| !self.store.knows_ledger(e.ledger_id));
+                    let this = self.clone_parts();
+                    let role = ctx.peer.role;
                     return Box::pin(async move {
-                        let o = queued.await;
+                        if let (true, Some(meta), Some(e)) = (unknown, &this.meta, a.entry.as_ref()) {
+                            Self::check_replication(role)?;
+                            fence_unless_open(&this.store, meta, e.ledger_id).await?;
+                        }
+                        let o = this.add_queued(a, role).await;
                         match ErrorCode::try_from(o.code) {
                             Ok(ErrorCode::Ok) => {
                                 Ok(v1::AddEntryResponse { ledger_id: o.ledger_id, entry_id: o.entry_id }.into())

@@ -504,8 +504,19 @@ impl MetaState {
                     return Err(Refusal::VersionConflict { actual: stored.version });
                 }
                 Self::validate_update(stored, &ledger)?;
-                for seg in &ledger.ensembles {
-                    self.refuse_retired(&seg.bookie_ids)?;
+                // Only members this update adds: a retired bookie may still sit
+                // in a segment that never held an entry (it was retired because
+                // no segment that may hold entries names it).
+                for (i, seg) in ledger.ensembles.iter().enumerate() {
+                    let old = stored.ensembles.get(i).map(|s| &s.bookie_ids);
+                    let added: Vec<String> = seg
+                        .bookie_ids
+                        .iter()
+                        .enumerate()
+                        .filter(|(p, b)| old.and_then(|o| o.get(*p)) != Some(*b))
+                        .map(|(_, b)| b.clone())
+                        .collect();
+                    self.refuse_retired(&added)?;
                 }
                 ledger.version = stored.version + 1;
                 self.ledgers.insert(id, ledger.clone());
@@ -1013,6 +1024,34 @@ mod tests {
             s.apply(Command::UpdateLedger { ledger: back, expected_version: l.version + 1 }).0,
             Outcome::Refused(Refusal::Decommissioned(_))
         ));
+    }
+
+    #[test]
+    fn a_bookie_retired_from_an_empty_tail_segment_does_not_block_later_repairs() {
+        let mut s = MetaState::default();
+        for b in ["b1", "b2", "b3", "b4", "b5"] {
+            register(&mut s, b, 1000);
+        }
+        let l = ledger(s.apply(create(3, 3, 2)).0);
+        // An ensemble change at 10 put b4 in; the ledger closed at 9: that
+        // segment never held an entry.
+        let mut changed = l.clone();
+        changed.ensembles.push(Segment {
+            first_entry_id: 10,
+            bookie_ids: vec!["b1".into(), "b4".into(), "b3".into()],
+            instance_ids: vec![],
+        });
+        changed.state = LedgerState::Closed;
+        changed.last_entry_id = 9;
+        let closed = ledger(s.apply(Command::UpdateLedger { ledger: changed, expected_version: l.version }).0);
+        set(&mut s, "b4", BookieState::Decommissioning);
+        assert!(!closed.names("b4"));
+        assert!(matches!(set(&mut s, "b4", BookieState::Decommissioned), Outcome::BookieState(_)));
+        // b1 is lost later: its copies move to b5, with retired b4 still in the empty segment.
+        let mut moved = closed.clone();
+        moved.ensembles[0].bookie_ids[0] = "b5".into();
+        let out = s.apply(Command::UpdateLedger { ledger: moved, expected_version: closed.version }).0;
+        assert!(matches!(out, Outcome::Ledger(_)), "{out:?}");
     }
 
     #[test]

@@ -133,8 +133,14 @@ async fn scan(client: &Client, cfg: &WorkerConfig, throttle: &Arc<Throttle>) -> 
             .await
             .map_err(|e| ClientError::from_metadata(e, None))?;
         for mark in &page.marks {
-            if repair_one(client, cfg, throttle, mark).await? {
-                worked += 1;
+            // One ledger that cannot be repaired now (its recovery fails, a
+            // bookie it needs is down) must not hold up the others.
+            match repair_one(client, cfg, throttle, mark).await {
+                Ok(true) => worked += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(ledger_id = mark.ledger_id, error = %e, "repair failed; moving on, retried next pass")
+                }
             }
         }
         match page.next {

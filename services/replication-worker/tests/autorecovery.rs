@@ -468,9 +468,43 @@ async fn a_bookie_that_lost_its_data_answers_limbo_not_absent_until_refilled_fro
     assert!(matches!(&lac, Err(e) if e.code() == Some(v1::ErrorCode::LedgerInLimbo)), "{lac:?}");
     // ...and is refilled once closed.
     b.close().await.unwrap();
+    // The closed ledger's fence, lost with the data, is back: no writer gets in.
+    let m = client.metadata(a_id).await.unwrap();
+    let member = m.segments[0].members.iter().find(|x| x.bookie_id == "1").unwrap().clone();
+    let late = v1::Entry::sealed(a_id, 20, 19, Bytes::from_static(b"zombie"));
+    let answer = client.bookies().add(&member, late, m.version, false, Duration::from_secs(2)).await;
+    assert_eq!(answer, quire_client::writer::Answer::Fenced);
     eventually(Duration::from_secs(30), "ledger B refilled on bookie 1", || async {
         let m = client.metadata(b_id).await.ok()?;
         every_copy_is_there(&client, &m, &b_data).await.ok()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bookie_back_as_a_new_instance_under_its_old_id_has_its_copies_moved_not_filled() {
+    let mut s = Setup::start(4);
+    let client = s.client();
+    eventually(Duration::from_secs(20), "4 bookies", || async {
+        (client.bookies().refresh().await.ok()?.len() == 4).then_some(())
+    })
+    .await;
+    let w = client.create_on(vec!["1".into(), "2".into(), "3".into()], spec()).await.unwrap();
+    let data: Vec<Bytes> = (0..30).map(|e| payload(3, e)).collect();
+    w.add_batch(data.clone()).await.unwrap();
+    let id = w.close().await.unwrap().ledger_id;
+    // Bookie 2's disks are replaced: same id and address, a new instance,
+    // registered and available, holding nothing of the ledger (seed 003).
+    s.cluster.replace_bookie(1).unwrap();
+    let client = s.client();
+    let _auditor = s.auditor();
+    let _worker = s.worker("1", &[]);
+    eventually(Duration::from_secs(60), "the ledger's copies moved off the old instance", || async {
+        let m = client.metadata(id).await.ok()?;
+        if m.segments[0].members.iter().any(|x| x.bookie_id == "2") || !marks(&client).await.is_empty() {
+            return None;
+        }
+        every_copy_is_there(&client, &m, &data).await.ok()
     })
     .await;
 }

@@ -121,12 +121,20 @@ async fn close_recovered(
     length: u64,
     ensembles: std::collections::BTreeMap<u64, Vec<Member>>,
 ) -> Result<LedgerMeta, ClientError> {
+    // The ensembles are `meta`'s: every ensemble change recovery made is in
+    // it (the shell keeps the stored record), and so is any re-replication of
+    // an earlier segment that happened meanwhile, which the write-back
+    // writer's own copy of the earlier segments would undo.
+    let (last_first, last_members) = ensembles.into_iter().next_back().expect("a ledger has an ensemble");
+    debug_assert_eq!(
+        meta.last_segment(),
+        &Segment { first_entry_id: last_first, members: last_members },
+        "the write-back writer's ensemble is the stored one"
+    );
     let mut intended = meta.clone();
     intended.state = LedgerState::Closed;
     intended.last_entry_id = last_entry_id;
     intended.length = length;
-    intended.segments =
-        ensembles.into_iter().map(|(first_entry_id, members)| Segment { first_entry_id, members }).collect();
     match client.cas(&meta, &intended).await? {
         Ok(stored) => {
             tracing::info!(ledger_id = meta.ledger_id, last_entry_id, length, "recovered and closed ledger");

@@ -71,19 +71,22 @@ impl Client {
         let registry = self.bookies().refresh().await?;
         for bookie_id in missing {
             let meta = self.metadata(ledger_id).await?;
-            let in_place = registry.iter().any(|b| {
-                b.bookie_id == *bookie_id
-                    && matches!(
-                        v1::BookieState::try_from(b.state),
-                        Ok(v1::BookieState::Available | v1::BookieState::ReadOnly)
-                    )
-            });
+            // Filled in place only by the instance the fragment names, and
+            // only while it takes writes; a read-only, draining, lost or
+            // re-imaged bookie is replaced instead.
+            let available_as = registry
+                .iter()
+                .find(|b| b.bookie_id == *bookie_id && b.state == v1::BookieState::Available as i32)
+                .map(|b| b.instance_id.clone());
             let (fragments, in_writers_segment) = repairable(&meta, bookie_id);
             let mut failed = None;
             for f in &fragments {
                 if !keep_going() {
                     return Err(ClientError::Timeout("the claim on the ledger was lost".into()));
                 }
+                let in_place = available_as
+                    .as_ref()
+                    .is_some_and(|i| f.member.instance_id.is_empty() || *i == f.member.instance_id);
                 let done = if in_place {
                     self.fill_holes(&meta, f, throttle, keep_going, &mut report).await
                 } else {
@@ -281,7 +284,9 @@ impl Client {
         // The bookie being repaired may still serve it (a draining bookie does).
         if let Some(m) = members.get(position) {
             if let Ok(r) = self.bookies().read(&m.bookie_id, meta.ledger_id, entry_id, false, timeout).await {
-                if let Some(e) = r.body.entry.filter(|e| e.digest_ok() && e.entry_id == entry_id) {
+                if let Some(e) =
+                    r.body.entry.filter(|e| e.digest_ok() && e.ledger_id == meta.ledger_id && e.entry_id == entry_id)
+                {
                     return Ok(e);
                 }
             }
