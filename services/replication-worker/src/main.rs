@@ -82,6 +82,7 @@ fn main() -> anyhow::Result<()> {
             open_ledger_grace: Duration::from_millis(args.open_ledger_grace_ms),
             idle_poll: Duration::from_millis(args.poll_ms.max(50)),
             stats: Arc::new(worker::WorkerStats::default()),
+            writer_waits: Arc::default(),
         };
         let metrics = match args.metrics_listen {
             Some(addr) => {

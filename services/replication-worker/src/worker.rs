@@ -8,9 +8,11 @@
 //! copies are idempotent; what the dead one wrote is unreferenced until
 //! recorded).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Mutex;
+use std::time::Duration;
 
 use quire_client::meta::LedgerState;
 use quire_client::{Client, ClientError, Throttle};
@@ -30,6 +32,9 @@ pub struct WorkerConfig {
     pub idle_poll: Duration,
     /// Counters for /metrics.
     pub stats: Arc<WorkerStats>,
+    /// When this worker first found a ledger's writer still on a missing
+    /// bookie, by (ledger, bookie).
+    pub writer_waits: Arc<Mutex<HashMap<(u64, String), tokio::time::Instant>>>,
 }
 
 /// What /metrics shows.
@@ -100,10 +105,6 @@ impl WorkerStats {
         );
         s
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Runs until the task is dropped.
@@ -212,8 +213,23 @@ async fn repair_claimed(
     // An open ledger whose writer has had its grace period and still sits on
     // a missing bookie: its writer is gone. Recover it (fence, close at the
     // true tail) so that its last segment becomes repairable.
-    let waited = Duration::from_millis(now_ms().saturating_sub(mark.marked_at_ms));
+    // The grace runs from when this worker first found the writer on that
+    // bookie (its own monotonic clock; a bookie added to an old mark gets
+    // its own grace, and another worker starts its clock afresh: later,
+    // never sooner).
+    let waited = {
+        let now = tokio::time::Instant::now();
+        let mut w = cfg.writer_waits.lock().expect("waits lock");
+        w.retain(|(l, b), _| *l != ledger_id || repair.waiting_for_writer.contains(b));
+        repair
+            .waiting_for_writer
+            .iter()
+            .map(|b| now.saturating_duration_since(*w.entry((ledger_id, b.clone())).or_insert(now)))
+            .max()
+            .unwrap_or_default()
+    };
     if !repair.waiting_for_writer.is_empty() && meta.state != LedgerState::Closed && waited >= cfg.open_ledger_grace {
+        cfg.writer_waits.lock().expect("waits lock").retain(|(l, _), _| *l != ledger_id);
         tracing::warn!(
             ledger_id,
             waited_ms = waited.as_millis() as u64,
