@@ -293,13 +293,21 @@ impl Bookies {
         Ok((r.body.last_add_confirmed, r.instance_id))
     }
 
-    /// Long-polls the bookie until its LAC passes `after` or `wait` ends.
-    pub async fn wait_lac(&self, bookie_id: &str, ledger_id: u64, after: i64, wait: Duration) -> Result<i64, RpcError> {
+    /// Long-polls the bookie until its LAC passes `after` or `wait` ends: the
+    /// LAC, and the instance that answered.
+    pub async fn wait_lac(
+        &self,
+        bookie_id: &str,
+        ledger_id: u64,
+        after: i64,
+        wait: Duration,
+    ) -> Result<(i64, String), RpcError> {
         let p = self.peer(bookie_id).await?;
         let req = v1::WaitLacRequest { ledger_id, after, timeout_ms: wait.as_millis().min(u32::MAX as u128) as u32 };
         // The server answers at `wait` at the latest; allow for the trip.
         let opts = CallOptions::timeout(wait + Duration::from_secs(2));
-        Ok(p.call_full(req, opts).await?.body.last_add_confirmed)
+        let r = p.call_full(req, opts).await?;
+        Ok((r.body.last_add_confirmed, r.instance_id))
     }
 
     /// Publishes an explicit LAC. Fenced is reported; other failures are not

@@ -150,13 +150,17 @@ impl LedgerReader {
             .iter()
             .map(|m| {
                 let bookies = self.client.bookies().clone();
-                let id = m.bookie_id.clone();
-                async move { bookies.wait_lac(&id, meta.ledger_id, after, wait).await }
+                let (id, expected) = (m.bookie_id.clone(), m.instance_id.clone());
+                async move { (expected, bookies.wait_lac(&id, meta.ledger_id, after, wait).await) }
             })
             .collect();
         let mut best = None::<i64>;
-        while let Some(r) = calls.next().await {
-            if let Ok(l) = r {
+        while let Some((expected, r)) = calls.next().await {
+            // As in read_lac: a replaced instance's LAC is no answer.
+            if let Ok((l, instance)) = r {
+                if !expected.is_empty() && instance != expected {
+                    continue;
+                }
                 let l = self.learn(l);
                 best = Some(l);
                 if l > after {
