@@ -215,40 +215,23 @@ pub async fn run(client: Client, cfg: AuditorConfig, stats: Arc<Mutex<AuditorSta
 
 async fn all_ledgers(client: &Client) -> Result<Vec<LedgerMeta>, ClientError> {
     let mut out = Vec::new();
-    let mut start_after = None;
-    loop {
-        let (ids, next) = client.list(start_after, 1000).await?;
-        for id in ids {
-            match client.metadata(id).await {
-                Ok(m) => out.push(m),
-                Err(ClientError::NoSuchLedger(_)) => {} // deleted meanwhile
-                Err(e) => return Err(e),
-            }
-        }
-        match next {
-            Some(n) => start_after = Some(n),
-            None => return Ok(out),
+    for id in client.list_all().await? {
+        match client.metadata(id).await {
+            Ok(m) => out.push(m),
+            Err(ClientError::NoSuchLedger(_)) => {} // deleted meanwhile
+            Err(e) => return Err(e),
         }
     }
+    Ok(out)
 }
 
 async fn marks(client: &Client) -> Result<BTreeMap<u64, BTreeSet<String>>, ClientError> {
-    let mut out = BTreeMap::new();
-    let mut start_after = None;
-    loop {
-        let page = client
-            .meta()
-            .call(v1::ListUnderReplicatedRequest { start_after, limit: 1000 })
-            .await
-            .map_err(|e| ClientError::from_metadata(e, None))?;
-        for m in page.marks {
-            out.insert(m.ledger_id, m.missing_bookie_ids.into_iter().collect());
-        }
-        match page.next {
-            Some(n) => start_after = Some(n),
-            None => return Ok(out),
-        }
-    }
+    Ok(client
+        .under_replicated()
+        .await?
+        .into_iter()
+        .map(|m| (m.ledger_id, m.missing_bookie_ids.into_iter().collect()))
+        .collect())
 }
 
 async fn mark(client: &Client, ledger_id: u64, missing: Vec<String>, reason: String) -> Result<(), ClientError> {

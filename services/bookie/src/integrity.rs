@@ -178,31 +178,24 @@ pub async fn run(
 
 async fn named_ledgers(client: &Client, bookie_id: &str, instance_id: &str) -> Result<Vec<u64>, ClientError> {
     let mut out = Vec::new();
-    let mut start_after = None;
-    loop {
-        let (ids, next) = client.list(start_after, 1000).await?;
-        for id in ids {
-            let meta = match client.metadata(id).await {
-                Ok(m) => m,
-                Err(ClientError::NoSuchLedger(_)) => continue,
-                Err(e) => return Err(e),
-            };
-            // Segments that name another instance of this id hold nothing of
-            // ours (seed 003): no limbo for them.
-            let ours = meta.segments.iter().any(|s| {
-                s.members
-                    .iter()
-                    .any(|m| m.bookie_id == bookie_id && (m.instance_id.is_empty() || m.instance_id == instance_id))
-            });
-            if ours {
-                out.push(id);
-            }
-        }
-        match next {
-            Some(n) => start_after = Some(n),
-            None => return Ok(out),
+    for id in client.list_all().await? {
+        let meta = match client.metadata(id).await {
+            Ok(m) => m,
+            Err(ClientError::NoSuchLedger(_)) => continue,
+            Err(e) => return Err(e),
+        };
+        // Segments that name another instance of this id hold nothing of
+        // ours (seed 003): no limbo for them.
+        let ours = meta.segments.iter().any(|s| {
+            s.members
+                .iter()
+                .any(|m| m.bookie_id == bookie_id && (m.instance_id.is_empty() || m.instance_id == instance_id))
+        });
+        if ours {
+            out.push(id);
         }
     }
+    Ok(out)
 }
 
 /// Copies back what this bookie's repairable fragments of `ledger_id` lack;

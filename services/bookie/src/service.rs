@@ -176,7 +176,7 @@ impl BookieService {
             }
             if let Some(meta) = &this.meta {
                 for l in unknown_copies {
-                    if let Err(e) = fence_unless_open(&this.store, meta, l).await {
+                    if let Err(e) = fence_unless_open(&this.store, meta, l).await.map(|_| ()) {
                         refused.insert(l, e);
                     }
                 }
@@ -255,31 +255,21 @@ async fn check_unknown_ledger(
     meta: &quire_metaclient::MetaClient,
     ledger_id: u64,
 ) -> Result<(), ServiceError> {
-    let resp = meta.call(v1::GetLedgerRequest { ledger_id, stale_ok: false }).await.map_err(|e| match e.code() {
-        Some(ErrorCode::NoSuchLedger) => {
-            ServiceError::new(ErrorCode::NoSuchLedger, format!("ledger {ledger_id} is unknown to the metadata service"))
-        }
-        _ => ServiceError::new(
-            ErrorCode::MetadataUnavailable,
-            format!("cannot check ledger {ledger_id} with the metadata service: {e}"),
-        ),
-    })?;
-    let state = resp.ledger.map(|l| l.state).unwrap_or_default();
-    if state != v1::LedgerState::Open as i32 {
-        store.fence(ledger_id).await.map_err(to_service_error)?;
+    if !fence_unless_open(store, meta, ledger_id).await? {
         return Err(to_service_error(StorageError::Fenced(ledger_id)));
     }
     Ok(())
 }
 
-/// Before the first copy of a ledger this bookie does not know: fence it here
-/// unless the metadata service says it is open, so that no writer fenced out
-/// elsewhere finds this replica open. A deleted ledger takes no copies.
+/// Asks the metadata service about a ledger this bookie does not know and
+/// fences it here unless it is open; whether it is open. Replication adds
+/// use it before their first copy, so that no writer fenced out elsewhere
+/// finds a restored replica open. A deleted ledger is NO_SUCH_LEDGER.
 async fn fence_unless_open(
     store: &Store,
     meta: &quire_metaclient::MetaClient,
     ledger_id: u64,
-) -> Result<(), ServiceError> {
+) -> Result<bool, ServiceError> {
     let resp = meta.call(v1::GetLedgerRequest { ledger_id, stale_ok: false }).await.map_err(|e| match e.code() {
         Some(ErrorCode::NoSuchLedger) => {
             ServiceError::new(ErrorCode::NoSuchLedger, format!("ledger {ledger_id} is unknown to the metadata service"))
@@ -289,10 +279,11 @@ async fn fence_unless_open(
             format!("cannot check ledger {ledger_id} with the metadata service: {e}"),
         ),
     })?;
-    if resp.ledger.map(|l| l.state).unwrap_or_default() != v1::LedgerState::Open as i32 {
+    let open = resp.ledger.map(|l| l.state).unwrap_or_default() == v1::LedgerState::Open as i32;
+    if !open {
         store.fence(ledger_id).await.map_err(to_service_error)?;
     }
-    Ok(())
+    Ok(open)
 }
 
 /// The protocol code for a storage outcome.

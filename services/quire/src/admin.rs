@@ -13,7 +13,6 @@ use bytes::Bytes;
 use clap::Args;
 use quire_client::{Client, ClientOptions, CreateLedger};
 use quire_metaclient::{MetaClient, MetaClientOptions};
-use quire_proto::v1;
 
 use crate::bookies::MetaTarget;
 
@@ -71,20 +70,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 pub fn under_replicated(a: UnderReplicatedArgs) -> anyhow::Result<()> {
     runtime()?.block_on(async {
         let (client, rpc) = client(&a.target)?;
-        let mut marks = Vec::new();
-        let mut start_after = None;
-        loop {
-            let page = client
-                .meta()
-                .call(v1::ListUnderReplicatedRequest { start_after, limit: 1000 })
-                .await
-                .context("list under-replicated ledgers")?;
-            marks.extend(page.marks);
-            match page.next {
-                Some(n) => start_after = Some(n),
-                None => break,
-            }
-        }
+        let marks = client.under_replicated().await.context("list under-replicated ledgers")?;
         rpc.close(Duration::from_millis(100)).await;
         if a.json {
             let rows: Vec<_> = marks

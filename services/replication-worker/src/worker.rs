@@ -125,30 +125,19 @@ pub async fn run(client: Client, cfg: WorkerConfig, throttle: Arc<Throttle>) {
 
 /// One pass over the marks; how many ledgers it worked on.
 async fn scan(client: &Client, cfg: &WorkerConfig, throttle: &Arc<Throttle>) -> Result<usize, ClientError> {
-    let meta = client.meta();
-    let mut start_after = None;
     let mut worked = 0;
-    loop {
-        let page = meta
-            .call(v1::ListUnderReplicatedRequest { start_after, limit: 100 })
-            .await
-            .map_err(|e| ClientError::from_metadata(e, None))?;
-        for mark in &page.marks {
-            // One ledger that cannot be repaired now (its recovery fails, a
-            // bookie it needs is down) must not hold up the others.
-            match repair_one(client, cfg, throttle, mark).await {
-                Ok(true) => worked += 1,
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!(ledger_id = mark.ledger_id, error = %e, "repair failed; moving on, retried next pass")
-                }
+    for mark in client.under_replicated().await? {
+        // One ledger that cannot be repaired now (its recovery fails, a
+        // bookie it needs is down) must not hold up the others.
+        match repair_one(client, cfg, throttle, &mark).await {
+            Ok(true) => worked += 1,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(ledger_id = mark.ledger_id, error = %e, "repair failed; moving on, retried next pass")
             }
         }
-        match page.next {
-            Some(n) => start_after = Some(n),
-            None => return Ok(worked),
-        }
     }
+    Ok(worked)
 }
 
 /// Claims and repairs one marked ledger; false when another worker holds it.

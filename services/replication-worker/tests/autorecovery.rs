@@ -69,20 +69,19 @@ fn payload(l: usize, e: u64) -> Bytes {
     Bytes::from(format!("ledger {l} entry {e} {}", "p".repeat(200 + (e as usize % 5) * 50)))
 }
 
-/// Polls `cond` until it yields, or fails after `timeout` naming `what`.
-async fn eventually<T, F: Future<Output = Option<T>>>(timeout: Duration, what: &str, mut cond: impl FnMut() -> F) -> T {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(v) = cond().await {
-            return v;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            // Let an outer timeout report with the logs; alone, fail here.
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            panic!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// Waits for `cond` (a condition with a deadline); fails the test on timeout.
+async fn eventually<T, F: Future<Output = Option<T>>>(timeout: Duration, what: &str, cond: impl FnMut() -> F) -> T {
+    quire_testkit::eventually(timeout, what, cond).await.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A client once `n` bookies are registered.
+async fn ready(s: &Setup, n: usize) -> Client {
+    let client = s.client();
+    eventually(Duration::from_secs(20), "every bookie registered", || async {
+        (client.bookies().refresh().await.ok()?.len() == n).then_some(())
+    })
+    .await;
+    client
 }
 
 async fn marks(client: &Client) -> Vec<v1::UnderReplicatedMark> {
@@ -121,11 +120,7 @@ fn spec() -> CreateLedger {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_bookies_copies_return_to_live_bookies_without_an_operator() {
     let mut s = Setup::start(4);
-    let client = s.client();
-    eventually(Duration::from_secs(20), "4 bookies", || async {
-        (client.bookies().refresh().await.ok()?.len() == 4).then_some(())
-    })
-    .await;
+    let client = ready(&s, 4).await;
     // 100 closed ledgers, and one open ledger whose writer is gone.
     let mut written: BTreeMap<u64, Vec<Bytes>> = BTreeMap::new();
     for l in 0..100usize {
@@ -167,9 +162,8 @@ async fn a_lost_bookies_copies_return_to_live_bookies_without_an_operator() {
     assert_eq!(victim_held, 101, "the dead bookie held copies of every ledger");
 
     // Without operator action: no ledger names the dead bookie, no mark remains.
-    let moved = tokio::time::timeout(
-        Duration::from_secs(150),
-        eventually(Duration::from_secs(160), "every ledger moved off the dead bookie", || async {
+    let moved =
+        quire_testkit::eventually(Duration::from_secs(150), "every ledger moved off the dead bookie", || async {
             for id in written.keys() {
                 let m = client.metadata(*id).await.ok()?;
                 if m.segments.iter().any(|g| g.members.iter().any(|x| x.bookie_id == victim)) {
@@ -187,9 +181,8 @@ async fn a_lost_bookies_copies_return_to_live_bookies_without_an_operator() {
                 every_copy_is_there(&client, &m, data).await.ok()?;
             }
             Some(())
-        }),
-    )
-    .await;
+        })
+        .await;
     if moved.is_err() {
         let left = marks(&client).await;
         panic!(
@@ -245,11 +238,7 @@ fn metric_value(text: &str, name: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_copy_on_disk_is_found_and_repaired_in_place() {
     let mut s = Setup::start(3);
-    let client = s.client();
-    eventually(Duration::from_secs(20), "3 bookies", || async {
-        (client.bookies().refresh().await.ok()?.len() == 3).then_some(())
-    })
-    .await;
+    let client = ready(&s, 3).await;
     let w = client.create(spec()).await.unwrap();
     let data: Vec<Bytes> = (0..20).map(|e| payload(7, e)).collect();
     w.add_batch(data.clone()).await.unwrap();
@@ -300,11 +289,7 @@ async fn a_corrupt_copy_on_disk_is_found_and_repaired_in_place() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decommissioned_bookie_is_drained_under_writes_then_retired() {
     let s = Setup::start(4);
-    let client = s.client();
-    eventually(Duration::from_secs(20), "4 bookies", || async {
-        (client.bookies().refresh().await.ok()?.len() == 4).then_some(())
-    })
-    .await;
+    let client = ready(&s, 4).await;
     let mut written: BTreeMap<u64, Vec<Bytes>> = BTreeMap::new();
     for l in 0..10usize {
         let w = client.create(spec()).await.unwrap();
@@ -351,11 +336,7 @@ async fn a_decommissioned_bookie_is_drained_under_writes_then_retired() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_mid_copy_leaves_nothing_another_cannot_finish() {
     let mut s = Setup::start(4);
-    let client = s.client();
-    eventually(Duration::from_secs(20), "4 bookies", || async {
-        (client.bookies().refresh().await.ok()?.len() == 4).then_some(())
-    })
-    .await;
+    let client = ready(&s, 4).await;
     // One ledger of 2 000 entries of 1 KiB on bookies 1, 2, 3 (E=Qw=3).
     let w = client.create_on(vec!["1".into(), "2".into(), "3".into()], spec()).await.unwrap();
     let data: Vec<Bytes> = (0..2000u64).map(|e| Bytes::from(format!("{e:08}-{}", "k".repeat(1016)))).collect();
@@ -387,16 +368,13 @@ async fn a_worker_killed_mid_copy_leaves_nothing_another_cannot_finish() {
 
     // Worker 2 takes the claim once worker 1's lease ends, and finishes.
     let second = s.worker("2", &[]);
-    let done = tokio::time::timeout(
-        Duration::from_secs(90),
-        eventually(Duration::from_secs(100), "worker 2 finished", || async {
-            let m = client.metadata(id).await.ok()?;
-            if m.segments[0].members.iter().any(|x| x.bookie_id == "2") || !marks(&client).await.is_empty() {
-                return None;
-            }
-            every_copy_is_there(&client, &m, &data).await.ok()
-        }),
-    )
+    let done = quire_testkit::eventually(Duration::from_secs(90), "worker 2 finished", || async {
+        let m = client.metadata(id).await.ok()?;
+        if m.segments[0].members.iter().any(|x| x.bookie_id == "2") || !marks(&client).await.is_empty() {
+            return None;
+        }
+        every_copy_is_there(&client, &m, &data).await.ok()
+    })
     .await;
     if done.is_err() {
         panic!("not finished\n--- worker 2 ---\n{}", second.log());
@@ -425,11 +403,7 @@ fn wipe_keeping_cookies(data: &std::path::Path) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bookie_that_lost_its_data_answers_limbo_not_absent_until_refilled_from_peers() {
     let mut s = Setup::start(3);
-    let client = s.client();
-    eventually(Duration::from_secs(20), "3 bookies", || async {
-        (client.bookies().refresh().await.ok()?.len() == 3).then_some(())
-    })
-    .await;
+    let client = ready(&s, 3).await;
     let a = client.create(spec()).await.unwrap();
     let a_data: Vec<Bytes> = (0..20).map(|e| payload(1, e)).collect();
     a.add_batch(a_data.clone()).await.unwrap();
@@ -484,11 +458,7 @@ async fn a_bookie_that_lost_its_data_answers_limbo_not_absent_until_refilled_fro
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bookie_back_as_a_new_instance_under_its_old_id_has_its_copies_moved_not_filled() {
     let mut s = Setup::start(4);
-    let client = s.client();
-    eventually(Duration::from_secs(20), "4 bookies", || async {
-        (client.bookies().refresh().await.ok()?.len() == 4).then_some(())
-    })
-    .await;
+    let client = ready(&s, 4).await;
     let w = client.create_on(vec!["1".into(), "2".into(), "3".into()], spec()).await.unwrap();
     let data: Vec<Bytes> = (0..30).map(|e| payload(3, e)).collect();
     w.add_batch(data.clone()).await.unwrap();

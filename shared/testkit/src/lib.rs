@@ -50,6 +50,27 @@ pub fn wait_until<T>(timeout: Duration, what: &str, mut cond: impl FnMut() -> Op
     }
 }
 
+/// [`wait_until`] for async conditions: polls `cond` (backing off from 2 ms
+/// to 50 ms between polls) until it yields, or fails after `timeout`.
+pub async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
+    timeout: Duration,
+    what: &str,
+    mut cond: impl FnMut() -> F,
+) -> anyhow::Result<T> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut pause = Duration::from_millis(2);
+    loop {
+        if let Some(v) = cond().await {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
 /// A child process killed on drop.
 pub struct Process {
     name: String,

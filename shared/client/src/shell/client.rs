@@ -266,6 +266,38 @@ impl Client {
         Ok((r.ledger_ids, r.next))
     }
 
+    /// Every ledger id, page by page.
+    pub async fn list_all(&self) -> Result<Vec<u64>, ClientError> {
+        let mut out = Vec::new();
+        let mut start_after = None;
+        loop {
+            let (ids, next) = self.list(start_after, 1000).await?;
+            out.extend(ids);
+            match next {
+                Some(n) => start_after = Some(n),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// Every under-replication mark, page by page.
+    pub async fn under_replicated(&self) -> Result<Vec<v1::UnderReplicatedMark>, ClientError> {
+        let mut out = Vec::new();
+        let mut start_after = None;
+        loop {
+            let page = self
+                .meta()
+                .call(v1::ListUnderReplicatedRequest { start_after, limit: 1000 })
+                .await
+                .map_err(|e| ClientError::from_metadata(e, None))?;
+            out.extend(page.marks);
+            match page.next {
+                Some(n) => start_after = Some(n),
+                None => return Ok(out),
+            }
+        }
+    }
+
     /// Writes `intended` over `current` by CAS. An unknown outcome (timeout,
     /// lost connection) or a conflict is settled by reading the record back:
     /// `Ok` with the stored record when it shows the intended change, else
