@@ -218,8 +218,11 @@ impl quire_rpc::Service for MetaService {
                         0 => 100,
                         n => n.min(LIST_LIMIT_MAX),
                     };
-                    let (ids, next) = shared.state.read().expect("state lock").list_ledgers(l.start_after, limit);
-                    Ok(v1::ListLedgersResponse { ledger_ids: ids, next }.into())
+                    let state = shared.state.read().expect("state lock");
+                    let (ids, next) = state.list_ledgers(l.start_after, limit);
+                    let next_ledger_id = state.next_ledger_id.max(1);
+                    drop(state);
+                    Ok(v1::ListLedgersResponse { ledger_ids: ids, next, next_ledger_id }.into())
                 }
                 Req::WatchLedger(w) => {
                     let timeout = Duration::from_millis(w.timeout_ms.into())

@@ -87,6 +87,7 @@ methods! {
     BookieInfo => BookieInfoRequest, BookieInfoResponse, "bookie_info";
     AddEntries => AddEntriesRequest, AddEntriesResponse, "add_entries";
     CheckEntries => CheckEntriesRequest, CheckEntriesResponse, "check_entries";
+    RunGc => RunGcRequest, RunGcResponse, "run_gc";
     CreateLedger => CreateLedgerRequest, CreateLedgerResponse, "create_ledger";
     GetLedger => GetLedgerRequest, GetLedgerResponse, "get_ledger";
     UpdateLedger => UpdateLedgerRequest, UpdateLedgerResponse, "update_ledger";
@@ -130,7 +131,7 @@ impl Method {
         match self {
             Ping | ServerInfo => ServiceKind::Control,
             AddEntry | AddEntries | ReadEntry | ReadLac | WaitLac | WriteLac | FenceLedger | BookieInfo
-            | CheckEntries => ServiceKind::Bookie,
+            | CheckEntries | RunGc => ServiceKind::Bookie,
             CreateLedger | GetLedger | UpdateLedger | DeleteLedger | ListLedgers | WatchLedger | RegisterBookie
             | RenewLease | ListBookies | WatchBookies | MarkUnderReplicated | ListUnderReplicated
             | ClearUnderReplicated | AcquireLock | RenewLock | ReleaseLock | GetLock | ChangeMembership

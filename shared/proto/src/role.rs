@@ -120,6 +120,8 @@ pub fn allowed(role: Role, method: Method) -> bool {
         ReadEntry | ReadLac | WaitLac => writer || matches!(role, Auditor | Bookie),
         // Replica checks: the auditor, workers, a bookie checking its peers.
         CheckEntries => matches!(role, Auditor | ReplicationWorker | Bookie | Admin),
+        // Garbage collection runs on its own schedule; forcing a pass is the operator's.
+        RunGc => role == Admin,
         // Creating and deleting ledgers is the application's (and operator's) business.
         CreateLedger | DeleteLedger => matches!(role, Gateway | Client | Admin),
         // Ensemble changes, recovery and re-replication update metadata.

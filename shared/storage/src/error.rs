@@ -51,6 +51,10 @@ pub enum StorageError {
     /// Too many requests are parked or queued.
     #[error("overloaded: {0}")]
     Overloaded(String),
+    /// An entry log was removed (compacted or garbage) after its location
+    /// was looked up: look the entry up again.
+    #[error("entry log {0} was removed")]
+    LogRemoved(u32),
     /// The data directories do not belong to this bookie instance.
     #[error("cookie: {0}")]
     Cookie(String),

@@ -49,12 +49,68 @@ pub struct IndexBatch {
     pub checkpoint: Option<JournalPos>,
 }
 
+/// One stored run: entries `first_entry..first_entry + len()` of a ledger,
+/// back to back in one entry log. What garbage collection sees of the index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunInfo {
+    /// The ledger.
+    pub ledger_id: u64,
+    /// The run's first entry id (its key).
+    pub first_entry: u64,
+    /// The entry log holding it.
+    pub log_id: u32,
+    /// Offset of its first record.
+    pub base: u64,
+    /// Each entry's end, relative to `base`.
+    pub ends: Vec<u32>,
+}
+
+impl RunInfo {
+    /// Entries in the run.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether the run is empty (stored runs never are).
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Bytes of entry log the run covers.
+    pub fn bytes(&self) -> u64 {
+        self.ends.last().copied().unwrap_or(0) as u64
+    }
+
+    /// The location of the i-th entry of the run.
+    pub fn location(&self, i: usize) -> Location {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        Location { log_id: self.log_id, offset: self.base + start as u64, len: self.ends[i] - start }
+    }
+}
+
+/// Compaction's change to one run: the live entries of `old` now live at
+/// `moved` (entry id, new location), in entry order; entries of `old` not in
+/// `moved` were already superseded by other runs.
+#[derive(Debug, Clone)]
+pub struct RunMove {
+    /// The run as compaction read it.
+    pub old: RunInfo,
+    /// Where its live entries were copied.
+    pub moved: Vec<(u64, Location)>,
+}
+
 /// The index contract (tests/conformance.rs checks it against every implementation):
 /// - `commit` is atomic and durable on return: after a crash either all of a
 ///   batch is visible or none of it;
 /// - `location` returns the newest committed location of an entry;
 /// - `last_entry` is the highest committed entry id of a ledger;
-/// - `checkpoint` is the last committed checkpoint.
+/// - `checkpoint` is the last committed checkpoint;
+/// - `delete_ledgers` removes every run and record of the ledgers, atomically
+///   and durably;
+/// - `replace_runs` applies each move only if its old run is still stored
+///   exactly as read and no run it would write already exists, all applied
+///   moves in one atomic durable batch; writes are serialised with `commit`
+///   and `delete_ledgers`, so a move never undoes a newer write.
 pub trait LedgerIndex: Send + Sync {
     /// Commits a batch atomically and durably.
     fn commit(&self, batch: &IndexBatch) -> Result<(), StorageError>;
@@ -68,6 +124,12 @@ pub trait LedgerIndex: Send + Sync {
     fn ledgers(&self) -> Result<Vec<(u64, LedgerRecord)>, StorageError>;
     /// The last committed journal checkpoint.
     fn checkpoint(&self) -> Result<Option<JournalPos>, StorageError>;
+    /// Visits every stored run (in key order: by ledger, then first entry).
+    fn for_each_run(&self, visit: &mut dyn FnMut(RunInfo)) -> Result<(), StorageError>;
+    /// Removes the ledgers' runs and records. Returns the runs removed.
+    fn delete_ledgers(&self, ledger_ids: &[u64]) -> Result<u64, StorageError>;
+    /// Applies compaction's moves (see the contract); which were applied.
+    fn replace_runs(&self, moves: &[RunMove]) -> Result<Vec<bool>, StorageError>;
 }
 
 const PREFIX_RUN: u8 = b'r';
@@ -152,6 +214,24 @@ fn runs(locations: &[(u64, u64, Location)]) -> Vec<(u64, u64, Run)> {
     out
 }
 
+fn run_info(k: &[u8], v: &[u8]) -> Result<RunInfo, StorageError> {
+    if k.len() != 17 || k[0] != PREFIX_RUN {
+        return Err(StorageError::Corrupt("malformed run key in the index".into()));
+    }
+    let run = Run::decode(v)?;
+    Ok(RunInfo {
+        ledger_id: u64::from_be_bytes(k[1..9].try_into().expect("8")),
+        first_entry: u64::from_be_bytes(k[9..17].try_into().expect("8")),
+        log_id: run.log_id,
+        base: run.base,
+        ends: run.ends,
+    })
+}
+
+fn encode_run_info(r: &RunInfo) -> Vec<u8> {
+    Run { log_id: r.log_id, base: r.base, ends: r.ends.clone() }.encode()
+}
+
 fn ledger_key(ledger: u64) -> [u8; 9] {
     let mut k = [0u8; 9];
     k[0] = PREFIX_LEDGER;
@@ -181,6 +261,9 @@ fn idx_err(e: sled::Error) -> StorageError {
 pub struct SledIndex {
     db: sled::Db,
     tree: sled::Tree,
+    /// Serialises writers, so `replace_runs` checks and writes with no other
+    /// write in between.
+    write: std::sync::Mutex<()>,
 }
 
 impl SledIndex {
@@ -197,12 +280,13 @@ impl SledIndex {
             .open()
             .map_err(idx_err)?;
         let tree = db.open_tree("ledger-index").map_err(idx_err)?;
-        Ok(SledIndex { db, tree })
+        Ok(SledIndex { db, tree, write: std::sync::Mutex::new(()) })
     }
 }
 
 impl LedgerIndex for SledIndex {
     fn commit(&self, batch: &IndexBatch) -> Result<(), StorageError> {
+        let _w = self.write.lock().expect("index write lock");
         let mut b = sled::Batch::default();
         for (l, first, run) in runs(&batch.locations) {
             b.insert(&run_key(l, first)[..], run.encode());
@@ -277,5 +361,68 @@ impl LedgerIndex for SledIndex {
             Some(_) => Err(StorageError::Corrupt("malformed checkpoint in the index".into())),
             None => Ok(None),
         }
+    }
+
+    fn for_each_run(&self, visit: &mut dyn FnMut(RunInfo)) -> Result<(), StorageError> {
+        for kv in self.tree.scan_prefix([PREFIX_RUN]) {
+            let (k, v) = kv.map_err(idx_err)?;
+            visit(run_info(&k, &v)?);
+        }
+        Ok(())
+    }
+
+    fn delete_ledgers(&self, ledger_ids: &[u64]) -> Result<u64, StorageError> {
+        let _w = self.write.lock().expect("index write lock");
+        let mut b = sled::Batch::default();
+        let mut runs = 0;
+        for l in ledger_ids {
+            for kv in self.tree.range(run_key(*l, 0)..=run_key(*l, u64::MAX)) {
+                let (k, _) = kv.map_err(idx_err)?;
+                b.remove(k);
+                runs += 1;
+            }
+            b.remove(&ledger_key(*l)[..]);
+        }
+        self.tree.apply_batch(b).map_err(idx_err)?;
+        self.db.flush().map_err(idx_err)?;
+        Ok(runs)
+    }
+
+    fn replace_runs(&self, moves: &[RunMove]) -> Result<Vec<bool>, StorageError> {
+        let _w = self.write.lock().expect("index write lock");
+        let mut b = sled::Batch::default();
+        let mut applied = Vec::with_capacity(moves.len());
+        let mut written: std::collections::HashSet<[u8; 17]> = std::collections::HashSet::new();
+        for m in moves {
+            let old_key = run_key(m.old.ledger_id, m.old.first_entry);
+            // (A key an earlier move of this batch writes is no longer the run read.)
+            let unchanged = !written.contains(&old_key)
+                && self.tree.get(old_key).map_err(idx_err)?.is_some_and(|v| v[..] == encode_run_info(&m.old)[..]);
+            let locations: Vec<(u64, u64, Location)> = m.moved.iter().map(|(e, l)| (m.old.ledger_id, *e, *l)).collect();
+            let new_runs = runs(&locations);
+            let mut clash = false;
+            for (l, first, _) in &new_runs {
+                let k = run_key(*l, *first);
+                if k != old_key && (written.contains(&k) || self.tree.contains_key(k).map_err(idx_err)?) {
+                    clash = true;
+                }
+            }
+            if !unchanged || clash {
+                applied.push(false);
+                continue;
+            }
+            b.remove(&old_key[..]);
+            for (l, first, run) in new_runs {
+                let k = run_key(l, first);
+                written.insert(k);
+                b.insert(&k[..], run.encode());
+            }
+            applied.push(true);
+        }
+        if applied.iter().any(|a| *a) {
+            self.tree.apply_batch(b).map_err(idx_err)?;
+            self.db.flush().map_err(idx_err)?;
+        }
+        Ok(applied)
     }
 }

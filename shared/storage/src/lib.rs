@@ -14,14 +14,20 @@
 //! checkpoint to the index ([`index`]) in one atomic durable batch, and lets the
 //! journal delete segments the checkpoint covers.
 //!
-//! What this crate does not do: talk to peers or the metadata service, decide
-//! who may write (the bookie service does), or garbage-collect deleted ledgers
-//! (the GC issue).
+//! Garbage collection ([`gc`]): ledgers the bookie found deleted are dropped
+//! from the index and caches ([`Store::delete_ledgers`]); entry logs nothing
+//! references are removed and sparse ones compacted
+//! ([`Store::collect_garbage`]).
+//!
+//! What this crate does not do: talk to peers or the metadata service, or
+//! decide who may write or which ledgers are deleted (the bookie service does).
 
 pub mod cookie;
 pub mod disk;
 pub mod entrylog;
 pub mod error;
+pub mod failpoint;
+pub mod gc;
 pub mod index;
 pub mod journal;
 pub mod store;

@@ -16,6 +16,8 @@ use crate::entrylog::read_cache::ReadCache;
 use crate::entrylog::write_cache::WriteCache;
 use crate::entrylog::EntryLogs;
 use crate::error::StorageError;
+use crate::failpoint;
+use crate::gc::{self, GcOutcome, LogUsage, Throttle};
 use crate::index::{IndexBatch, LedgerIndex, LedgerRecord, SledIndex};
 use crate::journal::{self, FileJournal, Journal, JournalConfig, JournalPos, Record};
 
@@ -82,6 +84,22 @@ pub struct StoreStats {
     pub flushed_entries: AtomicU64,
     /// Long polls parked now.
     pub parked_waits: AtomicUsize,
+    /// Garbage-collection passes over the entry logs.
+    pub gc_passes: AtomicU64,
+    /// Ledgers dropped after the bookie found them deleted.
+    pub gc_ledgers_deleted: AtomicU64,
+    /// Entry logs removed whole.
+    pub gc_logs_removed: AtomicU64,
+    /// Entry logs compacted.
+    pub gc_logs_compacted: AtomicU64,
+    /// Entries moved by compaction.
+    pub gc_entries_moved: AtomicU64,
+    /// Disk bytes freed by garbage collection.
+    pub gc_bytes_reclaimed: AtomicU64,
+    /// Compactions stopped by an error.
+    pub gc_compaction_failures: AtomicU64,
+    /// Time spent compacting, microseconds.
+    pub gc_compaction_us: AtomicU64,
 }
 
 struct LedgerState {
@@ -148,6 +166,15 @@ struct Inner {
     failed: Mutex<Option<String>>,
     stats: StoreStats,
     flush_tx: Mutex<Option<mpsc::Sender<FlushCmd>>>,
+    /// Held for a whole flush (entry-log append and index commit) and by
+    /// whatever must not interleave with one: a ledger's deletion, and GC
+    /// reading which logs are sealed (every log below the current one then
+    /// has its runs committed).
+    flush_lock: Mutex<()>,
+    /// One garbage-collection pass at a time.
+    gc_lock: Mutex<()>,
+    /// Every entry log's usage as the last pass (or refresh) found it.
+    usage: Mutex<Vec<LogUsage>>,
 }
 
 enum FlushCmd {
@@ -225,6 +252,9 @@ impl Store {
             failed: Mutex::new(None),
             stats: StoreStats::default(),
             flush_tx: Mutex::new(None),
+            flush_lock: Mutex::new(()),
+            gc_lock: Mutex::new(()),
+            usage: Mutex::new(Vec::new()),
         });
         // Replayed entries go to the entry log before anything new is accepted,
         // and the checkpoint then lets the journal drop what it replayed.
@@ -341,6 +371,18 @@ impl Store {
         if let Some(e) = self.read_cached(ledger_id, entry_id) {
             return Ok(e);
         }
+        // Compaction may remove the log a location names between the index
+        // look-up and the read: the next look-up finds where it moved.
+        for _ in 0..4 {
+            match self.read_indexed(ledger_id, entry_id) {
+                Err(StorageError::LogRemoved(_)) => continue,
+                r => return r,
+            }
+        }
+        Err(StorageError::CorruptEntry(ledger_id, entry_id, "its entry log kept being removed during the read".into()))
+    }
+
+    fn read_indexed(&self, ledger_id: u64, entry_id: u64) -> Result<Entry, StorageError> {
         let inner = &self.inner;
         let Some(loc) = inner.index.location(ledger_id, entry_id)? else {
             // It may have been flushed between the cache look-up and the index's.
@@ -367,6 +409,155 @@ impl Store {
             // Read-ahead could not decode the entry: read it alone for the precise error.
             _ => inner.logs.read(loc, ledger_id, entry_id),
         }
+    }
+
+    /// Every ledger this store knows (an entry, a fence or a LAC).
+    pub fn ledger_ids(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self.inner.ledgers.read().expect("ledgers lock").keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Whether any entry of the ledger is stored (blocking: reads the index).
+    pub fn has_entries(&self, ledger_id: u64) -> Result<bool, StorageError> {
+        {
+            let c = self.inner.caches.read().expect("caches lock");
+            if c.active.last_entry(ledger_id).is_some()
+                || c.flushing.as_ref().is_some_and(|f| f.last_entry(ledger_id).is_some())
+            {
+                return Ok(true);
+            }
+        }
+        Ok(self.inner.index.last_entry(ledger_id)?.is_some())
+    }
+
+    /// Drops deleted ledgers: their runs and records leave the index in one
+    /// durable batch, then their state and cached entries leave memory. Their
+    /// bytes in the entry logs become garbage for [`Store::collect_garbage`].
+    /// Blocking. Returns how many of them this store held.
+    ///
+    /// The caller vouches that the ledgers are deleted. An add already on its
+    /// way through the journal may bring one back; it is dropped again by a
+    /// later pass (as is one a journal replay brings back).
+    pub fn delete_ledgers(&self, ledger_ids: &[u64]) -> Result<u64, StorageError> {
+        let inner = &self.inner;
+        let _flush = inner.flush_lock.lock().expect("flush lock");
+        inner.index.delete_ledgers(ledger_ids)?;
+        let mut held = 0;
+        {
+            let mut ledgers = inner.ledgers.write().expect("ledgers lock");
+            let mut c = inner.caches.write().expect("caches lock");
+            let mut rc = inner.read_cache.lock().expect("read cache lock");
+            for l in ledger_ids {
+                if ledgers.remove(l).is_some() {
+                    held += 1;
+                }
+                c.active.remove_ledger(*l);
+                rc.forget_ledger(*l);
+            }
+        }
+        inner.stats.gc_ledgers_deleted.fetch_add(held, Ordering::Relaxed);
+        failpoint::hit("gc.ledgers_deleted");
+        Ok(held)
+    }
+
+    /// One pass over the entry logs (blocking; one pass at a time): removes
+    /// logs nothing references, and compacts sealed logs whose live fraction
+    /// is under `threshold` (0: compact nothing), paced by `throttle`.
+    pub fn collect_garbage(&self, threshold: f64, throttle: &mut Throttle) -> Result<GcOutcome, StorageError> {
+        let inner = &self.inner;
+        let _gc = inner.gc_lock.lock().expect("gc lock");
+        let sealed_below = {
+            let _flush = inner.flush_lock.lock().expect("flush lock");
+            inner.logs.current_id()
+        };
+        let usage = self.scan_usage()?;
+        let plan = gc::plan::choose(&usage, sealed_below, threshold);
+        let mut out = GcOutcome::default();
+        for id in &plan.remove {
+            out.bytes_reclaimed += inner.logs.remove(*id)?;
+            out.logs_removed += 1;
+            tracing::info!(log = id, "removed an entry log nothing references");
+        }
+        if !plan.compact.is_empty() {
+            let wanted: std::collections::HashSet<u32> = plan.compact.iter().copied().collect();
+            let mut runs: HashMap<u32, Vec<crate::index::RunInfo>> = HashMap::new();
+            inner.index.for_each_run(&mut |r| {
+                if wanted.contains(&r.log_id) {
+                    runs.entry(r.log_id).or_default().push(r);
+                }
+            })?;
+            for id in &plan.compact {
+                let started = std::time::Instant::now();
+                let res = gc::compact::compact_log(&inner.logs, &inner.index, *id, runs.remove(id).unwrap_or_default(), throttle);
+                let took_us = started.elapsed().as_micros() as u64;
+                inner.stats.gc_compaction_us.fetch_add(took_us, Ordering::Relaxed);
+                match res {
+                    Ok(c) if c.complete => {
+                        failpoint::hit("compaction.before_unlink");
+                        let freed = inner.logs.remove(*id)?;
+                        out.bytes_reclaimed += freed.saturating_sub(c.bytes_written);
+                        out.entries_moved += c.entries_moved;
+                        out.logs_compacted += 1;
+                        tracing::info!(log = id, entries_moved = c.entries_moved, freed, took_us, "compacted an entry log");
+                    }
+                    Ok(c) => {
+                        out.entries_moved += c.entries_moved;
+                        tracing::info!(log = id, "entry log changed during compaction; kept for a later pass");
+                    }
+                    Err(e) => {
+                        out.failures += 1;
+                        tracing::warn!(log = id, error = %e, "compaction of an entry log stopped; it is kept");
+                    }
+                }
+            }
+        }
+        let st = &inner.stats;
+        st.gc_passes.fetch_add(1, Ordering::Relaxed);
+        st.gc_logs_removed.fetch_add(out.logs_removed, Ordering::Relaxed);
+        st.gc_logs_compacted.fetch_add(out.logs_compacted, Ordering::Relaxed);
+        st.gc_entries_moved.fetch_add(out.entries_moved, Ordering::Relaxed);
+        st.gc_bytes_reclaimed.fetch_add(out.bytes_reclaimed, Ordering::Relaxed);
+        st.gc_compaction_failures.fetch_add(out.failures, Ordering::Relaxed);
+        self.scan_usage()?;
+        Ok(out)
+    }
+
+    /// Every entry log's usage, from one scan of the index now (blocking).
+    pub fn scan_usage(&self) -> Result<Vec<LogUsage>, StorageError> {
+        let inner = &self.inner;
+        // Sizes first: a log created after this cannot be in the list, and
+        // one listed has all the runs the scan will see.
+        let sizes = inner.logs.sizes();
+        let mut live: HashMap<u32, u64> = HashMap::new();
+        inner.index.for_each_run(&mut |r| *live.entry(r.log_id).or_default() += r.bytes())?;
+        let usage = gc::plan::usage(&sizes, &live, EntryLogs::header_bytes());
+        *inner.usage.lock().expect("usage lock") = usage.clone();
+        Ok(usage)
+    }
+
+    /// Entry-log usage as last scanned (for metrics; no I/O).
+    pub fn log_usage(&self) -> Vec<LogUsage> {
+        self.inner.usage.lock().expect("usage lock").clone()
+    }
+
+    /// Reads every record every index run points at (blocking; an offline
+    /// or test check). Returns what is wrong: a location in a missing log,
+    /// past a file's end, or failing its record checks. Empty when sound.
+    pub fn verify_index(&self) -> Result<Vec<String>, StorageError> {
+        let inner = &self.inner;
+        let mut runs = Vec::new();
+        inner.index.for_each_run(&mut |r| runs.push(r))?;
+        let mut problems = Vec::new();
+        for r in runs {
+            for i in 0..r.len() {
+                let e = r.first_entry + i as u64;
+                if let Err(err) = inner.logs.read(r.location(i), r.ledger_id, e) {
+                    problems.push(format!("ledger {} entry {}: {err}", r.ledger_id, e));
+                }
+            }
+        }
+        Ok(problems)
     }
 
     /// The highest LAC this store has seen for a ledger.
@@ -590,6 +781,7 @@ impl Inner {
     /// Moves the write cache into an entry log and commits the index and the
     /// checkpoint. One flusher at a time (the flusher thread, or open/close).
     fn flush(&self) -> Result<(), StorageError> {
+        let _flush = self.flush_lock.lock().expect("flush lock");
         let (gen, checkpoint, kib) = {
             let mut c = self.caches.write().expect("caches lock");
             if c.flushing.is_some() {

@@ -8,7 +8,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use quire_storage::index::{IndexBatch, LedgerIndex, LedgerRecord, Location, SledIndex};
+use quire_storage::index::{IndexBatch, LedgerIndex, LedgerRecord, Location, RunInfo, RunMove, SledIndex};
 use quire_storage::journal::{self, FileJournal, Journal, JournalConfig, JournalPos, Record};
 
 fn entry(l: u64, e: u64, payload: &[u8]) -> Record {
@@ -226,8 +226,79 @@ fn index_contiguous_entries_and_overlapping_re_adds(open: impl Fn(&Path) -> Box<
     assert_eq!(idx.last_entry(5).unwrap(), Some(3009));
 }
 
+fn runs_of(idx: &dyn LedgerIndex) -> Vec<RunInfo> {
+    let mut out = Vec::new();
+    idx.for_each_run(&mut |r| out.push(r)).unwrap();
+    out
+}
+
+/// Back-to-back locations in `log` from `off` for entries `ids` of 10 bytes each.
+fn laid_out(log: u32, off: u64, ids: std::ops::Range<u64>) -> Vec<(u64, Location)> {
+    ids.enumerate().map(|(i, e)| (e, Location { log_id: log, offset: off + 10 * i as u64, len: 10 })).collect()
+}
+
+/// GC's side of the contract: runs are listed, deleted ledgers vanish whole
+/// and durably, and compaction's moves apply only to runs still as read.
+fn index_gc_operations(open: impl Fn(&Path) -> Box<dyn LedgerIndex>) {
+    let t = tempfile::tempdir().unwrap();
+    {
+        let idx = open(t.path());
+        let mut batch = IndexBatch::default();
+        for l in 1..=3u64 {
+            for (e, loc) in laid_out(1, 16 + 1000 * l, 0..20) {
+                batch.locations.push((l, e, loc));
+            }
+            batch.ledgers.push((l, LedgerRecord { fenced: false, lac: 19 }));
+        }
+        idx.commit(&batch).unwrap();
+        let runs = runs_of(&*idx);
+        assert_eq!(runs.len(), 3);
+        assert_eq!((runs[1].ledger_id, runs[1].first_entry, runs[1].log_id, runs[1].len()), (2, 0, 1, 20));
+        assert_eq!(runs[1].bytes(), 200);
+        assert_eq!(runs[1].location(3), Location { log_id: 1, offset: 16 + 2000 + 30, len: 10 });
+
+        // Deleting ledger 2 takes its runs and record, nothing else.
+        assert_eq!(idx.delete_ledgers(&[2, 99]).unwrap(), 1);
+        assert_eq!(idx.location(2, 5).unwrap(), None);
+        assert_eq!(idx.ledger(2).unwrap(), None);
+        assert_eq!(idx.location(1, 5).unwrap(), laid_out(1, 1016, 0..20).get(5).map(|x| x.1));
+
+        // Move ledger 1's run to log 7 (all entries), ledger 3's only in part
+        // (entries 0..10; 10..20 "superseded"), plus a stale move.
+        let r1 = runs.iter().find(|r| r.ledger_id == 1).unwrap().clone();
+        let r3 = runs.iter().find(|r| r.ledger_id == 3).unwrap().clone();
+        let r2 = runs.iter().find(|r| r.ledger_id == 2).unwrap().clone();
+        let moves = vec![
+            RunMove { old: r1.clone(), moved: laid_out(7, 16, 0..20) },
+            RunMove { old: r3.clone(), moved: laid_out(7, 216, 0..10) },
+            RunMove { old: r2, moved: laid_out(7, 316, 0..20) },
+        ];
+        assert_eq!(idx.replace_runs(&moves).unwrap(), vec![true, true, false], "ledger 2 is gone: its move is stale");
+        assert_eq!(idx.location(1, 19).unwrap(), Some(Location { log_id: 7, offset: 16 + 190, len: 10 }));
+        assert_eq!(idx.location(3, 9).unwrap(), Some(Location { log_id: 7, offset: 216 + 90, len: 10 }));
+        assert_eq!(idx.location(2, 0).unwrap(), None, "a stale move never brings a ledger back");
+        // Applying the same move again finds the run changed: refused.
+        assert_eq!(idx.replace_runs(&moves[..1]).unwrap(), vec![false]);
+
+        // A move whose new run would land on a key some other run holds is refused.
+        idx.commit(&IndexBatch { locations: laid_out(9, 16, 30..35).into_iter().map(|(e, l)| (1, e, l)).collect(), ..Default::default() })
+            .unwrap();
+        let stale_target = RunInfo { ledger_id: 1, first_entry: 0, log_id: 7, base: 16, ends: (1..=20).map(|i| 10 * i).collect() };
+        let clash = RunMove { old: stale_target, moved: laid_out(8, 16, 30..35) };
+        assert_eq!(idx.replace_runs(&[clash]).unwrap(), vec![false]);
+        assert_eq!(idx.location(1, 30).unwrap(), Some(Location { log_id: 9, offset: 16, len: 10 }));
+    }
+    // All of it durable.
+    let idx = open(t.path());
+    assert_eq!(idx.location(2, 0).unwrap(), None);
+    assert_eq!(idx.location(1, 0).unwrap(), Some(Location { log_id: 7, offset: 16, len: 10 }));
+    assert_eq!(idx.location(3, 15).unwrap(), None, "entries a move leaves out are the old run's no more");
+    assert!(runs_of(&*idx).iter().all(|r| r.log_id != 1), "nothing references log 1 any more");
+}
+
 #[test]
 fn sled_index_conforms() {
     index_suite(|dir| Box::new(SledIndex::open(dir).unwrap()));
     index_contiguous_entries_and_overlapping_re_adds(|dir| Box::new(SledIndex::open(dir).unwrap()));
+    index_gc_operations(|dir| Box::new(SledIndex::open(dir).unwrap()));
 }

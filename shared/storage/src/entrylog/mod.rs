@@ -179,11 +179,8 @@ impl EntryLogs {
     pub fn read(&self, loc: Location, ledger_id: u64, entry_id: u64) -> Result<Entry, StorageError> {
         let file = self.files.read().expect("files lock").get(&loc.log_id).cloned();
         let Some(file) = file else {
-            return Err(StorageError::CorruptEntry(
-                ledger_id,
-                entry_id,
-                format!("entry log {} is missing", loc.log_id),
-            ));
+            // Compaction moved what the caller looked up: it looks again.
+            return Err(StorageError::LogRemoved(loc.log_id));
         };
         let mut buf = vec![0u8; loc.len as usize];
         file.read_exact_at(&mut buf, loc.offset).map_err(|e| match e.kind() {
@@ -193,6 +190,61 @@ impl EntryLogs {
             _ => StorageError::io(&log_path(&self.dir, loc.log_id), e),
         })?;
         decode_record(Bytes::from(buf), ledger_id, entry_id)
+    }
+
+    /// The id of the file new entries go to.
+    pub fn current_id(&self) -> u32 {
+        self.current.lock().expect("entry log lock").id
+    }
+
+    /// Every entry log and its size in bytes (header included).
+    pub fn sizes(&self) -> Vec<(u32, u64)> {
+        let (cur_id, cur_written) = {
+            let c = self.current.lock().expect("entry log lock");
+            (c.id, c.written)
+        };
+        let files = self.files.read().expect("files lock");
+        let mut out: Vec<(u32, u64)> = files
+            .iter()
+            .map(|(id, f)| {
+                let len = if *id == cur_id { cur_written } else { f.metadata().map(|m| m.len()).unwrap_or(0) };
+                (*id, len)
+            })
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// Bytes of a file before its first record.
+    pub const fn header_bytes() -> u64 {
+        FILE_HEADER_BYTES
+    }
+
+    /// Reads `len` bytes at `offset` of log `id` (blocking I/O).
+    pub fn read_region(&self, id: u32, offset: u64, len: usize) -> Result<Bytes, StorageError> {
+        let file = self.files.read().expect("files lock").get(&id).cloned().ok_or(StorageError::LogRemoved(id))?;
+        let mut buf = vec![0u8; len];
+        file.read_exact_at(&mut buf, offset).map_err(|e| StorageError::io(&log_path(&self.dir, id), e))?;
+        Ok(Bytes::from(buf))
+    }
+
+    /// Removes a sealed log: forgotten here first (readers holding its
+    /// handle finish their reads; later look-ups get `LogRemoved`), then
+    /// unlinked, then the directory synced so the removal is durable. The
+    /// caller guarantees the index references nothing in it.
+    pub fn remove(&self, id: u32) -> Result<u64, StorageError> {
+        assert_ne!(id, self.current_id(), "the current entry log is never removed");
+        let file = self.files.write().expect("files lock").remove(&id);
+        let len = file.as_ref().and_then(|f| f.metadata().ok()).map(|m| m.len()).unwrap_or(0);
+        drop(file);
+        let path = log_path(&self.dir, id);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(StorageError::io(&path, e)),
+        }
+        crate::journal::segment::sync_dir(&self.dir).map_err(|e| StorageError::io(&self.dir, e))?;
+        Ok(len)
     }
 
     /// Reads up to `max_bytes` of consecutive records starting at `loc`, for
