@@ -6,7 +6,9 @@
 //! reach it. Registration with the metadata service (leases, the cookie's
 //! ownership record) arrives with the metadata service.
 
+mod gc;
 mod integrity;
+mod metrics;
 mod registration;
 mod service;
 
@@ -134,10 +136,45 @@ struct Args {
     /// restoring data from a backup, say), `never`.
     #[arg(long, value_enum, default_value_t = integrity::CheckMode::Auto)]
     integrity_check: integrity::CheckMode,
+
+    /// Between garbage-collection passes (deleted ledgers, dead entry logs), in milliseconds.
+    #[arg(long, default_value_t = 900_000)]
+    gc_interval_ms: u64,
+
+    /// Minor compaction: entry logs under this live fraction are compacted (0 turns it off).
+    #[arg(long, default_value_t = 0.2)]
+    minor_compaction_threshold: f64,
+
+    /// Between minor compactions, in milliseconds.
+    #[arg(long, default_value_t = 3_600_000)]
+    minor_compaction_interval_ms: u64,
+
+    /// Major compaction: entry logs under this live fraction are compacted (0 turns it off).
+    #[arg(long, default_value_t = 0.8)]
+    major_compaction_threshold: f64,
+
+    /// Between major compactions, in milliseconds.
+    #[arg(long, default_value_t = 86_400_000)]
+    major_compaction_interval_ms: u64,
+
+    /// Compaction's disk budget (bytes read plus written per second; 0: unlimited).
+    #[arg(long, default_value_t = 16 * 1024 * 1024)]
+    compaction_rate_bytes_per_sec: u64,
+
+    /// Serve Prometheus metrics (GET /metrics) on this TCP address.
+    #[arg(long, env = "QUIRE_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
 }
 
 fn main() -> anyhow::Result<()> {
     let args: Args = quire_runtime::config::parse()?;
+    for (name, t) in [
+        ("--minor-compaction-threshold", args.minor_compaction_threshold),
+        ("--major-compaction-threshold", args.major_compaction_threshold),
+    ] {
+        anyhow::ensure!((0.0..=1.0).contains(&t), "{name} must be a fraction between 0 and 1, not {t}");
+    }
+    anyhow::ensure!(args.gc_interval_ms > 0, "--gc-interval-ms must be positive");
     anyhow::ensure!(
         args.disk_low_water <= args.disk_high_water,
         "--disk-low-water ({}) must not exceed --disk-high-water ({})",
@@ -199,6 +236,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // With data missing, absent entries are not evidence until the
     // integrity check has refilled them from peers (integrity.rs).
     let limbo = Arc::new(if check { integrity::Limbo::everything() } else { integrity::Limbo::none() });
+    let (gc_tx, gc_rx) = tokio::sync::mpsc::channel(2);
     let service = Arc::new(BookieService::new(
         store.clone(),
         me,
@@ -206,6 +244,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         meta.clone(),
         draining.clone(),
         limbo.clone(),
+        gc_tx,
     ));
     let svc = RunningService::start(
         Role::Bookie,
@@ -239,6 +278,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
         _ => None,
     };
+    let meta_for_gc = meta.clone();
     let registration = if let Some(meta) = meta {
         let me = registration::Registration {
             bookie_id: bookie_id.clone(),
@@ -253,6 +293,25 @@ async fn run(args: Args) -> anyhow::Result<()> {
         tracing::info!("no --metadata given: static mode, not registered anywhere");
         None
     };
+    let gc_config = gc::GcConfig {
+        interval: Duration::from_millis(args.gc_interval_ms),
+        minor_threshold: args.minor_compaction_threshold,
+        minor_interval: Duration::from_millis(args.minor_compaction_interval_ms),
+        major_threshold: args.major_compaction_threshold,
+        major_interval: Duration::from_millis(args.major_compaction_interval_ms),
+        rate_bytes_per_sec: args.compaction_rate_bytes_per_sec,
+    };
+    let collector = tokio::spawn(gc::run(store.clone(), meta_for_gc, gc_config, gc_rx));
+    let metrics = match args.metrics_listen {
+        Some(addr) => {
+            let (l, bound) = quire_runtime::metrics::bind(addr).await.context("bind --metrics-listen")?;
+            tracing::info!(%bound, "metrics on /metrics");
+            let s = store.clone();
+            let render: quire_runtime::metrics::Render = Arc::new(move || metrics::render(&s));
+            Some(tokio::spawn(quire_runtime::metrics::serve(l, render)))
+        }
+        None => None,
+    };
     let guard = tokio::spawn(disk_guard(
         store.clone(),
         vec![journal_dir, ledger_dir.clone()],
@@ -261,6 +320,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     ));
     let result = svc.run_until_signal().await;
     guard.abort();
+    collector.abort();
+    if let Some(m) = metrics {
+        m.abort();
+    }
     if let Some(c) = checker {
         c.abort();
     }

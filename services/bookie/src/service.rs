@@ -8,6 +8,7 @@ use quire_proto::v1::{self, request_frame::Body as Req, ErrorCode};
 use quire_proto::Method;
 use quire_rpc::{RequestContext, ServiceError, ServiceFuture};
 use quire_storage::{StorageError, Store};
+use tokio::sync::{mpsc, oneshot};
 
 /// What a bookie says about itself.
 #[derive(Debug, Clone)]
@@ -35,6 +36,8 @@ pub struct BookieService {
     draining: Arc<AtomicBool>,
     /// Ledgers whose absent entries may have been lost (unclean start).
     limbo: Arc<crate::integrity::Limbo>,
+    /// The garbage collector, which takes RunGc requests (bounded queue).
+    gc: mpsc::Sender<crate::gc::RunRequest>,
 }
 
 impl BookieService {
@@ -46,8 +49,9 @@ impl BookieService {
         meta: Option<Arc<quire_metaclient::MetaClient>>,
         draining: Arc<AtomicBool>,
         limbo: Arc<crate::integrity::Limbo>,
+        gc: mpsc::Sender<crate::gc::RunRequest>,
     ) -> Self {
-        BookieService { store, me, data_dir, meta, draining, limbo }
+        BookieService { store, me, data_dir, meta, draining, limbo, gc }
     }
 
     /// Re-replication copies are for the roles that repair: workers, a bookie
@@ -208,6 +212,7 @@ impl BookieService {
             meta: self.meta.clone(),
             draining: self.draining.clone(),
             limbo: self.limbo.clone(),
+            gc: self.gc.clone(),
         }
     }
 }
@@ -323,6 +328,7 @@ impl quire_rpc::Service for BookieService {
                 | Method::FenceLedger
                 | Method::BookieInfo
                 | Method::CheckEntries
+                | Method::RunGc
         )
     }
 
@@ -392,6 +398,24 @@ impl quire_rpc::Service for BookieService {
                 })
             }
             Req::AddEntries(b) => self.add_entries(b.adds, ctx.peer.role),
+            Req::RunGc(r) => {
+                let kind = if r.major { crate::gc::Kind::Major } else { crate::gc::Kind::Minor };
+                let (tx, rx) = oneshot::channel();
+                // One pass runs at a time; a request while the queue is full is refused, not queued without bound.
+                if self.gc.try_send((kind, tx)).is_err() {
+                    return ready(Err(ServiceError::new(
+                        ErrorCode::Overloaded,
+                        "garbage-collection passes are already queued; try again when they finish",
+                    )));
+                }
+                Box::pin(async move {
+                    let report = rx
+                        .await
+                        .map_err(|_| ServiceError::new(ErrorCode::ShuttingDown, "the bookie is shutting down"))?
+                        .map_err(|e| ServiceError::internal(format!("gc pass failed: {e}")))?;
+                    Ok(v1::RunGcResponse { report: Some(report) }.into())
+                })
+            }
             Req::CheckEntries(c) => {
                 if c.entry_ids.len() > MAX_CHECK_ENTRIES {
                     return ready(Err(ServiceError::bad_request(format!(

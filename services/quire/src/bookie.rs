@@ -1,4 +1,4 @@
-//! `quire bookie show|decommission|recommission ID`: one bookie, and the
+//! `quire bookie show|decommission|recommission|gc ID`: one bookie, and the
 //! operator's word on it.
 //!
 //! Decommissioning drains a bookie: it is no longer placed on, it refuses
@@ -30,6 +30,21 @@ enum BookieCmd {
     Decommission(Decommission),
     /// Cancel a decommissioning that has not finished.
     Recommission(OneBookie),
+    /// Run a garbage-collection pass on the bookie now and print its report:
+    /// deleted ledgers dropped, dead entry logs removed, sparse ones compacted.
+    Gc(Gc),
+}
+
+#[derive(Debug, Args)]
+struct Gc {
+    #[command(flatten)]
+    one: OneBookie,
+    /// Compact up to the major threshold (default: the minor one).
+    #[arg(long)]
+    major: bool,
+    /// Longest to wait for the pass, in seconds (it goes on if the wait ends).
+    #[arg(long, default_value_t = 600)]
+    timeout_secs: u64,
 }
 
 #[derive(Debug, Args)]
@@ -58,12 +73,27 @@ pub fn run(a: BookieArgs) -> anyhow::Result<()> {
         let one = match &a.cmd {
             BookieCmd::Show(o) | BookieCmd::Recommission(o) => o,
             BookieCmd::Decommission(d) => &d.one,
+            BookieCmd::Gc(g) => &g.one,
         };
         let rpc = one.target.rpc()?;
         let meta = MetaClient::new(rpc.clone(), one.target.metadata.clone(), MetaClientOptions::default());
         let result = async {
             match &a.cmd {
                 BookieCmd::Show(o) => print(o, &show(&meta, &o.id).await?),
+                BookieCmd::Gc(g) => {
+                    let b = show(&meta, &g.one.id).await?.bookie.unwrap_or_default();
+                    anyhow::ensure!(!b.address.is_empty(), "bookie {} is not registered: no address to reach", g.one.id);
+                    let peer = rpc.peer(&b.address, quire_proto::Role::Bookie, Some(&g.one.id));
+                    let r = peer
+                        .call_full(
+                            v1::RunGcRequest { major: g.major },
+                            quire_rpc::CallOptions::timeout(Duration::from_secs(g.timeout_secs)),
+                        )
+                        .await
+                        .with_context(|| format!("gc on bookie {} at {}", g.one.id, b.address))?;
+                    print_gc(&g.one, &r.body.report.unwrap_or_default());
+                    Ok(())
+                }
                 BookieCmd::Recommission(o) => {
                     set_state(&meta, &o.id, v1::BookieState::Available).await?;
                     print(o, &show(&meta, &o.id).await?)
@@ -137,4 +167,31 @@ fn print(o: &OneBookie, s: &v1::GetBookieResponse) -> anyhow::Result<()> {
     println!("ledgers     {} (ledgers whose ensembles name it)", s.ledgers);
     println!("marked      {} (under-replicated ledgers missing its copies)", s.under_replicated_ledgers);
     Ok(())
+}
+
+fn print_gc(o: &OneBookie, r: &v1::GcReport) {
+    if o.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "kind": r.kind, "ledgers_deleted": r.ledgers_deleted, "ledgers_unconfirmed": r.ledgers_unconfirmed,
+                "entry_logs_removed": r.entry_logs_removed, "entry_logs_compacted": r.entry_logs_compacted,
+                "entries_moved": r.entries_moved, "bytes_reclaimed": r.bytes_reclaimed,
+                "compaction_failures": r.compaction_failures, "duration_ms": r.duration_ms,
+                "deletion_skipped": r.deletion_skipped,
+            })
+        );
+        return;
+    }
+    println!("pass              {} ({} ms)", r.kind, r.duration_ms);
+    println!("ledgers deleted   {} ({} not confirmed, kept)", r.ledgers_deleted, r.ledgers_unconfirmed);
+    println!("logs removed      {}", r.entry_logs_removed);
+    println!("logs compacted    {} ({} entries moved)", r.entry_logs_compacted, r.entries_moved);
+    println!("bytes reclaimed   {}", r.bytes_reclaimed);
+    if r.compaction_failures > 0 {
+        println!("failures          {} (logs kept for a later pass; see the bookie's log)", r.compaction_failures);
+    }
+    if !r.deletion_skipped.is_empty() {
+        println!("deletion skipped  {}", r.deletion_skipped);
+    }
 }

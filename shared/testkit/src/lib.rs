@@ -81,10 +81,23 @@ pub struct Process {
 impl Process {
     /// Starts `bin` with `args`; stdout and stderr go to `<log_dir>/<name>.log`.
     pub fn spawn(name: &str, bin: &Path, args: &[&str], log_dir: &Path) -> anyhow::Result<Process> {
+        Self::spawn_with_env(name, bin, args, &[], log_dir)
+    }
+
+    /// As [`Process::spawn`], with environment variables added (crash points,
+    /// `QUIRE_FAILPOINTS`).
+    pub fn spawn_with_env(
+        name: &str,
+        bin: &Path,
+        args: &[&str],
+        env: &[(String, String)],
+        log_dir: &Path,
+    ) -> anyhow::Result<Process> {
         let log = log_dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).with_context(|| format!("create {}", log.display()))?;
         let err = out.try_clone()?;
         let child = Command::new(bin)
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .args(args)
             .stdin(Stdio::null())
             .stdout(out)
@@ -124,6 +137,12 @@ impl Process {
         let ok = Command::new("kill").arg(format!("-{sig}")).arg(self.child.id().to_string()).status()?.success();
         anyhow::ensure!(ok, "kill -{sig} {} failed", self.child.id());
         Ok(())
+    }
+
+    /// Waits for the process to exit by itself, at most `timeout`, and reaps it.
+    pub fn wait_exit(&mut self, timeout: Duration) -> anyhow::Result<std::process::ExitStatus> {
+        let name = self.name.clone();
+        wait_until(timeout, &format!("{name} to exit"), || self.child.try_wait().ok().flatten())
     }
 
     /// SIGKILL, and reaps the process: a crash, as far as the process can tell.
@@ -208,6 +227,8 @@ pub struct LocalBookie {
     pub data: PathBuf,
     /// The process, while it runs.
     pub proc: Option<Process>,
+    /// Environment variables for its next start.
+    pub env: Vec<(String, String)>,
     generation: u32,
 }
 
@@ -247,6 +268,7 @@ impl TestCluster {
                 addr: format!("127.0.0.1:{}", ports[i]),
                 rack: rack.to_string(),
                 proc: None,
+                env: Vec::new(),
                 generation: 0,
             });
             c.start_bookie(i)?;
@@ -287,7 +309,7 @@ impl TestCluster {
         args.extend(self.extra.iter().cloned());
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let name = format!("bookie-{}-{}", b.id, b.generation);
-        let mut p = Process::spawn(&name, &bin_path("quire-bookie"), &argv, &self.dir)?;
+        let mut p = Process::spawn_with_env(&name, &bin_path("quire-bookie"), &argv, &b.env, &self.dir)?;
         p.wait_ready(&ready, Duration::from_secs(30))?;
         b.proc = Some(p);
         Ok(())

@@ -1,0 +1,62 @@
+//! The bookie's Prometheus metrics: the store's counters, the journal's,
+//! garbage collection's, and each entry log's size and live fraction (as
+//! the last GC pass or usage scan found them).
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering::Relaxed;
+
+use quire_runtime::metrics::metric;
+use quire_storage::Store;
+
+/// The exposition text.
+pub fn render(store: &Store) -> String {
+    let mut s = String::new();
+    let st = store.stats();
+    let j = store.journal_stats();
+    let counters: [(&str, &str, u64); 16] = [
+        ("quire_bookie_adds_total", "Adds acknowledged.", st.adds.load(Relaxed)),
+        ("quire_bookie_reads_total", "Reads served.", st.reads.load(Relaxed)),
+        ("quire_bookie_flushes_total", "Write-cache flushes to the entry logs.", st.flushes.load(Relaxed)),
+        ("quire_bookie_journal_syncs_total", "Journal fdatasyncs (group commits).", j.syncs.load(Relaxed)),
+        ("quire_bookie_journal_records_total", "Journal records written.", j.records.load(Relaxed)),
+        ("quire_bookie_journal_bytes_total", "Journal bytes written.", j.bytes.load(Relaxed)),
+        ("quire_bookie_journal_sync_microseconds_total", "Time in journal fdatasync.", j.sync_us_total.load(Relaxed)),
+        ("quire_bookie_gc_passes_total", "Garbage-collection passes over the entry logs.", st.gc_passes.load(Relaxed)),
+        (
+            "quire_bookie_gc_ledgers_deleted_total",
+            "Ledgers dropped after the metadata service confirmed their deletion.",
+            st.gc_ledgers_deleted.load(Relaxed),
+        ),
+        ("quire_bookie_gc_entry_logs_removed_total", "Entry logs removed whole.", st.gc_logs_removed.load(Relaxed)),
+        ("quire_bookie_gc_entry_logs_compacted_total", "Entry logs compacted.", st.gc_logs_compacted.load(Relaxed)),
+        ("quire_bookie_gc_entries_moved_total", "Entries moved by compaction.", st.gc_entries_moved.load(Relaxed)),
+        (
+            "quire_bookie_gc_reclaimed_bytes_total",
+            "Disk bytes freed by garbage collection (removed logs less the copies written).",
+            st.gc_bytes_reclaimed.load(Relaxed),
+        ),
+        (
+            "quire_bookie_gc_compaction_failures_total",
+            "Compactions stopped by an error (the log is kept).",
+            st.gc_compaction_failures.load(Relaxed),
+        ),
+        ("quire_bookie_gc_compaction_microseconds_total", "Time spent compacting.", st.gc_compaction_us.load(Relaxed)),
+        ("quire_bookie_parked_long_polls", "Long polls parked now.", st.parked_waits.load(Relaxed) as u64),
+    ];
+    for (name, help, v) in counters {
+        let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
+        metric(&mut s, name, kind, help, v);
+    }
+    let usage = store.log_usage();
+    let _ = writeln!(s, "# HELP quire_bookie_entry_log_bytes Record bytes in an entry log.");
+    let _ = writeln!(s, "# TYPE quire_bookie_entry_log_bytes gauge");
+    for u in &usage {
+        let _ = writeln!(s, "quire_bookie_entry_log_bytes{{log=\"{:08x}\"}} {}", u.log_id, u.total_bytes);
+    }
+    let _ = writeln!(s, "# HELP quire_bookie_entry_log_live_ratio Fraction of an entry log the index still references.");
+    let _ = writeln!(s, "# TYPE quire_bookie_entry_log_live_ratio gauge");
+    for u in &usage {
+        let _ = writeln!(s, "quire_bookie_entry_log_live_ratio{{log=\"{:08x}\"}} {:.4}", u.log_id, u.live_fraction());
+    }
+    s
+}
