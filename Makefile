@@ -7,7 +7,7 @@ BENCH_SECS ?= 5
 FUZZ_SECS ?= 60
 DATA ?= $(CURDIR)/data
 
-.PHONY: all build test verify fmt fmt-check clippy lint bench-rpc bench-bookie bench-metadata bench-client bench-gateway bench-rereplicate sim fuzz run clean
+.PHONY: all build test verify fmt fmt-check clippy lint bench-rpc bench-bookie bench-metadata bench-client bench-gateway bench-rereplicate bench-compaction sim fuzz run clean
 
 all: build
 
@@ -65,6 +65,10 @@ bench-gateway: build
 # Re-replication MB/s, unthrottled and throttled: see docs/benchmarks.md.
 bench-rereplicate: build
 	$(CARGO) bench -p quire-replication-worker --bench rereplicate
+
+# Add latency with compaction unthrottled, throttled and absent: see docs/benchmarks.md.
+bench-compaction:
+	BENCH_SECS=$(BENCH_SECS) $(CARGO) bench -p quire-storage --bench compaction
 
 # Three metadata replicas, 64 clients doing CAS updates: see docs/benchmarks.md.
 bench-metadata: build

@@ -119,7 +119,7 @@ async fn reads_go_on_while_compaction_moves_their_entries() {
             let mut reads = 0u64;
             let mut i = 0u64;
             while !done.load(Ordering::Acquire) || reads < 1000 {
-                let (l, e) = (if i % 2 == 0 { 1 } else { 3 }, (i * 7919) % 300);
+                let (l, e) = (if i.is_multiple_of(2) { 1 } else { 3 }, (i * 7919) % 300);
                 assert_eq!(store.read(l, e).unwrap(), entry(l, e), "ledger {l} entry {e} mid-compaction");
                 reads += 1;
                 i += 1;
