@@ -34,6 +34,9 @@ pub struct GcConfig {
     pub major_interval: Duration,
     /// Compaction's read plus write rate, bytes per second (0: unlimited).
     pub rate_bytes_per_sec: u64,
+    /// Between checks for closed ledgers no ensemble names this bookie in
+    /// (one metadata read per local ledger; 0 turns it off).
+    pub not_here_interval: Duration,
 }
 
 /// What a pass compacts.
@@ -71,12 +74,23 @@ impl Kind {
 pub struct Schedule {
     last_minor: Instant,
     last_major: Instant,
+    last_not_here: Instant,
 }
 
 impl Schedule {
     /// A schedule starting at `now`.
     pub fn new(now: Instant) -> Self {
-        Schedule { last_minor: now, last_major: now }
+        Schedule { last_minor: now, last_major: now, last_not_here: now }
+    }
+
+    /// Whether the check for ledgers whose copies moved away is due at `now`.
+    pub fn not_here_due(&mut self, now: Instant, c: &GcConfig) -> bool {
+        let due = !c.not_here_interval.is_zero()
+            && now.saturating_duration_since(self.last_not_here) >= c.not_here_interval;
+        if due {
+            self.last_not_here = now;
+        }
+        due
     }
 
     /// The kind of the pass run at `now`; a major pass counts as a minor one too.
@@ -121,20 +135,23 @@ pub fn candidates(local: &[(u64, bool)], listed: &HashSet<u64>, next_ledger_id: 
     Ok(local.iter().map(|(l, _)| *l).filter(|l| *l < next_ledger_id && !listed.contains(l)).collect())
 }
 
-/// Ledgers confirmed deleted, and how many candidates were not confirmed.
-async fn find_deleted(store: &Arc<Store>, meta: &quire_metaclient::MetaClient) -> Result<(Vec<u64>, u64), String> {
-    let local = {
-        let store = store.clone();
-        tokio::task::spawn_blocking(move || {
-            store.ledger_ids().into_iter().map(|l| Ok((l, store.has_entries(l)?))).collect::<Result<Vec<_>, quire_storage::StorageError>>()
-        })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("read the local ledgers: {e}"))?
-    };
-    if local.is_empty() {
-        return Ok((Vec::new(), 0));
-    }
+/// The local ledgers: (ledger, holds entries here).
+async fn local_ledgers(store: &Arc<Store>) -> Result<Vec<(u64, bool)>, String> {
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || {
+        store
+            .ledger_ids()
+            .into_iter()
+            .map(|l| Ok((l, store.has_entries(l)?)))
+            .collect::<Result<Vec<_>, quire_storage::StorageError>>()
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("read the local ledgers: {e}"))
+}
+
+/// Every ledger id the metadata service lists, and its next unallocated id.
+async fn listed(meta: &quire_metaclient::MetaClient) -> Result<(HashSet<u64>, u64), String> {
     let mut listed = HashSet::new();
     let mut next_ledger_id = 0;
     let mut start_after = None;
@@ -147,117 +164,203 @@ async fn find_deleted(store: &Arc<Store>, meta: &quire_metaclient::MetaClient) -
         next_ledger_id = next_ledger_id.max(page.next_ledger_id);
         match page.next {
             Some(n) => start_after = Some(n),
-            None => break,
+            None => return Ok((listed, next_ledger_id)),
         }
     }
-    let maybe = candidates(&local, &listed, next_ledger_id).map_err(|e| e.to_string())?;
-    let mut confirmed = Vec::new();
-    let mut unconfirmed = 0;
-    for ledger_id in maybe {
-        match meta.call(v1::GetLedgerRequest { ledger_id, stale_ok: false }).await {
-            Err(e) if e.code() == Some(ErrorCode::NoSuchLedger) => confirmed.push(ledger_id),
-            // Created after the listing began: alive.
-            Ok(_) => {}
-            Err(e) => {
-                unconfirmed += 1;
-                tracing::warn!(ledger_id, error = %e, "cannot confirm a ledger's deletion; it is kept");
-            }
-        }
-    }
-    Ok((confirmed, unconfirmed))
 }
 
-/// One pass: the deletion step (when a metadata service is configured),
-/// then the store's pass over the entry logs.
-pub async fn pass(
-    store: &Arc<Store>,
-    meta: Option<&quire_metaclient::MetaClient>,
-    config: &GcConfig,
-    kind: Kind,
-) -> Result<v1::GcReport, String> {
-    let started = Instant::now();
-    let mut report = v1::GcReport { kind: kind.name().into(), ..Default::default() };
-    match meta {
-        None => report.deletion_skipped = "no metadata service configured (static mode)".into(),
-        Some(meta) => match find_deleted(store, meta).await {
-            Ok((deleted, unconfirmed)) => {
-                report.ledgers_unconfirmed = unconfirmed;
-                if !deleted.is_empty() {
-                    let store = store.clone();
-                    let ids = deleted.clone();
-                    report.ledgers_deleted = tokio::task::spawn_blocking(move || store.delete_ledgers(&ids))
-                        .await
-                        .map_err(|e| e.to_string())?
-                        .map_err(|e| format!("delete ledgers: {e}"))?;
-                    tracing::info!(ledgers = ?deleted, "dropped ledgers the metadata service deleted");
+/// Whether a ledger's metadata still needs this bookie's copies: not closed
+/// (a writer, recovery or an ensemble change may still use them), or some
+/// segment names this bookie id (whatever instance it names: kept either way).
+fn needs_copies_here(m: &v1::LedgerMetadata, me: &str) -> bool {
+    m.state != v1::LedgerState::Closed as i32 || m.ensembles.iter().any(|g| g.bookie_ids.iter().any(|b| b == me))
+}
+
+/// Garbage collection on one bookie.
+pub struct Collector {
+    /// The store.
+    pub store: Arc<Store>,
+    /// The metadata service (none in static mode: nothing is ever deleted).
+    pub meta: Option<Arc<quire_metaclient::MetaClient>>,
+    /// This bookie's id.
+    pub me: String,
+    /// Ledgers the integrity check has not released: never dropped meanwhile.
+    pub limbo: Arc<crate::integrity::Limbo>,
+    /// Settings.
+    pub config: GcConfig,
+}
+
+impl Collector {
+    /// Ledgers confirmed deleted, how many candidates were not confirmed, and
+    /// the listing (for the not-here check).
+    async fn find_deleted(
+        &self,
+        meta: &quire_metaclient::MetaClient,
+        local: &[(u64, bool)],
+    ) -> Result<(Vec<u64>, u64, HashSet<u64>), String> {
+        let (listed, next_ledger_id) = listed(meta).await?;
+        let maybe = candidates(local, &listed, next_ledger_id).map_err(|e| e.to_string())?;
+        let mut confirmed = Vec::new();
+        let mut unconfirmed = 0;
+        for ledger_id in maybe {
+            match meta.call(v1::GetLedgerRequest { ledger_id, stale_ok: false }).await {
+                Err(e) if e.code() == Some(ErrorCode::NoSuchLedger) => confirmed.push(ledger_id),
+                // Created after the listing began: alive.
+                Ok(_) => {}
+                Err(e) => {
+                    unconfirmed += 1;
+                    tracing::warn!(ledger_id, error = %e, "cannot confirm a ledger's deletion; it is kept");
                 }
             }
-            Err(why) => {
-                tracing::warn!(reason = %why, "deleted-ledger check skipped; nothing deleted");
-                report.deletion_skipped = why;
-            }
-        },
+        }
+        Ok((confirmed, unconfirmed, listed))
     }
-    let threshold = kind.threshold(config);
-    let rate = config.rate_bytes_per_sec;
-    let store2 = store.clone();
-    let out = tokio::task::spawn_blocking(move || store2.collect_garbage(threshold, &mut Throttle::new(rate)))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("entry-log pass: {e}"))?;
-    report.entry_logs_removed = out.logs_removed;
-    report.entry_logs_compacted = out.logs_compacted;
-    report.entries_moved = out.entries_moved;
-    report.bytes_reclaimed = out.bytes_reclaimed;
-    report.compaction_failures = out.failures;
-    report.duration_ms = started.elapsed().as_millis() as u64;
-    Ok(report)
+
+    /// Drops closed ledgers no ensemble names this bookie in (BookKeeper's
+    /// over-replicated ledger GC). Each is re-read under its `replicate/<id>`
+    /// lock, so no worker is copying it here meanwhile (a worker moving a
+    /// fragment here holds that lock until its CAS names this bookie).
+    async fn drop_not_here(&self, meta: &quire_metaclient::MetaClient, ledgers: Vec<u64>) -> u64 {
+        let mut dropped = 0;
+        for ledger_id in ledgers {
+            if self.limbo.contains(ledger_id) {
+                continue;
+            }
+            // A cheap look first (any replica may answer), the decision under the lock.
+            match meta.call(v1::GetLedgerRequest { ledger_id, stale_ok: true }).await {
+                Ok(r) if r.ledger.as_ref().is_some_and(|m| !needs_copies_here(m, &self.me)) => {}
+                _ => continue,
+            }
+            let name = format!("replicate/{ledger_id}");
+            let owner = format!("bookie/{}/gc", self.me);
+            let lock = match meta.call(v1::AcquireLockRequest { name: name.clone(), owner, lease_ms: 30_000 }).await {
+                Ok(r) => match r.lock {
+                    Some(l) => l,
+                    None => continue,
+                },
+                // Held: a worker is repairing this ledger; ask again next time.
+                Err(_) => continue,
+            };
+            let confirmed = matches!(
+                meta.call(v1::GetLedgerRequest { ledger_id, stale_ok: false }).await,
+                Ok(r) if r.ledger.as_ref().is_some_and(|m| !needs_copies_here(m, &self.me))
+            );
+            if confirmed {
+                let store = self.store.clone();
+                match tokio::task::spawn_blocking(move || store.delete_ledgers(&[ledger_id])).await {
+                    Ok(Ok(_)) => {
+                        dropped += 1;
+                        tracing::info!(ledger_id, "dropped a closed ledger whose copies moved off this bookie");
+                    }
+                    Ok(Err(e)) => tracing::warn!(ledger_id, error = %e, "cannot drop a ledger"),
+                    Err(e) => tracing::warn!(ledger_id, error = %e, "drop task failed"),
+                }
+            }
+            let _ = meta.call(v1::ReleaseLockRequest { name, lock_id: lock.lock_id }).await;
+        }
+        dropped
+    }
+
+    /// One pass: deleted ledgers (and, with `not_here`, ledgers whose copies
+    /// moved away), then the store's pass over the entry logs.
+    pub async fn pass(&self, kind: Kind, not_here: bool) -> Result<v1::GcReport, String> {
+        let started = Instant::now();
+        let store = &self.store;
+        let mut report = v1::GcReport { kind: kind.name().into(), ..Default::default() };
+        match self.meta.as_deref() {
+            None => report.deletion_skipped = "no metadata service configured (static mode)".into(),
+            Some(meta) => {
+                let found = match local_ledgers(store).await {
+                    Ok(local) if local.is_empty() => Ok((Vec::new(), 0, HashSet::new(), local)),
+                    Ok(local) => self.find_deleted(meta, &local).await.map(|(d, u, l)| (d, u, l, local)),
+                    Err(e) => Err(e),
+                };
+                match found {
+                    Ok((deleted, unconfirmed, listed, local)) => {
+                        report.ledgers_unconfirmed = unconfirmed;
+                        if !deleted.is_empty() {
+                            let store = store.clone();
+                            let ids = deleted.clone();
+                            report.ledgers_deleted = tokio::task::spawn_blocking(move || store.delete_ledgers(&ids))
+                                .await
+                                .map_err(|e| e.to_string())?
+                                .map_err(|e| format!("delete ledgers: {e}"))?;
+                            tracing::info!(ledgers = ?deleted, "dropped ledgers the metadata service deleted");
+                        }
+                        if not_here {
+                            let alive: Vec<u64> =
+                                local.iter().map(|(l, _)| *l).filter(|l| listed.contains(l)).collect();
+                            report.ledgers_not_here = self.drop_not_here(meta, alive).await;
+                        }
+                    }
+                    Err(why) => {
+                        tracing::warn!(reason = %why, "deleted-ledger check skipped; nothing deleted");
+                        report.deletion_skipped = why;
+                    }
+                }
+            }
+        }
+        let threshold = kind.threshold(&self.config);
+        let rate = self.config.rate_bytes_per_sec;
+        let store2 = store.clone();
+        let out = tokio::task::spawn_blocking(move || store2.collect_garbage(threshold, &mut Throttle::new(rate)))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("entry-log pass: {e}"))?;
+        report.entry_logs_removed = out.logs_removed;
+        report.entry_logs_compacted = out.logs_compacted;
+        report.entries_moved = out.entries_moved;
+        report.bytes_reclaimed = out.bytes_reclaimed;
+        report.compaction_failures = out.failures;
+        report.duration_ms = started.elapsed().as_millis() as u64;
+        Ok(report)
+    }
+
+    /// Passes every interval, and on request (RunGc: every step). One at a time.
+    pub async fn run(self, mut requests: mpsc::Receiver<RunRequest>) {
+        let mut schedule = Schedule::new(Instant::now());
+        let every = self.config.interval;
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Usage for the metrics from the start, not only after the first pass.
+        let s = self.store.clone();
+        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || s.scan_usage()).await {
+            tracing::warn!(error = %e, "cannot scan entry-log usage");
+        }
+        loop {
+            let (kind, not_here, reply) = tokio::select! {
+                _ = tick.tick() => {
+                    let now = Instant::now();
+                    (schedule.due(now, &self.config), schedule.not_here_due(now, &self.config), None)
+                }
+                req = requests.recv() => match req {
+                    Some((kind, reply)) => (kind, true, Some(reply)),
+                    None => return,
+                },
+            };
+            let res = self.pass(kind, not_here).await;
+            match &res {
+                Ok(r) => tracing::info!(
+                    kind = %r.kind,
+                    ledgers_deleted = r.ledgers_deleted,
+                    ledgers_not_here = r.ledgers_not_here,
+                    logs_removed = r.entry_logs_removed,
+                    logs_compacted = r.entry_logs_compacted,
+                    bytes_reclaimed = r.bytes_reclaimed,
+                    duration_ms = r.duration_ms,
+                    "gc pass"
+                ),
+                Err(e) => tracing::warn!(error = %e, "gc pass failed"),
+            }
+            if let Some(reply) = reply {
+                let _ = reply.send(res);
+            }
+        }
+    }
 }
 
 /// A request for a pass now (RunGc): major or minor, and where to answer.
 pub type RunRequest = (Kind, oneshot::Sender<Result<v1::GcReport, String>>);
-
-/// The collector: passes every interval, and on request. One pass at a time.
-pub async fn run(
-    store: Arc<Store>,
-    meta: Option<Arc<quire_metaclient::MetaClient>>,
-    config: GcConfig,
-    mut requests: mpsc::Receiver<RunRequest>,
-) {
-    let mut schedule = Schedule::new(Instant::now());
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + config.interval, config.interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Usage for the metrics from the start, not only after the first pass.
-    let s = store.clone();
-    if let Ok(Err(e)) = tokio::task::spawn_blocking(move || s.scan_usage()).await {
-        tracing::warn!(error = %e, "cannot scan entry-log usage");
-    }
-    loop {
-        let (kind, reply) = tokio::select! {
-            _ = tick.tick() => (schedule.due(Instant::now(), &config), None),
-            req = requests.recv() => match req {
-                Some((kind, reply)) => (kind, Some(reply)),
-                None => return,
-            },
-        };
-        let res = pass(&store, meta.as_deref(), &config, kind).await;
-        match &res {
-            Ok(r) => tracing::info!(
-                kind = %r.kind,
-                ledgers_deleted = r.ledgers_deleted,
-                logs_removed = r.entry_logs_removed,
-                logs_compacted = r.entry_logs_compacted,
-                bytes_reclaimed = r.bytes_reclaimed,
-                duration_ms = r.duration_ms,
-                "gc pass"
-            ),
-            Err(e) => tracing::warn!(error = %e, "gc pass failed"),
-        }
-        if let Some(reply) = reply {
-            let _ = reply.send(res);
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -271,6 +374,7 @@ mod tests {
             major_threshold: 0.8,
             major_interval: Duration::from_secs(86_400),
             rate_bytes_per_sec: 0,
+            not_here_interval: Duration::from_secs(86_400),
         }
     }
 
@@ -292,6 +396,35 @@ mod tests {
         let t0 = Instant::now();
         let mut s = Schedule::new(t0);
         assert_eq!(s.due(t0 + Duration::from_secs(1_000_000), &c), Kind::Gc);
+    }
+
+    #[test]
+    fn the_not_here_check_comes_due_by_its_interval_and_can_be_off() {
+        let t0 = Instant::now();
+        let mut s = Schedule::new(t0);
+        assert!(!s.not_here_due(t0 + Duration::from_secs(3600), &config()));
+        assert!(s.not_here_due(t0 + Duration::from_secs(86_400), &config()));
+        assert!(!s.not_here_due(t0 + Duration::from_secs(86_500), &config()));
+        let off = GcConfig { not_here_interval: Duration::ZERO, ..config() };
+        assert!(!s.not_here_due(t0 + Duration::from_secs(1_000_000), &off));
+    }
+
+    #[test]
+    fn copies_are_needed_while_open_or_named() {
+        let seg = |ids: &[&str]| v1::EnsembleSegment {
+            first_entry_id: 0,
+            bookie_ids: ids.iter().map(|s| s.to_string()).collect(),
+            instance_ids: vec![],
+        };
+        let closed = |segs: Vec<v1::EnsembleSegment>| v1::LedgerMetadata {
+            state: v1::LedgerState::Closed as i32,
+            ensembles: segs,
+            ..Default::default()
+        };
+        assert!(needs_copies_here(&closed(vec![seg(&["1", "2"]), seg(&["3", "4"])]), "2"), "an earlier segment counts");
+        assert!(!needs_copies_here(&closed(vec![seg(&["1", "3"])]), "2"));
+        let open = v1::LedgerMetadata { state: v1::LedgerState::Open as i32, ..closed(vec![seg(&["1", "3"])]) };
+        assert!(needs_copies_here(&open, "2"), "an open ledger may still change its ensemble onto this bookie");
     }
 
     #[test]

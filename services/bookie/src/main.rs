@@ -161,6 +161,11 @@ struct Args {
     #[arg(long, default_value_t = 16 * 1024 * 1024)]
     compaction_rate_bytes_per_sec: u64,
 
+    /// Between checks for closed ledgers no ensemble names this bookie in
+    /// any more (their copies moved away), in milliseconds; 0 turns it off.
+    #[arg(long, default_value_t = 86_400_000)]
+    gc_not_here_interval_ms: u64,
+
     /// Serve Prometheus metrics (GET /metrics) on this TCP address.
     #[arg(long, env = "QUIRE_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
@@ -300,8 +305,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
         major_threshold: args.major_compaction_threshold,
         major_interval: Duration::from_millis(args.major_compaction_interval_ms),
         rate_bytes_per_sec: args.compaction_rate_bytes_per_sec,
+        not_here_interval: Duration::from_millis(args.gc_not_here_interval_ms),
     };
-    let collector = tokio::spawn(gc::run(store.clone(), meta_for_gc, gc_config, gc_rx));
+    let collector = gc::Collector {
+        store: store.clone(),
+        meta: meta_for_gc,
+        me: bookie_id.clone(),
+        limbo: limbo.clone(),
+        config: gc_config,
+    };
+    let collector = tokio::spawn(collector.run(gc_rx));
     let metrics = match args.metrics_listen {
         Some(addr) => {
             let (l, bound) = quire_runtime::metrics::bind(addr).await.context("bind --metrics-listen")?;

@@ -24,7 +24,7 @@ pub fn render(store: &Store) -> String {
         ("quire_bookie_gc_passes_total", "Garbage-collection passes over the entry logs.", st.gc_passes.load(Relaxed)),
         (
             "quire_bookie_gc_ledgers_deleted_total",
-            "Ledgers dropped after the metadata service confirmed their deletion.",
+            "Ledgers dropped: deleted in the metadata service, or closed with no ensemble naming this bookie.",
             st.gc_ledgers_deleted.load(Relaxed),
         ),
         ("quire_bookie_gc_entry_logs_removed_total", "Entry logs removed whole.", st.gc_logs_removed.load(Relaxed)),

@@ -26,8 +26,6 @@ use quire_testkit::TestCluster;
 const BOOKIE_FLAGS: &[&str] = &[
     "--lease-ms",
     "2000",
-    "--entry-log-mib",
-    "4",
     "--flush-kib",
     "256",
     "--gc-interval-ms",
@@ -141,7 +139,7 @@ async fn delete_half(client: &Client, all: BTreeMap<u64, Vec<Bytes>>) -> (Vec<u6
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_half_the_ledgers_frees_their_space_and_the_rest_reads_back_after_a_restart() {
-    let mut s = Setup::start(2, &[]);
+    let mut s = Setup::start(2, &["--entry-log-mib", "4"]);
     let client = s.client().await;
     let spec = CreateLedger { ensemble: 2, write_quorum: 2, ack_quorum: 2, custom: BTreeMap::new() };
     let all = write(&client, &spec, 8, 1200).await;
@@ -182,12 +180,15 @@ async fn deleting_half_the_ledgers_frees_their_space_and_the_rest_reads_back_aft
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bookie_killed_at_any_step_of_gc_loses_no_live_entry_and_leaves_no_dangling_index_entry() {
-    let mut s = Setup::start(1, &[]);
+    // 16 MiB logs half live hold 8 MiB of live entries: compaction switches
+    // the index in 4 MiB steps, so "compaction.switched" stops it with part
+    // of a log's runs moved and part not.
+    let mut s = Setup::start(1, &["--entry-log-mib", "16"]);
     let spec = CreateLedger { ensemble: 1, write_quorum: 1, ack_quorum: 1, custom: BTreeMap::new() };
     let mut kept = BTreeMap::new();
     for point in ["gc.ledgers_deleted", "compaction.copied", "compaction.switched", "compaction.before_unlink"] {
         let client = s.client().await;
-        let (_, k) = delete_half(&client, write(&client, &spec, 8, 1200).await).await;
+        let (_, k) = delete_half(&client, write(&client, &spec, 8, 4500).await).await;
         kept.extend(k);
         s.cluster.terminate_bookie(0).unwrap();
         s.cluster.bookies[0].env = vec![(quire_storage::failpoint::ENV.to_string(), point.to_string())];
@@ -239,7 +240,7 @@ fn scrape(addr: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_metadata_service_down_gc_deletes_nothing() {
     let metrics = free_tcp_addr();
-    let mut s = Setup::start(1, &["--metrics-listen", &metrics]);
+    let mut s = Setup::start(1, &["--metrics-listen", &metrics, "--entry-log-mib", "4"]);
     let client = s.client().await;
     let spec = CreateLedger { ensemble: 1, write_quorum: 1, ack_quorum: 1, custom: BTreeMap::new() };
     let all = write(&client, &spec, 4, 300).await;
@@ -264,4 +265,51 @@ async fn with_the_metadata_service_down_gc_deletes_nothing() {
     assert!(text.contains("quire_bookie_gc_passes_total 1"), "{text}");
     assert!(text.contains("quire_bookie_gc_ledgers_deleted_total 0"), "{text}");
     assert!(text.contains("quire_bookie_entry_log_live_ratio{log=\"00000001\"}"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_of_a_closed_ledger_moved_off_a_bookie_are_dropped_there_but_not_during_a_repair() {
+    let s = Setup::start(3, &["--entry-log-mib", "4"]);
+    let client = s.client().await;
+    let spec = CreateLedger { ensemble: 2, write_quorum: 2, ack_quorum: 2, custom: BTreeMap::new() };
+    let written = write(&client, &spec, 1, 300).await;
+    let (&id, _) = written.iter().next().unwrap();
+    let m = client.metadata(id).await.unwrap();
+    let from = m.segments[0].members[0].bookie_id.clone();
+    let from_i = s.cluster.bookies.iter().position(|b| b.id == from).unwrap();
+    // Drain `from` so that re-replication moves its fragment to the third bookie.
+    let set = |state: v1::BookieState| v1::SetBookieStateRequest { bookie_id: from.clone(), state: state as i32 };
+    client.meta().call(set(v1::BookieState::Decommissioning)).await.unwrap();
+    let repair = client
+        .rereplicate(id, std::slice::from_ref(&from), &quire_client::shell::throttle::Throttle::new(0), &|| true)
+        .await
+        .unwrap();
+    assert!(repair.failed.is_empty(), "{repair:?}");
+    client.meta().call(set(v1::BookieState::Available)).await.unwrap();
+    let m = client.metadata(id).await.unwrap();
+    assert!(m.segments.iter().all(|g| g.members.iter().all(|x| x.bookie_id != from)), "moved off {from}");
+
+    // While a repair of the ledger holds its lock, the copies stay.
+    let lock = client
+        .meta()
+        .call(v1::AcquireLockRequest { name: format!("replicate/{id}"), owner: "test".into(), lease_ms: 60_000 })
+        .await
+        .unwrap()
+        .lock
+        .unwrap();
+    let r = s.run_gc(from_i, false).await.unwrap();
+    assert_eq!(r.ledgers_not_here, 0, "{r:?}");
+    assert!(client.bookies().read(&from, id, 0, false, Duration::from_secs(5)).await.is_ok());
+    client.meta().call(v1::ReleaseLockRequest { name: format!("replicate/{id}"), lock_id: lock.lock_id }).await.unwrap();
+
+    let r = s.run_gc(from_i, false).await.unwrap();
+    assert_eq!((r.ledgers_not_here, r.ledgers_deleted), (1, 0), "{r:?}");
+    let gone = client.bookies().read(&from, id, 0, false, Duration::from_secs(5)).await;
+    assert_eq!(gone.err().and_then(|e| e.code()), Some(ErrorCode::NoSuchLedger));
+    // The members keep theirs: GC on them drops nothing, and the ledger reads back.
+    for (i, b) in s.cluster.bookies.iter().enumerate().filter(|(_, b)| b.id != from) {
+        let r = s.run_gc(i, false).await.unwrap();
+        assert_eq!(r.ledgers_not_here, 0, "bookie {}: {r:?}", b.id);
+    }
+    reads_back(&client, &written).await;
 }

@@ -175,6 +175,7 @@ fn print_gc(o: &OneBookie, r: &v1::GcReport) {
             "{}",
             serde_json::json!({
                 "kind": r.kind, "ledgers_deleted": r.ledgers_deleted, "ledgers_unconfirmed": r.ledgers_unconfirmed,
+                "ledgers_not_here": r.ledgers_not_here,
                 "entry_logs_removed": r.entry_logs_removed, "entry_logs_compacted": r.entry_logs_compacted,
                 "entries_moved": r.entries_moved, "bytes_reclaimed": r.bytes_reclaimed,
                 "compaction_failures": r.compaction_failures, "duration_ms": r.duration_ms,
@@ -185,6 +186,7 @@ fn print_gc(o: &OneBookie, r: &v1::GcReport) {
     }
     println!("pass              {} ({} ms)", r.kind, r.duration_ms);
     println!("ledgers deleted   {} ({} not confirmed, kept)", r.ledgers_deleted, r.ledgers_unconfirmed);
+    println!("ledgers moved off {} (closed, no ensemble names this bookie: copies dropped)", r.ledgers_not_here);
     println!("logs removed      {}", r.entry_logs_removed);
     println!("logs compacted    {} ({} entries moved)", r.entry_logs_compacted, r.entries_moved);
     println!("bytes reclaimed   {}", r.bytes_reclaimed);

@@ -132,7 +132,10 @@ pub fn allowed(role: Role, method: Method) -> bool {
         // Autorecovery's bookkeeping: the auditor marks, workers repair and clear.
         MarkUnderReplicated | ClearUnderReplicated => matches!(role, Auditor | ReplicationWorker | Admin),
         ListUnderReplicated | GetLock => matches!(role, Auditor | ReplicationWorker | Gateway | Admin),
-        AcquireLock | RenewLock | ReleaseLock => matches!(role, Auditor | ReplicationWorker | Admin),
+        // Bookies take a ledger's re-replication lock before dropping copies
+        // no ensemble names them for, so no worker is copying to them meanwhile.
+        AcquireLock | ReleaseLock => matches!(role, Auditor | ReplicationWorker | Bookie | Admin),
+        RenewLock => matches!(role, Auditor | ReplicationWorker | Admin),
         Raft => role == Metadata,
         ChangeMembership => role == Admin,
         MetadataStatus => true,
