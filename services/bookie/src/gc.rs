@@ -85,8 +85,8 @@ impl Schedule {
 
     /// Whether the check for ledgers whose copies moved away is due at `now`.
     pub fn not_here_due(&mut self, now: Instant, c: &GcConfig) -> bool {
-        let due = !c.not_here_interval.is_zero()
-            && now.saturating_duration_since(self.last_not_here) >= c.not_here_interval;
+        let due =
+            !c.not_here_interval.is_zero() && now.saturating_duration_since(self.last_not_here) >= c.not_here_interval;
         if due {
             self.last_not_here = now;
         }
@@ -96,7 +96,8 @@ impl Schedule {
     /// The kind of the pass run at `now`; a major pass counts as a minor one too.
     pub fn due(&mut self, now: Instant, c: &GcConfig) -> Kind {
         let on = |t: f64, i: Duration| t > 0.0 && !i.is_zero();
-        if on(c.major_threshold, c.major_interval) && now.saturating_duration_since(self.last_major) >= c.major_interval {
+        if on(c.major_threshold, c.major_interval) && now.saturating_duration_since(self.last_major) >= c.major_interval
+        {
             self.last_major = now;
             self.last_minor = now;
             Kind::Major
@@ -439,10 +440,7 @@ mod tests {
         // A rebuilt or wrong metadata store lists nothing and has allocated
         // little: it must not cause a mass deletion.
         let local = [(1, true), (2, true), (700, true)];
-        assert_eq!(
-            candidates(&local, &HashSet::new(), 10),
-            Err(Refusal::ForeignLedgers(vec![700], 10))
-        );
+        assert_eq!(candidates(&local, &HashSet::new(), 10), Err(Refusal::ForeignLedgers(vec![700], 10)));
         assert!(candidates(&local, &HashSet::new(), 0).is_err(), "an empty store allocated nothing");
     }
 }

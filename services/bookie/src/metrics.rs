@@ -53,7 +53,8 @@ pub fn render(store: &Store) -> String {
     for u in &usage {
         let _ = writeln!(s, "quire_bookie_entry_log_bytes{{log=\"{:08x}\"}} {}", u.log_id, u.total_bytes);
     }
-    let _ = writeln!(s, "# HELP quire_bookie_entry_log_live_ratio Fraction of an entry log the index still references.");
+    let _ =
+        writeln!(s, "# HELP quire_bookie_entry_log_live_ratio Fraction of an entry log the index still references.");
     let _ = writeln!(s, "# TYPE quire_bookie_entry_log_live_ratio gauge");
     for u in &usage {
         let _ = writeln!(s, "quire_bookie_entry_log_live_ratio{{log=\"{:08x}\"}} {:.4}", u.log_id, u.live_fraction());

@@ -174,7 +174,11 @@ async fn deleting_half_the_ledgers_frees_their_space_and_the_rest_reads_back_aft
     }
     for (i, b) in s.cluster.bookies.iter().enumerate() {
         let after = entry_log_bytes(&b.data);
-        assert!(after * 10 < before[i] * 7, "bookie {i}: half deleted, yet {} bytes of entry logs became {after}", before[i]);
+        assert!(
+            after * 10 < before[i] * 7,
+            "bookie {i}: half deleted, yet {} bytes of entry logs became {after}",
+            before[i]
+        );
     }
 }
 
@@ -216,8 +220,8 @@ async fn a_bookie_killed_at_any_step_of_gc_loses_no_live_entry_and_leaves_no_dan
     // Offline: every index run reads back intact.
     s.cluster.terminate_bookie(0).unwrap();
     let data = s.cluster.bookies[0].data.clone();
-    let store =
-        quire_storage::Store::open(quire_storage::StoreConfig::new(data.join("journal"), data.join("ledgers"))).unwrap();
+    let store = quire_storage::Store::open(quire_storage::StoreConfig::new(data.join("journal"), data.join("ledgers")))
+        .unwrap();
     assert_eq!(store.verify_index().unwrap(), Vec::<String>::new());
     assert_eq!(store.ledger_ids().len(), kept.len(), "exactly the kept ledgers are left");
 }
@@ -257,7 +261,8 @@ async fn with_the_metadata_service_down_gc_deletes_nothing() {
     let peer = s.rpc().peer(&b.addr, Role::Bookie, Some(&b.id));
     for id in &deleted {
         for (e, want) in all_copy[id].iter().enumerate() {
-            let got = peer.call(v1::ReadEntryRequest { ledger_id: *id, entry_id: e as u64, ..Default::default() }).await;
+            let got =
+                peer.call(v1::ReadEntryRequest { ledger_id: *id, entry_id: e as u64, ..Default::default() }).await;
             assert_eq!(got.unwrap().entry.unwrap().payload, *want, "ledger {id} entry {e}");
         }
     }
@@ -300,7 +305,11 @@ async fn copies_of_a_closed_ledger_moved_off_a_bookie_are_dropped_there_but_not_
     let r = s.run_gc(from_i, false).await.unwrap();
     assert_eq!(r.ledgers_not_here, 0, "{r:?}");
     assert!(client.bookies().read(&from, id, 0, false, Duration::from_secs(5)).await.is_ok());
-    client.meta().call(v1::ReleaseLockRequest { name: format!("replicate/{id}"), lock_id: lock.lock_id }).await.unwrap();
+    client
+        .meta()
+        .call(v1::ReleaseLockRequest { name: format!("replicate/{id}"), lock_id: lock.lock_id })
+        .await
+        .unwrap();
 
     let r = s.run_gc(from_i, false).await.unwrap();
     assert_eq!((r.ledgers_not_here, r.ledgers_deleted), (1, 0), "{r:?}");

@@ -82,7 +82,11 @@ pub fn run(a: BookieArgs) -> anyhow::Result<()> {
                 BookieCmd::Show(o) => print(o, &show(&meta, &o.id).await?),
                 BookieCmd::Gc(g) => {
                     let b = show(&meta, &g.one.id).await?.bookie.unwrap_or_default();
-                    anyhow::ensure!(!b.address.is_empty(), "bookie {} is not registered: no address to reach", g.one.id);
+                    anyhow::ensure!(
+                        !b.address.is_empty(),
+                        "bookie {} is not registered: no address to reach",
+                        g.one.id
+                    );
                     let peer = rpc.peer(&b.address, quire_proto::Role::Bookie, Some(&g.one.id));
                     let r = peer
                         .call_full(

@@ -121,7 +121,10 @@ async fn compaction_phase(store: &Arc<Store>, phase: &str, ledger: u64, rate_byt
     tokio::time::sleep(Duration::from_secs(1)).await;
     let started = Instant::now();
     let s = store.clone();
-    let out = tokio::task::spawn_blocking(move || s.collect_garbage(0.8, &mut Throttle::new(rate_bytes))).await.unwrap().unwrap();
+    let out = tokio::task::spawn_blocking(move || s.collect_garbage(0.8, &mut Throttle::new(rate_bytes)))
+        .await
+        .unwrap()
+        .unwrap();
     let secs = started.elapsed().as_secs_f64();
     let (adds, h) = finish(load).await;
     let moved_mb = out.entries_moved as f64 * FILL_ENTRY_BYTES as f64 / 1e6;
@@ -166,7 +169,8 @@ fn main() {
 }
 
 fn print_disk(dir: &Path) {
-    let logs: u64 =
-        std::fs::read_dir(dir.join("ledgers/entrylogs")).map(|d| d.map(|f| f.unwrap().metadata().unwrap().len()).sum()).unwrap_or(0);
+    let logs: u64 = std::fs::read_dir(dir.join("ledgers/entrylogs"))
+        .map(|d| d.map(|f| f.unwrap().metadata().unwrap().len()).sum())
+        .unwrap_or(0);
     println!("# entry logs now {:.0} MB", logs as f64 / 1e6);
 }

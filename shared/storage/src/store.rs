@@ -489,7 +489,13 @@ impl Store {
             })?;
             for id in &plan.compact {
                 let started = std::time::Instant::now();
-                let res = gc::compact::compact_log(&inner.logs, &inner.index, *id, runs.remove(id).unwrap_or_default(), throttle);
+                let res = gc::compact::compact_log(
+                    &inner.logs,
+                    &inner.index,
+                    *id,
+                    runs.remove(id).unwrap_or_default(),
+                    throttle,
+                );
                 let took_us = started.elapsed().as_micros() as u64;
                 inner.stats.gc_compaction_us.fetch_add(took_us, Ordering::Relaxed);
                 match res {
@@ -499,7 +505,13 @@ impl Store {
                         out.bytes_reclaimed += freed.saturating_sub(c.bytes_written);
                         out.entries_moved += c.entries_moved;
                         out.logs_compacted += 1;
-                        tracing::info!(log = id, entries_moved = c.entries_moved, freed, took_us, "compacted an entry log");
+                        tracing::info!(
+                            log = id,
+                            entries_moved = c.entries_moved,
+                            freed,
+                            took_us,
+                            "compacted an entry log"
+                        );
                     }
                     Ok(c) => {
                         out.entries_moved += c.entries_moved;

@@ -281,9 +281,13 @@ fn index_gc_operations(open: impl Fn(&Path) -> Box<dyn LedgerIndex>) {
         assert_eq!(idx.replace_runs(&moves[..1]).unwrap(), vec![false]);
 
         // A move whose new run would land on a key some other run holds is refused.
-        idx.commit(&IndexBatch { locations: laid_out(9, 16, 30..35).into_iter().map(|(e, l)| (1, e, l)).collect(), ..Default::default() })
-            .unwrap();
-        let stale_target = RunInfo { ledger_id: 1, first_entry: 0, log_id: 7, base: 16, ends: (1..=20).map(|i| 10 * i).collect() };
+        idx.commit(&IndexBatch {
+            locations: laid_out(9, 16, 30..35).into_iter().map(|(e, l)| (1, e, l)).collect(),
+            ..Default::default()
+        })
+        .unwrap();
+        let stale_target =
+            RunInfo { ledger_id: 1, first_entry: 0, log_id: 7, base: 16, ends: (1..=20).map(|i| 10 * i).collect() };
         let clash = RunMove { old: stale_target, moved: laid_out(8, 16, 30..35) };
         assert_eq!(idx.replace_runs(&[clash]).unwrap(), vec![false]);
         assert_eq!(idx.location(1, 30).unwrap(), Some(Location { log_id: 9, offset: 16, len: 10 }));

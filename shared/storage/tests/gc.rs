@@ -88,7 +88,10 @@ async fn delete_half_compact_restart_the_other_half_reads_back_and_disk_use_drop
     }
     assert_eq!(store.verify_index().unwrap(), Vec::<String>::new());
     let (after, files_after) = entry_log_bytes(t.path());
-    assert!(after * 10 < before * 6, "half the data deleted: {before} bytes in {files_before} logs, now {after} in {files_after}");
+    assert!(
+        after * 10 < before * 6,
+        "half the data deleted: {before} bytes in {files_before} logs, now {after} in {files_after}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -36,7 +36,8 @@ impl WriteCache {
 
     /// Drops every entry of a ledger (deleted); the bytes it freed.
     pub fn remove_ledger(&mut self, ledger_id: u64) -> usize {
-        let keys: Vec<(u64, u64)> = self.entries.range((ledger_id, 0)..=(ledger_id, u64::MAX)).map(|(k, _)| *k).collect();
+        let keys: Vec<(u64, u64)> =
+            self.entries.range((ledger_id, 0)..=(ledger_id, u64::MAX)).map(|(k, _)| *k).collect();
         let mut freed = 0;
         for k in keys {
             if let Some(e) = self.entries.remove(&k) {

@@ -130,7 +130,9 @@ impl Mover<'_> {
                 let entry_id = run.first_entry + k as u64;
                 // An entry a newer run supersedes (re-added by recovery or
                 // re-replication) is not live here: its reads go elsewhere.
-                if self.index.location(run.ledger_id, entry_id)? != Some(loc) {
+                // Only a location found elsewhere proves that; anything
+                // else keeps the entry.
+                if matches!(self.index.location(run.ledger_id, entry_id)?, Some(other) if other != loc) {
                     continue;
                 }
                 let at = (loc.offset - start) as usize;
