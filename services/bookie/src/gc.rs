@@ -217,10 +217,12 @@ impl Collector {
         Ok((confirmed, unconfirmed, listed))
     }
 
-    /// Drops closed ledgers no ensemble names this bookie in (BookKeeper's
-    /// over-replicated ledger GC). Each is re-read under its `replicate/<id>`
-    /// lock, so no worker is copying it here meanwhile (a worker moving a
-    /// fragment here holds that lock until its CAS names this bookie).
+    /// Drops the entries of closed ledgers no ensemble names this bookie in
+    /// (BookKeeper's over-replicated ledger GC), keeping each one's fence.
+    /// Each is re-read under its `replicate/<id>` lock, renewed just before
+    /// the drop, so no worker is copying it here meanwhile (a worker moving a
+    /// fragment here holds that lock until its CAS names this bookie, and
+    /// checks it still does just before).
     async fn drop_not_here(&self, meta: &quire_metaclient::MetaClient, ledgers: Vec<u64>) -> u64 {
         let mut dropped = 0;
         for ledger_id in ledgers {
@@ -246,9 +248,14 @@ impl Collector {
                 meta.call(v1::GetLedgerRequest { ledger_id, stale_ok: false }).await,
                 Ok(r) if r.ledger.as_ref().is_some_and(|m| !needs_copies_here(m, &self.me))
             );
-            if confirmed {
+            // The lease must still be ours as the copies go (the read above
+            // may have waited out a leader election): renewing proves it and
+            // gives a fresh lease for the drop itself.
+            let still_held = confirmed
+                && meta.call(v1::RenewLockRequest { name: name.clone(), lock_id: lock.lock_id }).await.is_ok();
+            if still_held {
                 let store = self.store.clone();
-                match tokio::task::spawn_blocking(move || store.delete_ledgers(&[ledger_id])).await {
+                match tokio::task::spawn_blocking(move || store.drop_entries(&[ledger_id])).await {
                     Ok(Ok(_)) => {
                         dropped += 1;
                         tracing::info!(ledger_id, "dropped a closed ledger whose copies moved off this bookie");
@@ -289,8 +296,9 @@ impl Collector {
                             tracing::info!(ledgers = ?deleted, "dropped ledgers the metadata service deleted");
                         }
                         if not_here {
+                            // Only ledgers with entries here: a fenced record alone costs nothing.
                             let alive: Vec<u64> =
-                                local.iter().map(|(l, _)| *l).filter(|l| listed.contains(l)).collect();
+                                local.iter().filter(|(l, has)| *has && listed.contains(l)).map(|(l, _)| *l).collect();
                             report.ledgers_not_here = self.drop_not_here(meta, alive).await;
                         }
                     }

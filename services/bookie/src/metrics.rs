@@ -13,14 +13,13 @@ pub fn render(store: &Store) -> String {
     let mut s = String::new();
     let st = store.stats();
     let j = store.journal_stats();
-    let counters: [(&str, &str, u64); 16] = [
+    let counters: [(&str, &str, u64); 14] = [
         ("quire_bookie_adds_total", "Adds acknowledged.", st.adds.load(Relaxed)),
         ("quire_bookie_reads_total", "Reads served.", st.reads.load(Relaxed)),
         ("quire_bookie_flushes_total", "Write-cache flushes to the entry logs.", st.flushes.load(Relaxed)),
         ("quire_bookie_journal_syncs_total", "Journal fdatasyncs (group commits).", j.syncs.load(Relaxed)),
         ("quire_bookie_journal_records_total", "Journal records written.", j.records.load(Relaxed)),
         ("quire_bookie_journal_bytes_total", "Journal bytes written.", j.bytes.load(Relaxed)),
-        ("quire_bookie_journal_sync_microseconds_total", "Time in journal fdatasync.", j.sync_us_total.load(Relaxed)),
         ("quire_bookie_gc_passes_total", "Garbage-collection passes over the entry logs.", st.gc_passes.load(Relaxed)),
         (
             "quire_bookie_gc_ledgers_deleted_total",
@@ -40,13 +39,27 @@ pub fn render(store: &Store) -> String {
             "Compactions stopped by an error (the log is kept).",
             st.gc_compaction_failures.load(Relaxed),
         ),
-        ("quire_bookie_gc_compaction_microseconds_total", "Time spent compacting.", st.gc_compaction_us.load(Relaxed)),
         ("quire_bookie_parked_long_polls", "Long polls parked now.", st.parked_waits.load(Relaxed) as u64),
     ];
     for (name, help, v) in counters {
         let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
         metric(&mut s, name, kind, help, v);
     }
+    let seconds = |us: u64| us as f64 / 1e6;
+    metric(
+        &mut s,
+        "quire_bookie_journal_sync_seconds_total",
+        "counter",
+        "Time in journal fdatasync.",
+        seconds(j.sync_us_total.load(Relaxed)),
+    );
+    metric(
+        &mut s,
+        "quire_bookie_gc_compaction_seconds_total",
+        "counter",
+        "Time spent compacting entry logs.",
+        seconds(st.gc_compaction_us.load(Relaxed)),
+    );
     let usage = store.log_usage();
     let _ = writeln!(s, "# HELP quire_bookie_entry_log_bytes Record bytes in an entry log.");
     let _ = writeln!(s, "# TYPE quire_bookie_entry_log_bytes gauge");

@@ -314,7 +314,18 @@ async fn copies_of_a_closed_ledger_moved_off_a_bookie_are_dropped_there_but_not_
     let r = s.run_gc(from_i, false).await.unwrap();
     assert_eq!((r.ledgers_not_here, r.ledgers_deleted), (1, 0), "{r:?}");
     let gone = client.bookies().read(&from, id, 0, false, Duration::from_secs(5)).await;
-    assert_eq!(gone.err().and_then(|e| e.code()), Some(ErrorCode::NoSuchLedger));
+    assert_eq!(gone.err().and_then(|e| e.code()), Some(ErrorCode::NoSuchEntry), "entries gone, ledger still known");
+    // Its fence stays: the old writer's add is refused there.
+    let b = &s.cluster.bookies[from_i];
+    let zombie = s
+        .rpc()
+        .peer(&b.addr, Role::Bookie, Some(&b.id))
+        .call(v1::AddEntryRequest {
+            entry: Some(v1::Entry::sealed(id, 300, 299, payload(id, 300))),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(zombie.err().and_then(|e| e.code()), Some(ErrorCode::LedgerFenced));
     // The members keep theirs: GC on them drops nothing, and the ledger reads back.
     for (i, b) in s.cluster.bookies.iter().enumerate().filter(|(_, b)| b.id != from) {
         let r = s.run_gc(i, false).await.unwrap();

@@ -134,8 +134,7 @@ pub fn allowed(role: Role, method: Method) -> bool {
         ListUnderReplicated | GetLock => matches!(role, Auditor | ReplicationWorker | Gateway | Admin),
         // Bookies take a ledger's re-replication lock before dropping copies
         // no ensemble names them for, so no worker is copying to them meanwhile.
-        AcquireLock | ReleaseLock => matches!(role, Auditor | ReplicationWorker | Bookie | Admin),
-        RenewLock => matches!(role, Auditor | ReplicationWorker | Admin),
+        AcquireLock | RenewLock | ReleaseLock => matches!(role, Auditor | ReplicationWorker | Bookie | Admin),
         Raft => role == Metadata,
         ChangeMembership => role == Admin,
         MetadataStatus => true,

@@ -7,6 +7,7 @@
 //! they point at is synced before the commit, so the index never points at
 //! bytes that are not on disk.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use crate::error::StorageError;
@@ -105,12 +106,16 @@ pub struct RunMove {
 /// - `location` returns the newest committed location of an entry;
 /// - `last_entry` is the highest committed entry id of a ledger;
 /// - `checkpoint` is the last committed checkpoint;
+/// - a committed entry keeps a location until its ledger is deleted: a run
+///   written over a longer one at the same key keeps the longer one's tail;
 /// - `delete_ledgers` removes every run and record of the ledgers, atomically
 ///   and durably;
 /// - `replace_runs` applies each move only if its old run is still stored
 ///   exactly as read and no run it would write already exists, all applied
-///   moves in one atomic durable batch; writes are serialised with `commit`
-///   and `delete_ledgers`, so a move never undoes a newer write.
+///   moves in one atomic durable batch, and never a move leaving out an
+///   entry no other run covers; writes are serialised with `commit` and
+///   `delete_ledgers`, so a move never undoes a newer write; a look-up never
+///   sees a batch half applied.
 pub trait LedgerIndex: Send + Sync {
     /// Commits a batch atomically and durably.
     fn commit(&self, batch: &IndexBatch) -> Result<(), StorageError>;
@@ -126,10 +131,14 @@ pub trait LedgerIndex: Send + Sync {
     fn checkpoint(&self) -> Result<Option<JournalPos>, StorageError>;
     /// Visits every stored run (in key order: by ledger, then first entry).
     fn for_each_run(&self, visit: &mut dyn FnMut(RunInfo)) -> Result<(), StorageError>;
-    /// Removes the ledgers' runs and records. Returns the runs removed.
-    fn delete_ledgers(&self, ledger_ids: &[u64]) -> Result<u64, StorageError>;
+    /// Removes the ledgers' runs and records, then stores `records` (in the
+    /// same batch: a ledger whose copies go but whose fence must stay).
+    /// Returns the runs removed.
+    fn delete_ledgers(&self, ledger_ids: &[u64], records: &[(u64, LedgerRecord)]) -> Result<u64, StorageError>;
     /// Applies compaction's moves (see the contract); which were applied.
     fn replace_runs(&self, moves: &[RunMove]) -> Result<Vec<bool>, StorageError>;
+    /// Makes everything applied so far durable (a no-op when it already is).
+    fn sync(&self) -> Result<(), StorageError>;
 }
 
 const PREFIX_RUN: u8 = b'r';
@@ -261,9 +270,14 @@ fn idx_err(e: sled::Error) -> StorageError {
 pub struct SledIndex {
     db: sled::Db,
     tree: sled::Tree,
-    /// Serialises writers, so `replace_runs` checks and writes with no other
-    /// write in between.
-    write: std::sync::Mutex<()>,
+    /// Writers hold it exclusively while they check and apply (so
+    /// `replace_runs` checks and writes with no other write in between);
+    /// look-ups share it. A look-up walks several keys, and a sled range walk
+    /// is not a snapshot: without this, a walk overlapping a batch that
+    /// splits a run (compaction) could see neither the old run nor the new
+    /// and report a stored entry absent. Held only for the in-memory apply,
+    /// never across a flush to disk.
+    write: std::sync::RwLock<()>,
 }
 
 impl SledIndex {
@@ -280,32 +294,11 @@ impl SledIndex {
             .open()
             .map_err(idx_err)?;
         let tree = db.open_tree("ledger-index").map_err(idx_err)?;
-        Ok(SledIndex { db, tree, write: std::sync::Mutex::new(()) })
-    }
-}
-
-impl LedgerIndex for SledIndex {
-    fn commit(&self, batch: &IndexBatch) -> Result<(), StorageError> {
-        let _w = self.write.lock().expect("index write lock");
-        let mut b = sled::Batch::default();
-        for (l, first, run) in runs(&batch.locations) {
-            b.insert(&run_key(l, first)[..], run.encode());
-        }
-        for (l, r) in &batch.ledgers {
-            b.insert(&ledger_key(*l)[..], &encode_ledger(r)[..]);
-        }
-        if let Some(c) = batch.checkpoint {
-            let mut v = [0u8; 16];
-            v[0..8].copy_from_slice(&c.segment.to_be_bytes());
-            v[8..16].copy_from_slice(&c.offset.to_be_bytes());
-            b.insert(KEY_CHECKPOINT, &v[..]);
-        }
-        self.tree.apply_batch(b).map_err(idx_err)?;
-        self.db.flush().map_err(idx_err)?;
-        Ok(())
+        Ok(SledIndex { db, tree, write: std::sync::RwLock::new(()) })
     }
 
-    fn location(&self, ledger_id: u64, entry_id: u64) -> Result<Option<Location>, StorageError> {
+    /// `location` for a caller that holds the lock.
+    fn location_unlocked(&self, ledger_id: u64, entry_id: u64) -> Result<Option<Location>, StorageError> {
         let lo = run_key(ledger_id, 0);
         let hi = run_key(ledger_id, entry_id);
         for kv in self.tree.range(lo..=hi).rev().take(RUN_SCAN_MAX) {
@@ -320,7 +313,78 @@ impl LedgerIndex for SledIndex {
         Ok(None)
     }
 
+    /// The runs to write for a commit: `new`, plus, where a new run replaces
+    /// a stored run at the same key that covered more entries (a re-add of
+    /// the head of a run, as recovery's write-back does, split over two
+    /// flushes), the stored run's tail as a run of its own. Without it the
+    /// tail's entries would lose their only location until (unless) their
+    /// re-adds are committed too. Called with the write lock held.
+    fn keeping_tails(&self, new: Vec<(u64, u64, Run)>) -> Result<Vec<(u64, u64, Run)>, StorageError> {
+        let lens: HashMap<(u64, u64), usize> = new.iter().map(|(l, f, r)| ((*l, *f), r.ends.len())).collect();
+        let mut out = Vec::with_capacity(new.len());
+        for (l, first, run) in new {
+            let stored = self.tree.get(run_key(l, first)).map_err(idx_err)?;
+            let shorter = run.ends.len();
+            out.push((l, first, run));
+            let Some(stored) = stored else { continue };
+            let old = Run::decode(&stored)?;
+            let mut i = shorter;
+            while i < old.ends.len() {
+                let at = first + i as u64;
+                // A run already starts there (in this batch or stored): it
+                // covers `at` onwards for its length.
+                let covered = match lens.get(&(l, at)) {
+                    Some(n) => Some(*n),
+                    None => match self.tree.get(run_key(l, at)).map_err(idx_err)? {
+                        Some(v) => Some(Run::decode(&v)?.ends.len()),
+                        None => None,
+                    },
+                };
+                match covered {
+                    Some(n) => i += n,
+                    None => {
+                        let cut = old.ends[i - 1];
+                        let ends = old.ends[i..].iter().map(|e| e - cut).collect();
+                        out.push((l, at, Run { log_id: old.log_id, base: old.base + cut as u64, ends }));
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl LedgerIndex for SledIndex {
+    fn commit(&self, batch: &IndexBatch) -> Result<(), StorageError> {
+        {
+            let _w = self.write.write().expect("index lock");
+            let mut b = sled::Batch::default();
+            for (l, first, run) in self.keeping_tails(runs(&batch.locations))? {
+                b.insert(&run_key(l, first)[..], run.encode());
+            }
+            for (l, r) in &batch.ledgers {
+                b.insert(&ledger_key(*l)[..], &encode_ledger(r)[..]);
+            }
+            if let Some(c) = batch.checkpoint {
+                let mut v = [0u8; 16];
+                v[0..8].copy_from_slice(&c.segment.to_be_bytes());
+                v[8..16].copy_from_slice(&c.offset.to_be_bytes());
+                b.insert(KEY_CHECKPOINT, &v[..]);
+            }
+            self.tree.apply_batch(b).map_err(idx_err)?;
+        }
+        self.db.flush().map_err(idx_err)?;
+        Ok(())
+    }
+
+    fn location(&self, ledger_id: u64, entry_id: u64) -> Result<Option<Location>, StorageError> {
+        let _r = self.write.read().expect("index lock");
+        self.location_unlocked(ledger_id, entry_id)
+    }
+
     fn last_entry(&self, ledger_id: u64) -> Result<Option<u64>, StorageError> {
+        let _r = self.write.read().expect("index lock");
         // The run starting last need not end last (a later re-add of one old
         // entry is a short run): take the highest end over the ledger's runs.
         let mut last = None;
@@ -371,25 +435,35 @@ impl LedgerIndex for SledIndex {
         Ok(())
     }
 
-    fn delete_ledgers(&self, ledger_ids: &[u64]) -> Result<u64, StorageError> {
-        let _w = self.write.lock().expect("index write lock");
-        let mut b = sled::Batch::default();
+    fn delete_ledgers(&self, ledger_ids: &[u64], records: &[(u64, LedgerRecord)]) -> Result<u64, StorageError> {
         let mut runs = 0;
-        for l in ledger_ids {
-            for kv in self.tree.range(run_key(*l, 0)..=run_key(*l, u64::MAX)) {
-                let (k, _) = kv.map_err(idx_err)?;
-                b.remove(k);
-                runs += 1;
+        {
+            let _w = self.write.write().expect("index lock");
+            let mut b = sled::Batch::default();
+            for l in ledger_ids {
+                for kv in self.tree.range(run_key(*l, 0)..=run_key(*l, u64::MAX)) {
+                    let (k, _) = kv.map_err(idx_err)?;
+                    b.remove(k);
+                    runs += 1;
+                }
+                b.remove(&ledger_key(*l)[..]);
             }
-            b.remove(&ledger_key(*l)[..]);
+            for (l, r) in records {
+                b.insert(&ledger_key(*l)[..], &encode_ledger(r)[..]);
+            }
+            self.tree.apply_batch(b).map_err(idx_err)?;
         }
-        self.tree.apply_batch(b).map_err(idx_err)?;
         self.db.flush().map_err(idx_err)?;
         Ok(runs)
     }
 
+    fn sync(&self) -> Result<(), StorageError> {
+        self.db.flush().map_err(idx_err)?;
+        Ok(())
+    }
+
     fn replace_runs(&self, moves: &[RunMove]) -> Result<Vec<bool>, StorageError> {
-        let _w = self.write.lock().expect("index write lock");
+        let w = self.write.write().expect("index lock");
         let mut b = sled::Batch::default();
         let mut applied = Vec::with_capacity(moves.len());
         let mut written: std::collections::HashSet<[u8; 17]> = std::collections::HashSet::new();
@@ -407,7 +481,23 @@ impl LedgerIndex for SledIndex {
                     clash = true;
                 }
             }
-            if !unchanged || clash {
+            // Entries the move leaves out must still be found elsewhere: the
+            // copy that superseded them may have gone since compaction looked.
+            let mut orphan = false;
+            if unchanged && !clash && m.moved.len() < m.old.len() {
+                let moved: std::collections::HashSet<u64> = m.moved.iter().map(|(e, _)| *e).collect();
+                for i in 0..m.old.len() {
+                    let e = m.old.first_entry + i as u64;
+                    if !moved.contains(&e) {
+                        let found = self.location_unlocked(m.old.ledger_id, e)?;
+                        if found.is_none() || found == Some(m.old.location(i)) {
+                            orphan = true;
+                            break;
+                        }
+                    }
+                }
+            }
+            if !unchanged || clash || orphan {
                 applied.push(false);
                 continue;
             }
@@ -421,6 +511,7 @@ impl LedgerIndex for SledIndex {
         }
         if applied.iter().any(|a| *a) {
             self.tree.apply_batch(b).map_err(idx_err)?;
+            drop(w);
             self.db.flush().map_err(idx_err)?;
         }
         Ok(applied)

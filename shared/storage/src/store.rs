@@ -109,6 +109,10 @@ struct LedgerState {
     lac: watch::Sender<i64>,
     /// Changed since the last flush (fence or LAC).
     dirty: AtomicBool,
+    /// Removed from the ledger map by a deletion: an add already past its
+    /// fence check puts it back when it lands, so the ledger stays visible
+    /// (and is deleted again) rather than leaving unlisted entries behind.
+    dropped: AtomicBool,
 }
 
 impl LedgerState {
@@ -117,6 +121,7 @@ impl LedgerState {
             fence: Mutex::new(rec.fenced),
             lac: watch::Sender::new(rec.lac),
             dirty: AtomicBool::new(false),
+            dropped: AtomicBool::new(false),
         })
     }
 
@@ -437,20 +442,47 @@ impl Store {
     /// Blocking. Returns how many of them this store held.
     ///
     /// The caller vouches that the ledgers are deleted. An add already on its
-    /// way through the journal may bring one back; it is dropped again by a
-    /// later pass (as is one a journal replay brings back).
+    /// way through the journal brings one back (it is dropped again by a
+    /// later pass), as does a journal replay.
     pub fn delete_ledgers(&self, ledger_ids: &[u64]) -> Result<u64, StorageError> {
+        self.remove_ledgers(ledger_ids, false)
+    }
+
+    /// Drops the entries of ledgers whose copies are no longer this store's
+    /// to keep (a closed ledger no ensemble names this bookie in), keeping
+    /// each ledger's record, fenced: a zombie writer's add stays refused.
+    /// Blocking. Returns how many of them this store held.
+    pub fn drop_entries(&self, ledger_ids: &[u64]) -> Result<u64, StorageError> {
+        self.remove_ledgers(ledger_ids, true)
+    }
+
+    fn remove_ledgers(&self, ledger_ids: &[u64], keep_fenced: bool) -> Result<u64, StorageError> {
         let inner = &self.inner;
         let _flush = inner.flush_lock.lock().expect("flush lock");
-        inner.index.delete_ledgers(ledger_ids)?;
+        let kept: Vec<(u64, LedgerRecord)> = if keep_fenced {
+            let ledgers = inner.ledgers.read().expect("ledgers lock");
+            ledger_ids
+                .iter()
+                .map(|l| (*l, LedgerRecord { fenced: true, lac: ledgers.get(l).map_or(-1, |st| *st.lac.borrow()) }))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        inner.index.delete_ledgers(ledger_ids, &kept)?;
         let mut held = 0;
         {
             let mut ledgers = inner.ledgers.write().expect("ledgers lock");
             let mut c = inner.caches.write().expect("caches lock");
             let mut rc = inner.read_cache.lock().expect("read cache lock");
             for l in ledger_ids {
-                if ledgers.remove(l).is_some() {
+                if keep_fenced {
+                    if let Some(st) = ledgers.get(l) {
+                        held += 1;
+                        *st.fence.lock().expect("fence lock") = true;
+                    }
+                } else if let Some(st) = ledgers.remove(l) {
                     held += 1;
+                    st.dropped.store(true, Ordering::Release);
                 }
                 c.active.remove_ledger(*l);
                 rc.forget_ledger(*l);
@@ -467,6 +499,13 @@ impl Store {
     pub fn collect_garbage(&self, threshold: f64, throttle: &mut Throttle) -> Result<GcOutcome, StorageError> {
         let inner = &self.inner;
         let _gc = inner.gc_lock.lock().expect("gc lock");
+        if let Some(why) = inner.failed.lock().expect("failed lock").clone() {
+            return Err(StorageError::ReadOnly(format!("no garbage collection while the store is failing: {why}")));
+        }
+        // What this pass judges dead must be dead on disk too: an index
+        // write applied but never synced (its flush failed) would otherwise
+        // let a log go that a restart's index still names.
+        inner.index.sync()?;
         let sealed_below = {
             let _flush = inner.flush_lock.lock().expect("flush lock");
             inner.logs.current_id()
@@ -501,6 +540,7 @@ impl Store {
                 match res {
                     Ok(c) if c.complete => {
                         failpoint::hit("compaction.before_unlink");
+                        inner.index.sync()?;
                         let freed = inner.logs.remove(*id)?;
                         out.bytes_reclaimed += freed.saturating_sub(c.bytes_written);
                         out.entries_moved += c.entries_moved;
@@ -580,9 +620,18 @@ impl Store {
         }
     }
 
-    /// Records an explicit LAC from an idle writer.
-    pub fn write_lac(&self, ledger_id: u64, lac: i64) {
-        self.inner.ledger_or_create(ledger_id).raise_lac(lac);
+    /// Records an explicit LAC from an idle writer, for a ledger this store
+    /// holds. An explicit LAC for an unknown ledger is dropped: it must not
+    /// make the ledger known (and unfenced) here, which would let a zombie
+    /// writer's next add past the unknown-ledger check. Whether it was kept.
+    pub fn write_lac(&self, ledger_id: u64, lac: i64) -> bool {
+        match self.inner.ledger(ledger_id) {
+            Some(st) => {
+                st.raise_lac(lac);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Waits until the ledger's LAC exceeds `after`, or `timeout`. Returns the
@@ -744,8 +793,9 @@ impl Inner {
     }
 
     /// On the journal thread, in journal order: the entry is durable.
-    fn apply_entry(&self, pos: JournalPos, mut entry: Entry, kib: usize, st: &LedgerState) {
+    fn apply_entry(&self, pos: JournalPos, mut entry: Entry, kib: usize, st: &Arc<LedgerState>) {
         let lac = entry.last_add_confirmed;
+        let entry_ledger = entry.ledger_id;
         // The payload arrived as a slice of a network receive buffer; held in the
         // cache it would pin that whole buffer until the next flush. A copy of
         // the entry's own bytes keeps the cache's memory what its bound says.
@@ -759,6 +809,15 @@ impl Inner {
         };
         st.raise_lac(lac);
         st.dirty.store(true, Ordering::Release);
+        if st.dropped.load(Ordering::Acquire) {
+            // Deleted while this add was in the journal: visible again, so
+            // that the next GC pass finds and drops it.
+            let id = entry_ledger;
+            let mut ledgers = self.ledgers.write().expect("ledgers lock");
+            let cur = ledgers.entry(id).or_insert_with(|| st.clone());
+            cur.dirty.store(true, Ordering::Release);
+            st.dropped.store(false, Ordering::Release);
+        }
         self.stats.adds.fetch_add(1, Ordering::Relaxed);
         if full {
             if let Some(tx) = self.flush_tx.lock().expect("flush tx lock").as_ref() {

@@ -258,20 +258,19 @@ fn index_gc_operations(open: impl Fn(&Path) -> Box<dyn LedgerIndex>) {
         assert_eq!(runs[1].location(3), Location { log_id: 1, offset: 16 + 2000 + 30, len: 10 });
 
         // Deleting ledger 2 takes its runs and record, nothing else.
-        assert_eq!(idx.delete_ledgers(&[2, 99]).unwrap(), 1);
+        assert_eq!(idx.delete_ledgers(&[2, 99], &[]).unwrap(), 1);
         assert_eq!(idx.location(2, 5).unwrap(), None);
         assert_eq!(idx.ledger(2).unwrap(), None);
         assert_eq!(idx.location(1, 5).unwrap(), laid_out(1, 1016, 0..20).get(5).map(|x| x.1));
 
-        // Move ledger 1's run to log 7 (all entries), ledger 3's only in part
-        // (entries 0..10; 10..20 "superseded"), plus a stale move.
+        // Move ledger 1's and ledger 3's runs to log 7, plus a stale move.
         let r1 = runs.iter().find(|r| r.ledger_id == 1).unwrap().clone();
         let r3 = runs.iter().find(|r| r.ledger_id == 3).unwrap().clone();
         let r2 = runs.iter().find(|r| r.ledger_id == 2).unwrap().clone();
         let moves = vec![
             RunMove { old: r1.clone(), moved: laid_out(7, 16, 0..20) },
-            RunMove { old: r3.clone(), moved: laid_out(7, 216, 0..10) },
-            RunMove { old: r2, moved: laid_out(7, 316, 0..20) },
+            RunMove { old: r3.clone(), moved: laid_out(7, 216, 0..20) },
+            RunMove { old: r2, moved: laid_out(7, 416, 0..20) },
         ];
         assert_eq!(idx.replace_runs(&moves).unwrap(), vec![true, true, false], "ledger 2 is gone: its move is stale");
         assert_eq!(idx.location(1, 19).unwrap(), Some(Location { log_id: 7, offset: 16 + 190, len: 10 }));
@@ -296,8 +295,44 @@ fn index_gc_operations(open: impl Fn(&Path) -> Box<dyn LedgerIndex>) {
     let idx = open(t.path());
     assert_eq!(idx.location(2, 0).unwrap(), None);
     assert_eq!(idx.location(1, 0).unwrap(), Some(Location { log_id: 7, offset: 16, len: 10 }));
-    assert_eq!(idx.location(3, 15).unwrap(), None, "entries a move leaves out are the old run's no more");
+    assert_eq!(idx.location(3, 15).unwrap(), Some(Location { log_id: 7, offset: 216 + 150, len: 10 }));
     assert!(runs_of(&*idx).iter().all(|r| r.log_id != 1), "nothing references log 1 any more");
+}
+
+/// A run written over a longer one at the same key (recovery re-adding the
+/// head of what a bookie already holds, split over two flushes) keeps the
+/// longer run's tail; a compaction move that would leave an entry with no
+/// location is refused.
+fn index_never_loses_a_committed_entry(open: impl Fn(&Path) -> Box<dyn LedgerIndex>) {
+    let t = tempfile::tempdir().unwrap();
+    let idx = open(t.path());
+    let entries = |log, off, ids| laid_out(log, off, ids).into_iter().map(|(e, l)| (4, e, l)).collect::<Vec<_>>();
+    idx.commit(&IndexBatch { locations: entries(1, 16, 10..20), ..Default::default() }).unwrap();
+    // Re-adds of 10..14 land in log 2 under the same key (4, 10).
+    idx.commit(&IndexBatch { locations: entries(2, 16, 10..15), ..Default::default() }).unwrap();
+    for e in 10..15u64 {
+        assert_eq!(idx.location(4, e).unwrap().map(|l| l.log_id), Some(2), "entry {e}: the re-add");
+    }
+    for e in 15..20u64 {
+        assert_eq!(
+            idx.location(4, e).unwrap(),
+            Some(Location { log_id: 1, offset: 16 + 10 * (e - 10), len: 10 }),
+            "entry {e}: the old run's tail keeps its location"
+        );
+    }
+    // The rest of the re-adds land later, overlapping the kept tail: they win.
+    idx.commit(&IndexBatch { locations: entries(3, 16, 15..20), ..Default::default() }).unwrap();
+    assert_eq!(idx.location(4, 17).unwrap().map(|l| l.log_id), Some(3));
+
+    // A move that leaves out entry 17 of log 3's run while nothing else
+    // covers it must not apply.
+    let run3 = runs_of(&*idx).into_iter().find(|r| r.log_id == 3).unwrap();
+    let partial = RunMove { old: run3.clone(), moved: laid_out(9, 16, 15..17) };
+    assert_eq!(idx.replace_runs(&[partial]).unwrap(), vec![false]);
+    assert_eq!(idx.location(4, 17).unwrap().map(|l| l.log_id), Some(3));
+    let whole = RunMove { old: run3, moved: laid_out(9, 16, 15..20) };
+    assert_eq!(idx.replace_runs(&[whole]).unwrap(), vec![true]);
+    assert_eq!(idx.location(4, 19).unwrap().map(|l| l.log_id), Some(9));
 }
 
 #[test]
@@ -305,4 +340,5 @@ fn sled_index_conforms() {
     index_suite(|dir| Box::new(SledIndex::open(dir).unwrap()));
     index_contiguous_entries_and_overlapping_re_adds(|dir| Box::new(SledIndex::open(dir).unwrap()));
     index_gc_operations(|dir| Box::new(SledIndex::open(dir).unwrap()));
+    index_never_loses_a_committed_entry(|dir| Box::new(SledIndex::open(dir).unwrap()));
 }

@@ -183,3 +183,50 @@ async fn a_ledger_deleted_while_in_the_write_cache_does_not_come_back() {
     assert!(matches!(store.read(5, 0), Err(StorageError::NoSuchLedger(5))));
     read_back(&store, 1, 10);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_entries_leave_the_ledger_fenced_and_an_explicit_lac_creates_nothing() {
+    let t = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(config(t.path())).unwrap();
+        write_interleaved(&store, &[1, 2], 50, 10).await;
+        assert_eq!(store.drop_entries(&[2]).unwrap(), 1);
+        assert!(!store.has_entries(2).unwrap());
+        assert!(matches!(store.read(2, 0), Err(StorageError::NoSuchEntry(2, 0))), "known, fenced, empty");
+        assert!(matches!(store.add(entry(2, 50), false).await, Err(StorageError::Fenced(2))));
+        // An explicit LAC for a ledger never seen does not make it known.
+        assert!(!store.write_lac(77, 5));
+        assert!(!store.knows_ledger(77));
+        assert!(store.write_lac(1, 49));
+    }
+    let store = Store::open(config(t.path())).unwrap();
+    assert!(store.is_fenced(2), "the fence outlives a restart");
+    assert!(!store.has_entries(2).unwrap());
+    read_back(&store, 1, 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_add_landing_after_its_ledgers_deletion_leaves_the_ledger_visible_to_the_next_pass() {
+    let t = tempfile::tempdir().unwrap();
+    let store = Store::open(config(t.path())).unwrap();
+    // The add is queued to the journal before delete_ledgers runs; whether
+    // it lands before or after, its entry must never sit in the index under a
+    // ledger the store does not list (GC could never find it again).
+    for l in 1000..1100u64 {
+        store.add(entry(l, 0), false).await.unwrap();
+        let late = store.add(entry(l, 1), false);
+        store.delete_ledgers(&[l]).unwrap();
+        late.await.unwrap();
+        store.flush().unwrap();
+        if store.has_entries(l).unwrap() {
+            assert!(store.ledger_ids().contains(&l), "ledger {l} holds entries but is not listed");
+        }
+    }
+    drop(store);
+    let store = Store::open(config(t.path())).unwrap();
+    for l in 1000..1100u64 {
+        if store.has_entries(l).unwrap() {
+            assert!(store.ledger_ids().contains(&l), "ledger {l} after a restart");
+        }
+    }
+}

@@ -182,6 +182,12 @@ impl Client {
             "re-replicating a fragment"
         );
         self.copy_entries(&meta, f, &ids, &target, throttle, keep_going, report).await?;
+        // The claim is what keeps the target bookie's GC off copies no
+        // ensemble names yet: without it, recording the target could name a
+        // bookie that has just dropped them.
+        if !keep_going() {
+            return Err(ClientError::Timeout("the claim on the ledger was lost".into()));
+        }
         if meta.state == LedgerState::Closed {
             // No writer may ever add to a closed ledger's new replica.
             let answer = self.bookies().fence(&target, ledger_id, meta.version, self.options().read_timeout).await;

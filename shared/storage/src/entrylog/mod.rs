@@ -147,7 +147,9 @@ impl EntryLogs {
         let mut cur = self.current.lock().expect("entry log lock");
         let mut buf = BytesMut::new();
         let mut locs = Vec::with_capacity(entries.len());
-        let mut synced_old: Option<Arc<File>> = None;
+        // Every file this batch rotates away from (a batch larger than a
+        // file rotates more than once) is synced before the batch returns.
+        let mut rotated: Vec<(u32, Arc<File>)> = Vec::new();
         for e in entries {
             let before = buf.len();
             encode_record(e, &mut buf);
@@ -157,7 +159,7 @@ impl EntryLogs {
                 let head = buf.split_to(before);
                 let path = log_path(&self.dir, cur.id);
                 cur.file.write_all_at(&head, cur.written).map_err(|err| StorageError::io(&path, err))?;
-                synced_old = Some(cur.file.clone());
+                rotated.push((cur.id, cur.file.clone()));
                 let next = Self::create(&self.dir, cur.id + 1)?;
                 self.files.write().expect("files lock").insert(next.id, next.file.clone());
                 *cur = next;
@@ -165,10 +167,10 @@ impl EntryLogs {
             let offset = cur.written + (buf.len() as u64 - len as u64);
             locs.push(Location { log_id: cur.id, offset, len });
         }
-        let path = log_path(&self.dir, cur.id);
-        if let Some(old) = synced_old {
-            old.sync_data().map_err(|e| StorageError::io(&path, e))?;
+        for (id, old) in rotated {
+            old.sync_data().map_err(|e| StorageError::io(&log_path(&self.dir, id), e))?;
         }
+        let path = log_path(&self.dir, cur.id);
         cur.file.write_all_at(&buf, cur.written).map_err(|e| StorageError::io(&path, e))?;
         cur.file.sync_data().map_err(|e| StorageError::io(&path, e))?;
         cur.written += buf.len() as u64;
