@@ -7,7 +7,7 @@ BENCH_SECS ?= 5
 FUZZ_SECS ?= 60
 DATA ?= $(CURDIR)/data
 
-.PHONY: all build test verify fmt fmt-check clippy lint bench-rpc bench-bookie bench-metadata bench-client bench-gateway bench-rereplicate bench-compaction sim fuzz run clean
+.PHONY: all build test verify fmt fmt-check clippy lint bench-rpc bench-bookie bench-metadata bench-client bench-gateway bench-rereplicate bench-compaction sim fuzz run images up down e2e-compose clean
 
 all: build
 
@@ -85,6 +85,29 @@ fuzz:
 # The local cluster on this machine (see README.md).
 run: build
 	bash deploy/local/run.sh "$(DATA)"
+
+# The docker compose stack (deploy/compose.yaml) on images built here, FROM
+# scratch, with no registry. `make up` waits until every service is healthy;
+# `make up OBSERVABILITY=1` adds Jaeger, Prometheus and Grafana (images you
+# pull or load yourself).
+COMPOSE = $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose) -p quire -f deploy/compose.yaml
+images:
+	deploy/docker/build-images.sh
+
+up: images
+	$(COMPOSE) $(if $(OBSERVABILITY),--profile observability) up -d
+	@for i in $$(seq 120); do \
+		if $(COMPOSE) ps | grep -q -e "unhealthy" -e "Exit [1-9]"; then $(COMPOSE) ps; exit 1; fi; \
+		if curl -sf localhost:$${QUIRE_HTTP_PORT:-8080}/readyz >/dev/null; then echo "stack up: http://localhost:$${QUIRE_HTTP_PORT:-8080}/v1/ledgers"; exit 0; fi; \
+		sleep 1; \
+	done; echo "the gateway did not become ready"; exit 1
+
+down:
+	$(COMPOSE) --profile observability down -v
+
+# The compose end-to-end test (.ci/run runs it when a Docker engine is present).
+e2e-compose:
+	bash deploy/compose-e2e.sh
 
 clean:
 	$(CARGO) clean

@@ -54,7 +54,9 @@ struct Args {
 }
 
 fn main() -> anyhow::Result<()> {
-    let args: Args = quire_runtime::config::parse()?;
+    let mut args: Args = quire_runtime::config::parse()?;
+    // Held for the life of the process: the id is this replica's while it runs.
+    let _slot = args.common.claim_id()?;
     anyhow::ensure!(!args.metadata.is_empty(), "--metadata is required (flag, QUIRE_METADATA or the config file)");
     let telemetry =
         logging::init("quire-auditor", &args.common.log, args.common.log_format, args.common.trace_context)?;

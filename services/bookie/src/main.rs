@@ -39,7 +39,9 @@ struct Args {
     #[arg(long, env = "QUIRE_LISTEN", default_value = "127.0.0.1:3181")]
     listen: SocketAddr,
 
-    /// Data directory; the journal and ledger directories default to subdirectories of it.
+    /// Data directory; the journal and ledger directories default to
+    /// subdirectories of it. `{id}` in it (and in the two below) is replaced
+    /// by the bookie id (replicas with --id-slot-dir sharing one volume).
     #[arg(long, env = "QUIRE_DATA_DIR", default_value = "data/bookie")]
     data_dir: PathBuf,
 
@@ -62,7 +64,9 @@ struct Args {
     #[arg(long, env = "QUIRE_METADATA", value_delimiter = ',')]
     metadata: Vec<String>,
 
-    /// The address clients should use (defaults to --listen; required when that is a wildcard).
+    /// The address clients should use (defaults to --listen; required when
+    /// that is a wildcard). `auto`: what this host's name resolves to, with
+    /// the port served (containers).
     #[arg(long, env = "QUIRE_ADVERTISE_ADDR")]
     advertise_addr: Option<String>,
 
@@ -172,7 +176,9 @@ struct Args {
 }
 
 fn main() -> anyhow::Result<()> {
-    let args: Args = quire_runtime::config::parse()?;
+    let mut args: Args = quire_runtime::config::parse()?;
+    // Held for the life of the process: the id is this replica's while it runs.
+    let _slot = args.common.claim_id()?;
     for (name, t) in [
         ("--minor-compaction-threshold", args.minor_compaction_threshold),
         ("--major-compaction-threshold", args.major_compaction_threshold),
@@ -194,8 +200,11 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let journal_dir = args.journal_dir.clone().unwrap_or_else(|| args.data_dir.join("journal"));
-    let ledger_dir = args.ledger_dir.clone().unwrap_or_else(|| args.data_dir.join("ledgers"));
+    // `{id}` in a directory is this bookie's id (replicas sharing a volume).
+    let expand = |p: &std::path::Path| quire_runtime::slot::expand(p, &args.common.id);
+    let data_dir = expand(&args.data_dir);
+    let journal_dir = args.journal_dir.as_deref().map(expand).unwrap_or_else(|| data_dir.join("journal"));
+    let ledger_dir = args.ledger_dir.as_deref().map(expand).unwrap_or_else(|| data_dir.join("ledgers"));
     let creds = args.common.credentials(Role::Bookie)?;
     let bookie_id = creds.identity().id.clone();
     // Brand-new directories (formatted just now) hold nothing to lose.
@@ -262,6 +271,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     tracing::info!(addr = %svc.server.local_addr(), bookie_id, "quire-bookie ready");
 
     let advertise = match &args.advertise_addr {
+        Some(a) if a == "auto" => advertise_auto(svc.server.local_addr().port()).await?,
         Some(a) => a.clone(),
         None if args.listen.ip().is_unspecified() => {
             anyhow::bail!("--advertise-addr is required when --listen is a wildcard address")
@@ -358,6 +368,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
     tokio::task::spawn_blocking(move || store.close()).await?;
     tracing::info!("storage closed");
     result
+}
+
+/// This host's own address: what its name resolves to (in a container, the
+/// address Docker wrote into /etc/hosts), with the port served.
+async fn advertise_auto(port: u16) -> anyhow::Result<String> {
+    let host = rustix::system::uname().nodename().to_string_lossy().into_owned();
+    let addr = tokio::net::lookup_host((host.as_str(), port))
+        .await
+        .with_context(|| format!("resolve this host's name {host:?} for --advertise-addr auto"))?
+        .find(|a| !a.ip().is_loopback())
+        .with_context(|| format!("this host's name {host:?} resolves only to loopback addresses"))?;
+    Ok(addr.to_string())
 }
 
 /// Turns the store read-only when a data filesystem fills, and back.

@@ -114,7 +114,9 @@ fn write_ready(path: &std::path::Path, addr: SocketAddr) -> anyhow::Result<()> {
 }
 
 fn main() -> anyhow::Result<()> {
-    let args: Args = quire_runtime::config::parse()?;
+    let mut args: Args = quire_runtime::config::parse()?;
+    // Held for the life of the process: the id is this replica's while it runs.
+    let _slot = args.common.claim_id()?;
     let telemetry =
         logging::init("quire-gateway", &args.common.log, args.common.log_format, args.common.trace_context)?;
     let tokens: Arc<Vec<String>> = Arc::new(match &args.auth_token_file {

@@ -52,6 +52,19 @@ pub struct InitArgs {
     /// Number of bookies (ids 1..=N).
     #[arg(long, default_value_t = 3)]
     bookies: u32,
+    /// Number of auditors (ids 1..=N).
+    #[arg(long, default_value_t = 1)]
+    auditors: u32,
+    /// Number of replication workers (ids 1..=N).
+    #[arg(long, default_value_t = 1)]
+    workers: u32,
+    /// Number of gateways (ids 1..=N).
+    #[arg(long, default_value_t = 1)]
+    gateways: u32,
+    /// Do nothing when the directory already holds a CA (an init step that
+    /// runs on every `docker compose up`).
+    #[arg(long)]
+    if_missing: bool,
     #[command(flatten)]
     san: SanArgs,
 }
@@ -74,11 +87,25 @@ pub struct IssueArgs {
 pub fn run(cmd: CertsCmd) -> anyhow::Result<()> {
     match cmd {
         CertsCmd::Init(a) => {
+            if a.if_missing && a.dir.join("ca.pem").exists() {
+                println!("{} already holds a CA: nothing to do", a.dir.display());
+                return Ok(());
+            }
             let layout = LocalCluster { metadata: a.metadata, bookies: a.bookies };
-            init_dir(&a.dir, &a.cluster, &layout, &a.san.options())
+            let ca = init_dir(&a.dir, &a.cluster, &layout, &a.san.options())
                 .with_context(|| format!("initialise certificates in {}", a.dir.display()))?;
-            println!("created CA and {} certificates in {}", layout.members().len(), a.dir.display());
-            for (role, id) in layout.members() {
+            let mut members = layout.members();
+            for (role, n) in
+                [(Role::Auditor, a.auditors), (Role::ReplicationWorker, a.workers), (Role::Gateway, a.gateways)]
+            {
+                for id in 2..=n {
+                    let id = id.to_string();
+                    ca.issue(role, &id, &a.san.options())?.write(&a.dir, role, &id)?;
+                    members.push((role, id));
+                }
+            }
+            println!("created CA and {} certificates in {}", members.len(), a.dir.display());
+            for (role, id) in members {
                 println!("  {role}-{id}.pem");
             }
             Ok(())

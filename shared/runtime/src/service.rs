@@ -30,6 +30,13 @@ pub struct CommonArgs {
     #[arg(long, env = "QUIRE_ID", default_value = "1")]
     pub id: String,
 
+    /// Take the id instead: the lowest number no other replica sharing this
+    /// directory holds (a lock file per id, held while the process lives).
+    /// For replicas of one service started with the same options
+    /// (`docker compose --scale`). Overrides --id.
+    #[arg(long, env = "QUIRE_ID_SLOT_DIR")]
+    pub id_slot_dir: Option<PathBuf>,
+
     /// The cluster CA certificate (overrides --certs-dir).
     #[arg(long, env = "QUIRE_CA")]
     pub ca: Option<PathBuf>,
@@ -70,6 +77,15 @@ pub struct CommonArgs {
 }
 
 impl CommonArgs {
+    /// With `--id-slot-dir`, claims an id and makes it this instance's id;
+    /// keep the returned slot for the life of the process.
+    pub fn claim_id(&mut self) -> anyhow::Result<Option<crate::slot::Slot>> {
+        let Some(dir) = &self.id_slot_dir else { return Ok(None) };
+        let slot = crate::slot::claim(dir)?;
+        self.id = slot.id.to_string();
+        Ok(Some(slot))
+    }
+
     /// The service's async runtime, sized by `--worker-threads`.
     pub fn runtime(&self) -> std::io::Result<tokio::runtime::Runtime> {
         let mut b = tokio::runtime::Builder::new_multi_thread();
