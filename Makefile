@@ -95,7 +95,7 @@ images:
 	deploy/docker/build-images.sh
 
 up: images
-	$(COMPOSE) $(if $(OBSERVABILITY),--profile observability) up -d
+	$(if $(OBSERVABILITY),QUIRE_OTLP_ENDPOINT=http://jaeger:4317) $(COMPOSE) $(if $(OBSERVABILITY),--profile observability) up -d
 	@for i in $$(seq 120); do \
 		if $(COMPOSE) ps | grep -q -e "unhealthy" -e "Exit [1-9]"; then $(COMPOSE) ps; exit 1; fi; \
 		if curl -sf localhost:$${QUIRE_HTTP_PORT:-8080}/readyz >/dev/null; then echo "stack up: http://localhost:$${QUIRE_HTTP_PORT:-8080}/v1/ledgers"; exit 0; fi; \

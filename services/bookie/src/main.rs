@@ -192,7 +192,7 @@ fn main() -> anyhow::Result<()> {
         args.disk_low_water,
         args.disk_high_water
     );
-    let telemetry = logging::init("quire-bookie", &args.common.log, args.common.log_format, args.common.trace_context)?;
+    let telemetry = logging::init_from("quire-bookie", &args.common)?;
     let rt = args.common.runtime()?;
     let result = rt.block_on(run(args));
     telemetry.shutdown();

@@ -117,8 +117,7 @@ fn main() -> anyhow::Result<()> {
     let mut args: Args = quire_runtime::config::parse()?;
     // Held for the life of the process: the id is this replica's while it runs.
     let _slot = args.common.claim_id()?;
-    let telemetry =
-        logging::init("quire-gateway", &args.common.log, args.common.log_format, args.common.trace_context)?;
+    let telemetry = logging::init_from("quire-gateway", &args.common)?;
     let tokens: Arc<Vec<String>> = Arc::new(match &args.auth_token_file {
         Some(p) => {
             let text = std::fs::read_to_string(p).with_context(|| format!("read {}", p.display()))?;
@@ -185,8 +184,15 @@ fn main() -> anyhow::Result<()> {
                     let (method, path) = (req.method().clone(), req.path().to_string());
                     let started = Instant::now();
                     let m3 = m2.clone();
-                    let fut = srv.call(req);
-                    async move {
+                    // With tracing on, each request is the root of a trace
+                    // that follows it to the metadata service and the bookies.
+                    let span = if quire_runtime::logging::tracing_active() {
+                        tracing::info_span!("http.request", http.method = %method, http.target = %path)
+                    } else {
+                        tracing::Span::none()
+                    };
+                    let fut = span.in_scope(|| srv.call(req));
+                    tracing::Instrument::instrument(async move {
                         let res = fut.await;
                         let status = match &res {
                             Ok(r) => r.status().as_u16(),
@@ -197,7 +203,7 @@ fn main() -> anyhow::Result<()> {
                         }
                         tracing::info!(target: "access", %method, path, status, micros = started.elapsed().as_micros() as u64, "http");
                         res
-                    }
+                    }, span)
                 })
                 .configure(api::routes)
                 .default_service(web::to(api::unknown))

@@ -33,9 +33,12 @@ impl GatewayState {
         f: impl Future<Output = Result<T, ApiError>> + Send + 'static,
     ) -> Result<T, ApiError> {
         let limit = self.request_timeout;
-        let task = self.rt.spawn(async move {
-            tokio::time::timeout(limit, f).await.unwrap_or_else(|_| Err(ApiError::timeout(limit)))
-        });
+        // The request's span (its trace) goes along to the client's runtime.
+        let span = tracing::Span::current();
+        let task = self.rt.spawn(tracing::Instrument::instrument(
+            async move { tokio::time::timeout(limit, f).await.unwrap_or_else(|_| Err(ApiError::timeout(limit))) },
+            span,
+        ));
         task.await.map_err(|e| ApiError::internal(format!("request task: {e}")))?
     }
 

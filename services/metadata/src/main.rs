@@ -65,8 +65,7 @@ fn parse_peers(peers: &[String]) -> anyhow::Result<BTreeMap<u64, String>> {
 
 fn main() -> anyhow::Result<()> {
     let args: Args = quire_runtime::config::parse()?;
-    let telemetry =
-        logging::init("quire-metadata", &args.common.log, args.common.log_format, args.common.trace_context)?;
+    let telemetry = logging::init_from("quire-metadata", &args.common)?;
     let rt = args.common.runtime()?;
     let result = rt.block_on(run(args));
     telemetry.shutdown();

@@ -51,7 +51,8 @@ const BATCH_MAX: usize = 256;
 /// Commands waiting to be proposed, at most; beyond it writers wait.
 const PROPOSE_QUEUE: usize = 4096;
 
-type Proposal = (Command, tokio::sync::oneshot::Sender<Result<Outcome, ServiceError>>);
+/// A command, where to answer, and the proposing request's span (traced requests only).
+type Proposal = (Command, tokio::sync::oneshot::Sender<Result<Outcome, ServiceError>>, Option<tracing::Span>);
 
 /// Batches concurrent writes into one Raft entry: while one batch is being
 /// replicated and fsynced, the next gathers. openraft appends (and syncs) one
@@ -74,9 +75,14 @@ impl Proposer {
                         Err(_) => break,
                     }
                 }
-                let (cmds, waiters): (Vec<Command>, Vec<_>) = batch.into_iter().unzip();
+                // The batch's Raft round joins the trace of its first traced proposal.
+                let span = match batch.iter().find_map(|(_, _, s)| s.as_ref()) {
+                    Some(parent) => tracing::info_span!(parent: parent, "raft.propose", commands = batch.len()),
+                    None => tracing::Span::none(),
+                };
+                let (cmds, waiters): (Vec<Command>, Vec<_>) = batch.into_iter().map(|(c, w, _)| (c, w)).unzip();
                 let cmd = if cmds.len() == 1 { cmds.into_iter().next().expect("one") } else { Command::Batch(cmds) };
-                match write_raw(&raft, cmd).await {
+                match tracing::Instrument::instrument(write_raw(&raft, cmd), span).await {
                     Ok(Outcome::Batch(outs)) if outs.len() == waiters.len() => {
                         for (w, o) in waiters.into_iter().zip(outs) {
                             let _ = w.send(outcome(o));
@@ -104,7 +110,11 @@ impl Proposer {
 
     async fn propose(&self, cmd: Command) -> Result<Outcome, ServiceError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.tx.send((cmd, tx)).await.map_err(|_| ServiceError::new(ErrorCode::ShuttingDown, "proposer stopped"))?;
+        let span = quire_rpc::trace::current().map(|_| tracing::Span::current());
+        self.tx
+            .send((cmd, tx, span))
+            .await
+            .map_err(|_| ServiceError::new(ErrorCode::ShuttingDown, "proposer stopped"))?;
         rx.await.map_err(|_| ServiceError::new(ErrorCode::ShuttingDown, "proposer stopped"))?
     }
 }

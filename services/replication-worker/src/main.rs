@@ -61,8 +61,7 @@ fn main() -> anyhow::Result<()> {
     // Held for the life of the process: the id is this replica's while it runs.
     let _slot = args.common.claim_id()?;
     anyhow::ensure!(!args.metadata.is_empty(), "--metadata is required (flag, QUIRE_METADATA or the config file)");
-    let telemetry =
-        logging::init("quire-replication-worker", &args.common.log, args.common.log_format, args.common.trace_context)?;
+    let telemetry = logging::init_from("quire-replication-worker", &args.common)?;
     let rt = args.common.runtime()?;
     let result = rt.block_on(async {
         let instance = new_instance_id();

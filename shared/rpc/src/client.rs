@@ -444,7 +444,16 @@ impl PeerInner {
         let mut last_err = String::new();
         let mut connection = None;
         for addr in addrs {
-            let attempt = match self.endpoint.connect_with(self.config.clone(), addr, &self.role.server_name()) {
+            // Outside the caller's span: quinn's connection driver keeps the
+            // span current at connect for the connection's lifetime, and a
+            // span held open holds its parents open, so a connection made
+            // inside a request would keep that request's trace from ever
+            // being exported. (Entering a disabled span would not do: it
+            // leaves the caller's span current.)
+            let attempt = tracing::dispatcher::with_default(&tracing::Dispatch::none(), || {
+                self.endpoint.connect_with(self.config.clone(), addr, &self.role.server_name())
+            });
+            let attempt = match attempt {
                 Ok(connecting) => connecting.await.map_err(|e| describe(&e)),
                 Err(e) => Err(e.to_string()),
             };

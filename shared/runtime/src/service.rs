@@ -62,6 +62,11 @@ pub struct CommonArgs {
     #[arg(long, env = "QUIRE_TRACE_CONTEXT")]
     pub trace_context: bool,
 
+    /// Export spans by OTLP/gRPC to this collector (e.g. `http://jaeger:4317`);
+    /// implies --trace-context. Off when absent or empty.
+    #[arg(long, env = "QUIRE_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+
     /// Once serving, write the bound address to this file (for supervisors and tests).
     #[arg(long, env = "QUIRE_READY_FILE")]
     pub ready_file: Option<PathBuf>,

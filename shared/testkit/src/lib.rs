@@ -5,12 +5,15 @@
 //!   failing test never leaves services running.
 //! - [`wait_until`]: poll a condition until a deadline; the way tests wait for
 //!   another process, never a bare sleep.
+//! - [`otlp`]: an in-process OTLP trace receiver.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+
+pub mod otlp;
 
 /// The path of workspace binary `name` in the same target profile directory as
 /// the running test executable (`target/<profile>/deps/<test>` -> `target/<profile>/<name>`).
@@ -180,6 +183,16 @@ pub struct MetadataCluster {
 impl MetadataCluster {
     /// Starts `n` replicas with data under `dir` and waits until each serves.
     pub fn start(certs: &Path, dir: &Path, n: usize) -> anyhow::Result<MetadataCluster> {
+        Self::start_with_env(certs, dir, n, &[])
+    }
+
+    /// As [`MetadataCluster::start`], with environment variables for every replica.
+    pub fn start_with_env(
+        certs: &Path,
+        dir: &Path,
+        n: usize,
+        env: &[(String, String)],
+    ) -> anyhow::Result<MetadataCluster> {
         let ports = free_udp_ports(n);
         let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let peers = addrs.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect::<Vec<_>>().join(",");
@@ -206,7 +219,8 @@ impl MetadataCluster {
                 "--election-timeout-ms",
                 "500",
             ];
-            let mut p = Process::spawn(&format!("metadata-{id}"), &bin_path("quire-metadata"), &args, dir)?;
+            let mut p =
+                Process::spawn_with_env(&format!("metadata-{id}"), &bin_path("quire-metadata"), &args, env, dir)?;
             p.wait_ready(&ready, Duration::from_secs(30))?;
             procs.push(p);
         }
@@ -244,6 +258,8 @@ pub struct TestCluster {
     /// The bookies, by id - 1.
     pub bookies: Vec<LocalBookie>,
     extra: Vec<String>,
+    /// Environment variables for every process the cluster starts.
+    env: Vec<(String, String)>,
 }
 
 impl TestCluster {
@@ -251,7 +267,20 @@ impl TestCluster {
     /// `i` in rack `racks[i-1]`), each with `extra` flags, and waits until
     /// every bookie is registered. Certificates must exist in `certs`.
     pub fn start(dir: &Path, certs: &Path, racks: &[&str], extra: &[&str]) -> anyhow::Result<TestCluster> {
-        let metadata = MetadataCluster::start(certs, dir, 3)?;
+        Self::start_with_env(dir, certs, racks, extra, &[])
+    }
+
+    /// As [`TestCluster::start`], with environment variables for every
+    /// process it starts (metadata replicas, bookies, other services).
+    pub fn start_with_env(
+        dir: &Path,
+        certs: &Path,
+        racks: &[&str],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<TestCluster> {
+        let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let metadata = MetadataCluster::start_with_env(certs, dir, 3, &env)?;
         let ports = free_udp_ports(racks.len());
         let mut c = TestCluster {
             dir: dir.to_path_buf(),
@@ -259,6 +288,7 @@ impl TestCluster {
             metadata,
             bookies: Vec::new(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            env,
         };
         for (i, rack) in racks.iter().enumerate() {
             let id = (i + 1).to_string();
@@ -309,7 +339,8 @@ impl TestCluster {
         args.extend(self.extra.iter().cloned());
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let name = format!("bookie-{}-{}", b.id, b.generation);
-        let mut p = Process::spawn_with_env(&name, &bin_path("quire-bookie"), &argv, &b.env, &self.dir)?;
+        let env: Vec<(String, String)> = self.env.iter().chain(b.env.iter()).cloned().collect();
+        let mut p = Process::spawn_with_env(&name, &bin_path("quire-bookie"), &argv, &env, &self.dir)?;
         p.wait_ready(&ready, Duration::from_secs(30))?;
         b.proc = Some(p);
         Ok(())
@@ -366,7 +397,7 @@ impl TestCluster {
             &metadata,
         ];
         argv.extend_from_slice(args);
-        let mut p = Process::spawn(&format!("{binary}-{id}"), &bin_path(binary), &argv, &self.dir)?;
+        let mut p = Process::spawn_with_env(&format!("{binary}-{id}"), &bin_path(binary), &argv, &self.env, &self.dir)?;
         p.wait_ready(&ready, Duration::from_secs(30))?;
         Ok(p)
     }

@@ -46,7 +46,8 @@ impl Future for PendingAdd {
 type Reply<T> = oneshot::Sender<Result<T, ClientError>>;
 
 enum Msg {
-    Add(Bytes, Reply<Added>),
+    /// A payload, where to answer, and the caller's span when it is traced.
+    Add(Bytes, Reply<Added>, Option<tracing::Span>),
     Close(Reply<LedgerMeta>),
 }
 
@@ -92,6 +93,7 @@ impl LedgerWriter {
             rx,
             rx_open: true,
             replies: HashMap::new(),
+            spans: HashMap::new(),
             closers: Vec::new(),
             closing: false,
             close_sent: false,
@@ -128,7 +130,10 @@ impl LedgerWriter {
             return Err(ClientError::EntryTooLarge(payload.len()));
         }
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Msg::Add(payload, reply)).await.map_err(|_| ClientError::WriterClosed(self.ledger_id))?;
+        // A traced caller's add carries its span, so that the requests to the
+        // bookies join the caller's trace (untraced: nothing is kept).
+        let span = quire_rpc::trace::current().map(|_| tracing::Span::current());
+        self.tx.send(Msg::Add(payload, reply, span)).await.map_err(|_| ClientError::WriterClosed(self.ledger_id))?;
         Ok(PendingAdd { rx, ledger_id: self.ledger_id })
     }
 
@@ -169,6 +174,8 @@ struct Actor {
     rx: mpsc::Receiver<Msg>,
     rx_open: bool,
     replies: HashMap<u64, Reply<Added>>,
+    /// The caller's span of each traced pending add.
+    spans: HashMap<u64, tracing::Span>,
     closers: Vec<Reply<LedgerMeta>>,
     closing: bool,
     close_sent: bool,
@@ -215,7 +222,7 @@ impl Actor {
                     // when this loop will handle it.
                     for taken in 1..=BATCH_MAX_ADDS {
                         match next {
-                            Some(Msg::Add(payload, reply)) => self.on_add(payload, reply),
+                            Some(Msg::Add(payload, reply, span)) => self.on_add(payload, reply, span),
                             Some(Msg::Close(reply)) => {
                                 self.closers.push(reply);
                                 self.closing = true;
@@ -254,11 +261,14 @@ impl Actor {
         tracing::debug!(ledger_id, "writer stopped");
     }
 
-    fn on_add(&mut self, payload: Bytes, reply: Reply<Added>) {
+    fn on_add(&mut self, payload: Bytes, reply: Reply<Added>, span: Option<tracing::Span>) {
         let ledger_id = self.meta.ledger_id;
         match self.w.add(payload, std::time::Instant::now()) {
             Ok((entry_id, cmds)) => {
                 self.replies.insert(entry_id, reply);
+                if let Some(span) = span {
+                    self.spans.insert(entry_id, span);
+                }
                 self.execute(cmds);
             }
             Err(AddError::Done(r)) => {
@@ -340,6 +350,7 @@ impl Actor {
                 Command::Acknowledge { entry_ids, lac } => {
                     self.shared.lac.store(lac, Ordering::Release);
                     for id in entry_ids {
+                        self.spans.remove(&id);
                         if let Some(r) = self.replies.remove(&id) {
                             let _ = r.send(Ok(Added { entry_id: id, lac }));
                         }
@@ -359,6 +370,7 @@ impl Actor {
                         tracing::warn!(ledger_id, error = %e, failed_adds = entry_ids.len(), "writer stopped");
                     }
                     for id in entry_ids {
+                        self.spans.remove(&id);
                         if let Some(r) = self.replies.remove(&id) {
                             let _ = r.send(Err(e.clone()));
                         }
@@ -408,19 +420,37 @@ impl Actor {
         }
         for (position, member, recovery, mut entries, _) in by_member {
             let bookies = self.client.bookies().clone();
+            // A request carrying traced adds joins the trace of the first of
+            // them (one request has one parent).
+            let span = match entries.iter().find_map(|e| self.spans.get(&e.entry_id)) {
+                Some(parent) => tracing::info_span!(
+                    parent: parent,
+                    "bookie.add",
+                    bookie = %member.bookie_id,
+                    entries = entries.len(),
+                    first_entry = entries[0].entry_id
+                ),
+                None => tracing::Span::none(),
+            };
             if entries.len() == 1 {
                 let entry = entries.pop().expect("one");
                 let entry_id = entry.entry_id;
-                self.tasks.push(Box::pin(async move {
-                    let answer = bookies.add(&member, entry, version, recovery, timeout).await;
-                    Event::Added { entry_id, position, member, answer }
-                }));
+                self.tasks.push(Box::pin(tracing::Instrument::instrument(
+                    async move {
+                        let answer = bookies.add(&member, entry, version, recovery, timeout).await;
+                        Event::Added { entry_id, position, member, answer }
+                    },
+                    span,
+                )));
             } else {
                 let ids: Vec<u64> = entries.iter().map(|e| e.entry_id).collect();
-                self.tasks.push(Box::pin(async move {
-                    let answers = bookies.add_batch(&member, entries, version, recovery, timeout).await;
-                    Event::AddedBatch { position, member, answers: ids.into_iter().zip(answers).collect() }
-                }));
+                self.tasks.push(Box::pin(tracing::Instrument::instrument(
+                    async move {
+                        let answers = bookies.add_batch(&member, entries, version, recovery, timeout).await;
+                        Event::AddedBatch { position, member, answers: ids.into_iter().zip(answers).collect() }
+                    },
+                    span,
+                )));
             }
         }
     }
