@@ -260,6 +260,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         limbo.clone(),
         gc_tx,
     ));
+    let add_seconds = service.add_seconds();
     let svc = RunningService::start(
         Role::Bookie,
         &args.common,
@@ -329,8 +330,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         Some(addr) => {
             let (l, bound) = quire_runtime::metrics::bind(addr).await.context("bind --metrics-listen")?;
             tracing::info!(%bound, "metrics on /metrics");
-            let s = store.clone();
-            let render: quire_runtime::metrics::Render = Arc::new(move || metrics::render(&s));
+            let (s, adds) = (store.clone(), add_seconds.clone());
+            let render: quire_runtime::metrics::Render = Arc::new(move || metrics::render(&s, &adds));
             Some(tokio::spawn(quire_runtime::metrics::serve(l, render)))
         }
         None => None,

@@ -9,8 +9,44 @@ use quire_runtime::metrics::metric;
 use quire_storage::Store;
 
 /// The exposition text.
-pub fn render(store: &Store) -> String {
+pub fn render(store: &Store, add_seconds: &quire_metrics::Histogram) -> String {
     let mut s = String::new();
+    add_seconds.render(
+        &mut s,
+        "quire_bookie_add_seconds",
+        "Acknowledged adds: from the request to the fdatasync of the group commit holding it.",
+    );
+    let j0 = store.journal_stats();
+    j0.sync_seconds.render(&mut s, "quire_bookie_journal_sync_seconds", "Write + fdatasync time of each group commit.");
+    j0.batch_records.render(&mut s, "quire_bookie_journal_batch_records", "Records per group commit.");
+    metric(
+        &mut s,
+        "quire_bookie_journal_queue_records",
+        "gauge",
+        "Records handed to the journal and not yet synced.",
+        j0.appended.load(Relaxed).saturating_sub(j0.records.load(Relaxed)),
+    );
+    metric(
+        &mut s,
+        "quire_bookie_write_cache_bytes",
+        "gauge",
+        "Payload bytes journaled and not yet flushed to an entry log.",
+        store.write_cache_bytes(),
+    );
+    metric(
+        &mut s,
+        "quire_bookie_reads_write_cache_total",
+        "counter",
+        "Reads served from the write cache.",
+        store.stats().reads_write_cache.load(Relaxed),
+    );
+    metric(
+        &mut s,
+        "quire_bookie_reads_read_cache_total",
+        "counter",
+        "Reads served from the read-ahead cache.",
+        store.stats().reads_read_cache.load(Relaxed),
+    );
     let st = store.stats();
     let j = store.journal_stats();
     let counters: [(&str, &str, u64); 14] = [

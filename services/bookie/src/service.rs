@@ -38,9 +38,16 @@ pub struct BookieService {
     limbo: Arc<crate::integrity::Limbo>,
     /// The garbage collector, which takes RunGc requests (bounded queue).
     gc: mpsc::Sender<crate::gc::RunRequest>,
+    /// Latency of acknowledged adds, from the request to the journal's sync.
+    add_seconds: Arc<quire_metrics::Histogram>,
 }
 
 impl BookieService {
+    /// The add latency histogram (for /metrics).
+    pub fn add_seconds(&self) -> Arc<quire_metrics::Histogram> {
+        self.add_seconds.clone()
+    }
+
     /// Serves `store`; with `meta`, unknown ledgers are checked there first.
     pub fn new(
         store: Arc<Store>,
@@ -51,7 +58,16 @@ impl BookieService {
         limbo: Arc<crate::integrity::Limbo>,
         gc: mpsc::Sender<crate::gc::RunRequest>,
     ) -> Self {
-        BookieService { store, me, data_dir, meta, draining, limbo, gc }
+        BookieService {
+            store,
+            me,
+            data_dir,
+            meta,
+            draining,
+            limbo,
+            gc,
+            add_seconds: Arc::new(quire_metrics::Histogram::latency()),
+        }
     }
 
     /// Re-replication copies are for the roles that repair: workers, a bookie
@@ -122,9 +138,16 @@ impl BookieService {
             return Box::pin(std::future::ready(outcome(l, e, Err(err))));
         }
         let span = journal_span(l, e);
+        let (started, hist) = (std::time::Instant::now(), self.add_seconds.clone());
         let added = self.store.add(entry, a.recovery || a.replication);
         Box::pin(tracing::Instrument::instrument(
-            async move { outcome(l, e, added.await.map_err(to_service_error)) },
+            async move {
+                let r = added.await;
+                if r.is_ok() {
+                    hist.observe_duration(started.elapsed());
+                }
+                outcome(l, e, r.map_err(to_service_error))
+            },
             span,
         ))
     }
@@ -217,6 +240,7 @@ impl BookieService {
             draining: self.draining.clone(),
             limbo: self.limbo.clone(),
             gc: self.gc.clone(),
+            add_seconds: self.add_seconds.clone(),
         }
     }
 }
@@ -413,10 +437,12 @@ impl quire_rpc::Service for BookieService {
                 }
                 // Queued to the journal here, in lane order; awaited below.
                 let span = journal_span(l, e);
+                let (started, hist) = (std::time::Instant::now(), self.add_seconds.clone());
                 let added = self.store.add(entry, a.recovery);
                 Box::pin(tracing::Instrument::instrument(
                     async move {
                         added.await.map_err(to_service_error)?;
+                        hist.observe_duration(started.elapsed());
                         Ok(v1::AddEntryResponse { ledger_id: l, entry_id: e }.into())
                     },
                     span,

@@ -25,7 +25,6 @@ use crate::state::GatewayState;
 type State = web::Data<Arc<GatewayState>>;
 
 /// Counters for /metrics.
-#[derive(Default)]
 pub struct Metrics {
     /// Entries appended through this gateway.
     pub appends: AtomicU64,
@@ -33,6 +32,19 @@ pub struct Metrics {
     pub reads: AtomicU64,
     /// Requests answered with an error status.
     pub errors: AtomicU64,
+    /// Single appends: from the request's body in hand to the acknowledgement.
+    pub append_seconds: quire_metrics::Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            appends: AtomicU64::new(0),
+            reads: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            append_seconds: quire_metrics::Histogram::latency(),
+        }
+    }
 }
 
 /// One route: what registers it and what documents it come from the same
@@ -143,8 +155,12 @@ async fn readyz(state: State) -> Result<HttpResponse, ApiError> {
 }
 
 async fn metrics(state: State, m: web::Data<Metrics>) -> HttpResponse {
-    let writers = state.writers.lock().expect("writers lock").len();
-    let text = format!(
+    let (writers, lag_total, lag_max) = {
+        let ws = state.writers.lock().expect("writers lock");
+        let lags: Vec<i64> = ws.values().map(|w| (w.last_entry() - w.lac()).max(0)).collect();
+        (ws.len(), lags.iter().sum::<i64>(), lags.iter().copied().max().unwrap_or(0))
+    };
+    let mut text = format!(
         "# HELP quire_gateway_appends_total Entries appended through this gateway.\n\
          # TYPE quire_gateway_appends_total counter\nquire_gateway_appends_total {}\n\
          # HELP quire_gateway_reads_total Entries read through this gateway.\n\
@@ -156,6 +172,25 @@ async fn metrics(state: State, m: web::Data<Metrics>) -> HttpResponse {
         m.appends.load(Ordering::Relaxed),
         m.reads.load(Ordering::Relaxed),
         m.errors.load(Ordering::Relaxed),
+    );
+    m.append_seconds.render(
+        &mut text,
+        "quire_gateway_append_seconds",
+        "HTTP appends, from the body in hand to the acknowledgement.",
+    );
+    quire_metrics::metric(
+        &mut text,
+        "quire_gateway_lac_lag_entries",
+        "gauge",
+        "Entries written but not yet confirmed (past the LAC), over every writer held.",
+        lag_total,
+    );
+    quire_metrics::metric(
+        &mut text,
+        "quire_gateway_lac_lag_entries_max",
+        "gauge",
+        "The largest LAC lag of one writer held.",
+        lag_max,
     );
     HttpResponse::Ok().content_type("text/plain; version=0.0.4").body(text)
 }
@@ -254,7 +289,9 @@ async fn append(
     let w = writer_of(state.get_ref(), id).await?;
     // Straight to the writer actor (on the client's runtime) from this worker:
     // a channel send and a reply, no task hop.
+    let started = std::time::Instant::now();
     let added = state.timed(async { Ok(w.add(data).await?) }).await?;
+    m.append_seconds.observe_duration(started.elapsed());
     m.appends.fetch_add(1, Ordering::Relaxed);
     Ok(HttpResponse::Ok().json(serde_json::json!({ "entry_id": added.entry_id, "lac": added.lac })))
 }

@@ -9,6 +9,7 @@
 //! - [`convert`]: wire messages to records and back.
 
 pub mod convert;
+pub mod metrics;
 pub mod node;
 pub mod raft;
 pub mod service;

@@ -30,6 +30,10 @@ struct Args {
     #[arg(long, env = "QUIRE_DATA_DIR", default_value = "data/metadata")]
     data_dir: PathBuf,
 
+    /// Serve Prometheus metrics (GET /metrics) on this TCP address.
+    #[arg(long, env = "QUIRE_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+
     /// Every replica as ID=HOST:PORT, this one included (repeat or comma-separate).
     /// The replica's own id is its certificate's id.
     #[arg(long, env = "QUIRE_PEERS", value_delimiter = ',', required = true)]
@@ -104,7 +108,21 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ServerOptions::default(),
     )?;
     tracing::info!(addr = %svc.server.local_addr(), id, "quire-metadata ready");
+    let metrics = match args.metrics_listen {
+        Some(addr) => {
+            let (l, bound) = quire_runtime::metrics::bind(addr).await.context("bind --metrics-listen")?;
+            tracing::info!(%bound, "metrics on /metrics");
+            let (raft, shared) = (node.raft.clone(), node.shared.clone());
+            let render: quire_runtime::metrics::Render =
+                Arc::new(move || quire_metadata::metrics::render(&raft, &shared));
+            Some(tokio::spawn(quire_runtime::metrics::serve(l, render)))
+        }
+        None => None,
+    };
     let result = svc.run_until_signal().await;
+    if let Some(m) = metrics {
+        m.abort();
+    }
     node.shutdown().await;
     rpc.close(Duration::from_millis(200)).await;
     result

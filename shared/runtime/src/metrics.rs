@@ -67,11 +67,7 @@ async fn answer(sock: &mut tokio::net::TcpStream, render: &Render) -> std::io::R
     sock.shutdown().await
 }
 
-/// One metric in the text format: HELP, TYPE and a value line.
-pub fn metric(out: &mut String, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
-    use std::fmt::Write;
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
-}
+pub use quire_metrics::{labelled, metric, Histogram};
 
 #[cfg(test)]
 mod tests {

@@ -677,6 +677,12 @@ impl Store {
         self.inner.flush()
     }
 
+    /// Payload bytes journaled and not yet in an entry log (the write cache).
+    pub fn write_cache_bytes(&self) -> usize {
+        let c = self.inner.caches.read().expect("caches lock");
+        c.active.bytes() + c.flushing.as_ref().map_or(0, |f| f.bytes())
+    }
+
     /// The store's counters.
     pub fn stats(&self) -> &StoreStats {
         &self.inner.stats

@@ -28,6 +28,13 @@ pub fn bin_path(name: &str) -> PathBuf {
     p
 }
 
+/// A free TCP address on 127.0.0.1 (a metrics endpoint's), bound and
+/// released as [`free_udp_ports`] does.
+pub fn free_tcp_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free TCP port");
+    l.local_addr().expect("its address").to_string()
+}
+
 /// Free UDP ports on 127.0.0.1 for services whose addresses must be known
 /// before they start (a Raft membership). Bound and released: another process
 /// could take one in between, which a test then reports as a bind failure.
@@ -178,6 +185,8 @@ pub struct MetadataCluster {
     pub addrs: Vec<String>,
     /// The processes, by id - 1.
     pub procs: Vec<Process>,
+    /// Each replica's metrics address, when started with metrics.
+    pub metrics: Vec<String>,
 }
 
 impl MetadataCluster {
@@ -193,7 +202,18 @@ impl MetadataCluster {
         n: usize,
         env: &[(String, String)],
     ) -> anyhow::Result<MetadataCluster> {
+        Self::start_inner(certs, dir, n, env, false)
+    }
+
+    fn start_inner(
+        certs: &Path,
+        dir: &Path,
+        n: usize,
+        env: &[(String, String)],
+        with_metrics: bool,
+    ) -> anyhow::Result<MetadataCluster> {
         let ports = free_udp_ports(n);
+        let mut metrics = Vec::new();
         let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let peers = addrs.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect::<Vec<_>>().join(",");
         let mut procs = Vec::new();
@@ -219,12 +239,18 @@ impl MetadataCluster {
                 "--election-timeout-ms",
                 "500",
             ];
+            let metrics_addr = free_tcp_addr();
+            let mut args: Vec<&str> = args.to_vec();
+            if with_metrics {
+                args.extend(["--metrics-listen", &metrics_addr]);
+                metrics.push(metrics_addr.clone());
+            }
             let mut p =
                 Process::spawn_with_env(&format!("metadata-{id}"), &bin_path("quire-metadata"), &args, env, dir)?;
             p.wait_ready(&ready, Duration::from_secs(30))?;
             procs.push(p);
         }
-        Ok(MetadataCluster { addrs, procs })
+        Ok(MetadataCluster { addrs, procs, metrics })
     }
 }
 
@@ -260,6 +286,11 @@ pub struct TestCluster {
     extra: Vec<String>,
     /// Environment variables for every process the cluster starts.
     env: Vec<(String, String)>,
+    /// Every process's metrics endpoint, (job, address), when started with
+    /// [`TestCluster::start_with_metrics`]: metadata, bookies, and the
+    /// auditors and workers started by [`TestCluster::start_service`].
+    pub metrics: std::sync::Mutex<Vec<(String, String)>>,
+    with_metrics: bool,
 }
 
 impl TestCluster {
@@ -279,8 +310,32 @@ impl TestCluster {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> anyhow::Result<TestCluster> {
+        Self::start_inner(dir, certs, racks, extra, env, false)
+    }
+
+    /// As [`TestCluster::start_with_env`], every process also serving
+    /// Prometheus metrics on a free port (listed in `metrics`).
+    pub fn start_with_metrics(
+        dir: &Path,
+        certs: &Path,
+        racks: &[&str],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<TestCluster> {
+        Self::start_inner(dir, certs, racks, extra, env, true)
+    }
+
+    fn start_inner(
+        dir: &Path,
+        certs: &Path,
+        racks: &[&str],
+        extra: &[&str],
+        env: &[(&str, &str)],
+        with_metrics: bool,
+    ) -> anyhow::Result<TestCluster> {
         let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let metadata = MetadataCluster::start_with_env(certs, dir, 3, &env)?;
+        let metadata = MetadataCluster::start_inner(certs, dir, 3, &env, with_metrics)?;
+        let metrics = metadata.metrics.iter().map(|a| ("metadata".to_string(), a.clone())).collect();
         let ports = free_udp_ports(racks.len());
         let mut c = TestCluster {
             dir: dir.to_path_buf(),
@@ -289,6 +344,8 @@ impl TestCluster {
             bookies: Vec::new(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             env,
+            metrics: std::sync::Mutex::new(metrics),
+            with_metrics,
         };
         for (i, rack) in racks.iter().enumerate() {
             let id = (i + 1).to_string();
@@ -337,6 +394,11 @@ impl TestCluster {
         .map(|s| s.to_string())
         .collect();
         args.extend(self.extra.iter().cloned());
+        if self.with_metrics {
+            let addr = free_tcp_addr();
+            args.extend(["--metrics-listen".to_string(), addr.clone()]);
+            self.metrics.lock().expect("metrics lock").push(("bookie".to_string(), addr));
+        }
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let name = format!("bookie-{}-{}", b.id, b.generation);
         let env: Vec<(String, String)> = self.env.iter().chain(b.env.iter()).cloned().collect();
@@ -397,6 +459,12 @@ impl TestCluster {
             &metadata,
         ];
         argv.extend_from_slice(args);
+        let metrics_addr = free_tcp_addr();
+        let job = binary.trim_start_matches("quire-");
+        if self.with_metrics && matches!(binary, "quire-auditor" | "quire-replication-worker") {
+            argv.extend(["--metrics-listen", &metrics_addr]);
+            self.metrics.lock().expect("metrics lock").push((job.to_string(), metrics_addr.clone()));
+        }
         let mut p = Process::spawn_with_env(&format!("{binary}-{id}"), &bin_path(binary), &argv, &self.env, &self.dir)?;
         p.wait_ready(&ready, Duration::from_secs(30))?;
         Ok(p)

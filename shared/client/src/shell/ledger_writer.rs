@@ -63,6 +63,8 @@ type Task = Pin<Box<dyn Future<Output = Event> + Send>>;
 
 struct Shared {
     lac: AtomicI64,
+    /// The highest entry id given to an add (-1: none yet).
+    last_entry: AtomicI64,
     meta: Mutex<LedgerMeta>,
 }
 
@@ -85,7 +87,11 @@ impl LedgerWriter {
             Writer::new(meta.ledger_id, meta.quorums, meta.last_segment().members.clone(), opts.writer_options(false));
         // The channel is small: the writer's own pending bound is the real one.
         let (tx, rx) = mpsc::channel(256);
-        let shared = Arc::new(Shared { lac: AtomicI64::new(-1), meta: Mutex::new(meta.clone()) });
+        let shared = Arc::new(Shared {
+            lac: AtomicI64::new(-1),
+            last_entry: AtomicI64::new(-1),
+            meta: Mutex::new(meta.clone()),
+        });
         let actor = Actor {
             client,
             w: writer,
@@ -120,6 +126,12 @@ impl LedgerWriter {
     /// The metadata as this writer last wrote or read it.
     pub fn metadata(&self) -> LedgerMeta {
         self.shared.meta.lock().expect("meta lock").clone()
+    }
+
+    /// The highest entry id given to an add (-1: none). Less the LAC, how
+    /// far confirmation trails the writes (the LAC lag).
+    pub fn last_entry(&self) -> i64 {
+        self.shared.last_entry.load(Ordering::Acquire)
     }
 
     /// Queues an add; returns once it has its place in the ledger (waiting
@@ -265,6 +277,7 @@ impl Actor {
         let ledger_id = self.meta.ledger_id;
         match self.w.add(payload, std::time::Instant::now()) {
             Ok((entry_id, cmds)) => {
+                self.shared.last_entry.fetch_max(entry_id as i64, Ordering::Release);
                 self.replies.insert(entry_id, reply);
                 if let Some(span) = span {
                     self.spans.insert(entry_id, span);

@@ -46,8 +46,15 @@ impl JournalConfig {
 }
 
 /// Counters of the journal's work.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct JournalStats {
+    /// Records handed to the journal (synced or not yet): the queue's depth
+    /// is this less `records`.
+    pub appended: AtomicU64,
+    /// Write + fdatasync time of each group commit, seconds.
+    pub sync_seconds: quire_metrics::Histogram,
+    /// Records per group commit.
+    pub batch_records: quire_metrics::Histogram,
     /// fdatasyncs done.
     pub syncs: AtomicU64,
     /// Records made durable.
@@ -60,6 +67,22 @@ pub struct JournalStats {
     pub sync_us_max: AtomicU64,
     /// Segments deleted after checkpoints.
     pub segments_deleted: AtomicU64,
+}
+
+impl Default for JournalStats {
+    fn default() -> Self {
+        JournalStats {
+            appended: AtomicU64::new(0),
+            sync_seconds: quire_metrics::Histogram::latency(),
+            batch_records: quire_metrics::Histogram::new(quire_metrics::BATCH_SIZES),
+            syncs: AtomicU64::new(0),
+            records: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            sync_us_total: AtomicU64::new(0),
+            sync_us_max: AtomicU64::new(0),
+            segments_deleted: AtomicU64::new(0),
+        }
+    }
 }
 
 enum Request {
@@ -133,6 +156,7 @@ impl Drop for FileJournal {
 
 impl Journal for FileJournal {
     fn append(&self, record: Record, done: Completion) {
+        self.stats.appended.fetch_add(1, Ordering::Relaxed);
         let req = Request::Append { record, enqueued_at: Instant::now(), done };
         let sent = match self.tx.lock().expect("journal tx lock").as_ref() {
             Some(tx) => tx.send(req).map_err(|e| e.0),
@@ -234,6 +258,8 @@ impl Writer {
                 self.stats.bytes.fetch_add(self.buf.len() as u64, Ordering::Relaxed);
                 self.stats.sync_us_total.fetch_add(took_us, Ordering::Relaxed);
                 self.stats.sync_us_max.fetch_max(took_us, Ordering::Relaxed);
+                self.stats.sync_seconds.observe(took_us as f64 / 1e6);
+                self.stats.batch_records.observe(pending.len() as f64);
                 let mut offset = base;
                 for (len, done) in pending {
                     offset += len as u64;
