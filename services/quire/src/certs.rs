@@ -65,6 +65,11 @@ pub struct InitArgs {
     /// runs on every `docker compose up`).
     #[arg(long)]
     if_missing: bool,
+    /// The first id of each numbered role (0 for Kubernetes StatefulSets,
+    /// whose pod index is the id). The client and admin certificates are
+    /// always id 1.
+    #[arg(long, default_value_t = 1)]
+    first_id: u32,
     #[command(flatten)]
     san: SanArgs,
 }
@@ -91,14 +96,21 @@ pub fn run(cmd: CertsCmd) -> anyhow::Result<()> {
                 println!("{} already holds a CA: nothing to do", a.dir.display());
                 return Ok(());
             }
-            let layout = LocalCluster { metadata: a.metadata, bookies: a.bookies };
+            // The CA with the singletons (one of each other service, a client, the operator)...
+            let layout = LocalCluster { metadata: 0, bookies: 0 };
             let ca = init_dir(&a.dir, &a.cluster, &layout, &a.san.options())
                 .with_context(|| format!("initialise certificates in {}", a.dir.display()))?;
-            let mut members = layout.members();
-            for (role, n) in
-                [(Role::Auditor, a.auditors), (Role::ReplicationWorker, a.workers), (Role::Gateway, a.gateways)]
-            {
-                for id in 2..=n {
+            let mut members: Vec<(Role, String)> =
+                layout.members().into_iter().filter(|(r, _)| matches!(r, Role::Client | Role::Admin)).collect();
+            // ...then every numbered identity.
+            for (role, n) in [
+                (Role::Metadata, a.metadata),
+                (Role::Bookie, a.bookies),
+                (Role::Auditor, a.auditors),
+                (Role::ReplicationWorker, a.workers),
+                (Role::Gateway, a.gateways),
+            ] {
+                for id in a.first_id..a.first_id + n {
                     let id = id.to_string();
                     ca.issue(role, &id, &a.san.options())?.write(&a.dir, role, &id)?;
                     members.push((role, id));
