@@ -8,6 +8,7 @@
 //! a whole cluster on one machine (`quire standalone`).
 
 mod admin;
+mod bench;
 mod bookie;
 mod bookies;
 mod certs;
@@ -51,6 +52,9 @@ enum Cmd {
     Selftest(admin::SelfTestArgs),
     /// A ledger on each bookie alone, written, read back and deleted.
     BookieSanity(admin::BookieSanityArgs),
+    /// Write benchmark through the client library: ledgers, quorums, entry
+    /// size, closed loop or a target rate; percentiles, JSON or CSV.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -67,5 +71,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::UnderReplicated(a) => admin::under_replicated(a),
         Cmd::Selftest(a) => admin::selftest(a),
         Cmd::BookieSanity(a) => admin::bookie_sanity(a),
+        Cmd::Bench(a) => bench::run(a),
     }
 }

@@ -1,0 +1,260 @@
+//! `quire bench`: a direct-client write benchmark, like BookKeeper's
+//! `bin/benchmark writes`. Creates ledgers (E/Qw/Qa as asked), then appends
+//! for a while, closed loop (a window of adds in flight per ledger) or open
+//! loop at a target rate (latency from each add's scheduled time, so a stall
+//! counts against every add it delays). Prints progress every second and
+//! percentiles at the end; `--format json|csv` for machines.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use clap::Args;
+use hdrhistogram::Histogram;
+use quire_client::{Client, ClientOptions, CreateLedger};
+use quire_metaclient::{MetaClient, MetaClientOptions};
+
+use crate::bookies::MetaTarget;
+
+/// How results are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Human-readable.
+    Text,
+    /// One JSON object.
+    Json,
+    /// A header and one row per second, then a summary row (`second` = "total").
+    Csv,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    target: MetaTarget,
+    /// Ledgers written at once.
+    #[arg(long, default_value_t = 1)]
+    ledgers: usize,
+    /// Ensemble size.
+    #[arg(long, default_value_t = 3)]
+    ensemble: usize,
+    /// Write quorum.
+    #[arg(long, default_value_t = 3)]
+    write_quorum: usize,
+    /// Ack quorum.
+    #[arg(long, default_value_t = 2)]
+    ack_quorum: usize,
+    /// Payload bytes per entry.
+    #[arg(long, default_value_t = 1024)]
+    entry_bytes: usize,
+    /// Target adds per second over all ledgers (open loop); 0: closed loop.
+    #[arg(long, default_value_t = 0)]
+    rate: u64,
+    /// Closed loop: adds in flight per ledger.
+    #[arg(long, default_value_t = 100)]
+    window: usize,
+    /// Seconds of measured load.
+    #[arg(long, default_value_t = 10)]
+    duration_secs: u64,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    /// Keep the ledgers (default: deleted at the end).
+    #[arg(long)]
+    keep: bool,
+}
+
+fn hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 120_000_000, 3).expect("histogram bounds")
+}
+
+/// Latencies (µs) of the current second and of the whole run.
+struct Recorder {
+    second: Histogram<u64>,
+    total: Histogram<u64>,
+    failed: u64,
+}
+
+impl Recorder {
+    fn record(&mut self, r: Result<Duration, String>) {
+        match r {
+            Ok(d) => {
+                let us = (d.as_micros() as u64).max(1);
+                let _ = self.second.record(us);
+                let _ = self.total.record(us);
+            }
+            Err(_) => self.failed += 1,
+        }
+    }
+}
+
+/// One ledger's writer loop until `until`.
+async fn drive(
+    w: quire_client::LedgerWriter,
+    payload: Bytes,
+    rate_per_ledger: f64,
+    window: usize,
+    until: Instant,
+    rec: Arc<Mutex<Recorder>>,
+) {
+    if rate_per_ledger > 0.0 {
+        let interval = Duration::from_secs_f64(1.0 / rate_per_ledger);
+        let start = tokio::time::Instant::now();
+        let mut inflight = tokio::task::JoinSet::new();
+        for i in 0u64.. {
+            let due = start + interval.mul_f64(i as f64);
+            if due.into_std() >= until {
+                break;
+            }
+            tokio::time::sleep_until(due).await;
+            let (w, p, rec) = (w.clone(), payload.clone(), rec.clone());
+            inflight.spawn(async move {
+                let r = w.add(p).await.map(|_| due.elapsed()).map_err(|e| e.to_string());
+                rec.lock().expect("recorder lock").record(r);
+            });
+            while inflight.try_join_next().is_some() {}
+        }
+        while inflight.join_next().await.is_some() {}
+    } else {
+        let mut pending = VecDeque::new();
+        while Instant::now() < until {
+            while pending.len() < window.max(1) {
+                let sent = Instant::now();
+                match w.submit(payload.clone()).await {
+                    Ok(p) => pending.push_back((sent, p)),
+                    Err(e) => {
+                        rec.lock().expect("recorder lock").record(Err(e.to_string()));
+                        return;
+                    }
+                }
+            }
+            if let Some((sent, p)) = pending.pop_front() {
+                let r = p.await.map(|_| sent.elapsed()).map_err(|e| e.to_string());
+                rec.lock().expect("recorder lock").record(r);
+            }
+        }
+        for (sent, p) in pending {
+            let r = p.await.map(|_| sent.elapsed()).map_err(|e| e.to_string());
+            rec.lock().expect("recorder lock").record(r);
+        }
+    }
+}
+
+fn q(h: &Histogram<u64>, p: f64) -> f64 {
+    h.value_at_quantile(p) as f64 / 1000.0
+}
+
+pub fn run(a: BenchArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(a.ledgers > 0 && a.duration_secs > 0, "--ledgers and --duration-secs must be positive");
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async {
+        let rpc = a.target.rpc()?;
+        let meta = Arc::new(MetaClient::new(rpc.clone(), a.target.metadata.clone(), MetaClientOptions::default()));
+        let client = Client::new(rpc.clone(), meta, ClientOptions::default());
+        let spec = CreateLedger {
+            ensemble: a.ensemble,
+            write_quorum: a.write_quorum,
+            ack_quorum: a.ack_quorum,
+            custom: BTreeMap::new(),
+        };
+        // A cluster just started may still be registering its bookies.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let n = client.bookies().refresh().await.map(|b| b.len()).unwrap_or(0);
+            if n >= a.ensemble {
+                break;
+            }
+            anyhow::ensure!(Instant::now() < deadline, "{n} bookies registered; an ensemble of {} needs more", a.ensemble);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let mut writers = Vec::new();
+        for _ in 0..a.ledgers {
+            writers.push(client.create(spec.clone()).await.context("create a ledger")?);
+        }
+        let payload = Bytes::from(vec![0x71u8; a.entry_bytes]);
+        let rec = Arc::new(Mutex::new(Recorder { second: hist(), total: hist(), failed: 0 }));
+        let started = Instant::now();
+        let until = started + Duration::from_secs(a.duration_secs);
+        let rate_per_ledger = a.rate as f64 / a.ledgers as f64;
+        let mut tasks = tokio::task::JoinSet::new();
+        for w in &writers {
+            tasks.spawn(drive(w.clone(), payload.clone(), rate_per_ledger, a.window, until, rec.clone()));
+        }
+        let mut seconds: Vec<(u64, u64, f64, f64)> = Vec::new(); // (second, adds, p50 ms, p99 ms)
+        if a.format == Format::Csv {
+            println!("second,adds,adds_per_s,mb_per_s,p50_ms,p99_ms,p999_ms,max_ms,failed");
+        }
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + Duration::from_secs(1), Duration::from_secs(1));
+        let mut n = 0u64;
+        while !tasks.is_empty() {
+            tokio::select! {
+                _ = tick.tick() => {
+                    n += 1;
+                    let h = std::mem::replace(&mut rec.lock().expect("recorder lock").second, hist());
+                    let adds = h.len();
+                    let line = (n, adds, q(&h, 0.5), q(&h, 0.99));
+                    match a.format {
+                        Format::Text => eprintln!(
+                            "[{n:>3}s] {adds:>7} adds/s  {:>7.1} MB/s  p50 {:.2} ms  p99 {:.2} ms",
+                            adds as f64 * a.entry_bytes as f64 / 1e6, line.2, line.3
+                        ),
+                        Format::Csv => println!(
+                            "{n},{adds},{adds},{:.2},{:.3},{:.3},{:.3},{:.3},",
+                            adds as f64 * a.entry_bytes as f64 / 1e6, line.2, line.3, q(&h, 0.999), h.max() as f64 / 1000.0
+                        ),
+                        Format::Json => {}
+                    }
+                    seconds.push(line);
+                }
+                r = tasks.join_next() => { if let Some(Err(e)) = r { anyhow::bail!("writer task: {e}"); } }
+            }
+        }
+        let secs = started.elapsed().as_secs_f64();
+        let (total, failed) = {
+            let r = rec.lock().expect("recorder lock");
+            (r.total.clone(), r.failed)
+        };
+        let h = &total;
+        let adds = h.len();
+        let per_s = adds as f64 / secs;
+        let mb_s = per_s * a.entry_bytes as f64 / 1e6;
+        match a.format {
+            Format::Text => {
+                let mode = if a.rate > 0 { format!("open loop at {} adds/s", a.rate) } else { format!("closed loop, {} in flight per ledger", a.window) };
+                println!("ledgers {} (E={} Qw={} Qa={}), {} B entries, {mode}", a.ledgers, a.ensemble, a.write_quorum, a.ack_quorum, a.entry_bytes);
+                println!("adds      {adds} in {secs:.1} s: {per_s:.0}/s, {mb_s:.1} MB/s ({failed} failed)");
+                println!(
+                    "latency   p50 {:.2} ms  p95 {:.2} ms  p99 {:.2} ms  p99.9 {:.2} ms  max {:.2} ms",
+                    q(h, 0.5), q(h, 0.95), q(h, 0.99), q(h, 0.999), h.max() as f64 / 1000.0
+                );
+            }
+            Format::Json => println!(
+                "{}",
+                serde_json::json!({
+                    "ledgers": a.ledgers, "ensemble": a.ensemble, "write_quorum": a.write_quorum,
+                    "ack_quorum": a.ack_quorum, "entry_bytes": a.entry_bytes, "rate": a.rate, "window": a.window,
+                    "seconds": secs, "adds": adds, "failed": failed, "adds_per_s": per_s, "mb_per_s": mb_s,
+                    "latency_ms": {"p50": q(h, 0.5), "p95": q(h, 0.95), "p99": q(h, 0.99), "p999": q(h, 0.999), "max": h.max() as f64 / 1000.0},
+                    "per_second": seconds.iter().map(|(s, n, p50, p99)| serde_json::json!({"second": s, "adds": n, "p50_ms": p50, "p99_ms": p99})).collect::<Vec<_>>(),
+                })
+            ),
+            Format::Csv => println!(
+                "total,{adds},{per_s:.0},{mb_s:.2},{:.3},{:.3},{:.3},{:.3},{failed}",
+                q(h, 0.5), q(h, 0.99), q(h, 0.999), h.max() as f64 / 1000.0
+            ),
+        }
+        let _ = std::io::stdout().flush();
+        for w in writers {
+            let id = w.ledger_id();
+            let _ = w.close().await;
+            if !a.keep {
+                let _ = client.delete(id).await;
+            }
+        }
+        rpc.close(Duration::from_millis(200)).await;
+        anyhow::ensure!(failed == 0, "{failed} adds failed");
+        Ok(())
+    })
+}
