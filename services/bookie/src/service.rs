@@ -249,7 +249,8 @@ impl BookieService {
 /// queueing its record to the fdatasync of the group commit that holds it.
 /// Untraced requests make none (an INFO span per add costs a bookie CPU).
 fn journal_span(ledger: u64, entry: u64) -> tracing::Span {
-    if quire_rpc::trace::current().is_some() {
+    // The process-wide flag first: an untraced bookie asks nothing per add.
+    if quire_runtime::logging::tracing_active() && quire_rpc::trace::current().is_some() {
         tracing::info_span!("journal.append", ledger, entry)
     } else {
         tracing::Span::none()

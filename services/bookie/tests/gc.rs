@@ -19,7 +19,7 @@ use quire_pki::{init_dir, IssueOptions, LocalCluster};
 use quire_proto::v1::{self, ErrorCode};
 use quire_proto::Role;
 use quire_rpc::{CallOptions, Credentials, RpcClient, RpcError, TlsFiles};
-use quire_testkit::TestCluster;
+use quire_testkit::{free_tcp_addr, scrape, TestCluster};
 
 /// Small entry logs, so that a few MB make several sealed ones; scheduled
 /// passes far off, so that only the test's RunGc runs one.
@@ -224,21 +224,6 @@ async fn a_bookie_killed_at_any_step_of_gc_loses_no_live_entry_and_leaves_no_dan
         .unwrap();
     assert_eq!(store.verify_index().unwrap(), Vec::<String>::new());
     assert_eq!(store.ledger_ids().len(), kept.len(), "exactly the kept ledgers are left");
-}
-
-fn free_tcp_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
-
-fn scrape(addr: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

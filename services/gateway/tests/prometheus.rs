@@ -3,31 +3,13 @@
 //! bookies, the auditor, a replication worker and the gateway, after traffic
 //! through the gateway; then PromQL over what it scraped.
 
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use quire_pki::{init_dir, IssueOptions, LocalCluster};
-use quire_testkit::{bin_path, free_tcp_addr, Process, TestCluster};
+use quire_testkit::{free_tcp_addr, http, Process, TestCluster};
 use serde_json::Value;
-
-fn http(addr: &str, method: &str, path: &str, body: &[u8]) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let head = format!(
-        // HTTP/1.0: the answer is never chunked.
-        "{method} {path} HTTP/1.0\r\nHost: quire\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).unwrap();
-    s.write_all(body).unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let status = raw[9..12].parse().unwrap();
-    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    (status, body)
-}
 
 fn urlencode(s: &str) -> String {
     s.bytes()
@@ -67,30 +49,7 @@ fn a_real_prometheus_scrapes_every_service() {
         TestCluster::start_with_metrics(dir.path(), &certs, &["r1", "r2", "r3"], &["--lease-ms", "3000"], &[]).unwrap();
     let _auditor = cluster.start_service("quire-auditor", "1", &["--audit-interval-ms", "500"]).unwrap();
     let _worker = cluster.start_service("quire-replication-worker", "1", &[]).unwrap();
-    let (ready, http_ready) = (dir.path().join("gateway.ready"), dir.path().join("gateway-http.ready"));
-    let metadata = cluster.metadata_flag();
-    let args = [
-        "--certs-dir",
-        certs.to_str().unwrap(),
-        "--listen",
-        "127.0.0.1:0",
-        "--ready-file",
-        ready.to_str().unwrap(),
-        "--metadata",
-        &metadata,
-        "--http-listen",
-        "127.0.0.1:0",
-        "--http-ready-file",
-        http_ready.to_str().unwrap(),
-    ];
-    let mut gateway = Process::spawn("gateway", &bin_path("quire-gateway"), &args, dir.path()).unwrap();
-    gateway.wait_ready(&ready, Duration::from_secs(30)).unwrap();
-    let gw = gateway.wait_ready(&http_ready, Duration::from_secs(30)).unwrap();
-    quire_testkit::wait_until(Duration::from_secs(20), "every bookie registered", || {
-        let (status, body) = http(&gw, "GET", "/readyz", b"");
-        (status == 200 && body.contains("\"bookies\":3")).then_some(())
-    })
-    .unwrap();
+    let (_gateway, gw) = cluster.start_gateway(&[]).unwrap();
     // Traffic, so that the histograms have something in them.
     let (status, body) = http(&gw, "POST", "/v1/ledgers", b"{}");
     assert_eq!(status, 201, "{body}");

@@ -6,29 +6,11 @@
 //!   Raft proposal.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 use quire_pki::{init_dir, IssueOptions, LocalCluster};
 use quire_testkit::otlp::{OtlpReceiver, ReceivedSpan};
-use quire_testkit::{bin_path, Process, TestCluster};
-
-fn call(http: &str, method: &str, path: &str, body: &[u8]) -> (u16, String) {
-    let mut s = TcpStream::connect(http).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: quire\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).unwrap();
-    s.write_all(body).unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let status = raw[9..12].parse().unwrap();
-    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    (status, body)
-}
+use quire_testkit::{http as call, TestCluster};
 
 /// The chain of spans from `span` up to its trace's root (within `spans`).
 fn ancestry<'a>(spans: &'a [ReceivedSpan], span: &'a ReceivedSpan) -> Vec<&'a ReceivedSpan> {
@@ -69,31 +51,7 @@ async fn an_http_append_is_one_trace_to_each_bookie_and_its_journal_and_a_create
             let env = [("QUIRE_OTLP_ENDPOINT", endpoint.as_str()), ("OTEL_BSP_SCHEDULE_DELAY", "100")];
             let cluster =
                 TestCluster::start_with_env(&dir, &certs, &["r1", "r2", "r3"], &["--lease-ms", "3000"], &env).unwrap();
-            let (ready, http_ready) = (dir.join("gateway.ready"), dir.join("gateway-http.ready"));
-            let metadata = cluster.metadata_flag();
-            let args = [
-                "--certs-dir",
-                certs.to_str().unwrap(),
-                "--listen",
-                "127.0.0.1:0",
-                "--ready-file",
-                ready.to_str().unwrap(),
-                "--metadata",
-                &metadata,
-                "--http-listen",
-                "127.0.0.1:0",
-                "--http-ready-file",
-                http_ready.to_str().unwrap(),
-            ];
-            let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-            let mut p = Process::spawn_with_env("gateway", &bin_path("quire-gateway"), &args, &env, &dir).unwrap();
-            p.wait_ready(&ready, Duration::from_secs(30)).unwrap();
-            let http = p.wait_ready(&http_ready, Duration::from_secs(30)).unwrap();
-            quire_testkit::wait_until(Duration::from_secs(20), "every bookie registered", || {
-                let (status, body) = call(&http, "GET", "/readyz", b"");
-                (status == 200 && body.contains("\"bookies\":3")).then_some(())
-            })
-            .unwrap();
+            let (p, http) = cluster.start_gateway(&[]).unwrap();
             (cluster, p, http)
         }
     })

@@ -110,7 +110,10 @@ impl Proposer {
 
     async fn propose(&self, cmd: Command) -> Result<Outcome, ServiceError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let span = quire_rpc::trace::current().map(|_| tracing::Span::current());
+        let span = quire_runtime::logging::tracing_active()
+            .then(quire_rpc::trace::current)
+            .flatten()
+            .map(|_| tracing::Span::current());
         self.tx
             .send((cmd, tx, span))
             .await

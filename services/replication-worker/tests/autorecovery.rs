@@ -14,7 +14,7 @@ use quire_metaclient::{MetaClient, MetaClientOptions};
 use quire_pki::{init_dir, IssueOptions, LocalCluster};
 use quire_proto::{v1, Role};
 use quire_rpc::{Credentials, RpcClient, TlsFiles};
-use quire_testkit::{Process, TestCluster};
+use quire_testkit::{free_tcp_addr, scrape, Process, TestCluster};
 
 struct Setup {
     _dir: tempfile::TempDir,
@@ -213,22 +213,6 @@ async fn a_lost_bookies_copies_return_to_live_bookies_without_an_operator() {
 }
 
 /// A loopback TCP address nothing listens on now.
-fn free_tcp_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
-
-/// GET /metrics.
-fn scrape(addr: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
-    out
-}
-
 fn metric_value(text: &str, name: &str) -> u64 {
     text.lines()
         .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))

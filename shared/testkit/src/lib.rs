@@ -35,6 +35,33 @@ pub fn free_tcp_addr() -> String {
     l.local_addr().expect("its address").to_string()
 }
 
+/// One HTTP/1.0 request on its own connection (so the answer is never
+/// chunked): (status, body). For tests talking to the gateway, a metrics
+/// endpoint or Prometheus.
+pub fn http(addr: &str, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30))).expect("read timeout");
+    let head = format!(
+        "{method} {path} HTTP/1.0\r\nHost: quire\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).expect("write head");
+    s.write_all(body).expect("write body");
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("read answer");
+    let status = raw.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+/// `GET /metrics` from a Prometheus endpoint; panics unless it answers 200.
+pub fn scrape(addr: &str) -> String {
+    let (status, body) = http(addr, "GET", "/metrics", b"");
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
 /// Free UDP ports on 127.0.0.1 for services whose addresses must be known
 /// before they start (a Raft membership). Bound and released: another process
 /// could take one in between, which a test then reports as a bind failure.
@@ -468,6 +495,24 @@ impl TestCluster {
         let mut p = Process::spawn_with_env(&format!("{binary}-{id}"), &bin_path(binary), &argv, &self.env, &self.dir)?;
         p.wait_ready(&ready, Duration::from_secs(30))?;
         Ok(p)
+    }
+
+    /// Starts a gateway (HTTP on a free port) pointed at the metadata
+    /// service, with `args` added; waits until its HTTP API serves and every
+    /// bookie of the cluster is registered. Returns it and its HTTP address.
+    pub fn start_gateway(&self, args: &[&str]) -> anyhow::Result<(Process, String)> {
+        let http_ready = self.dir.join(format!("gateway-http-{}.ready", std::process::id()));
+        let _ = std::fs::remove_file(&http_ready);
+        let mut argv = vec!["--http-listen", "127.0.0.1:0", "--http-ready-file", http_ready.to_str().context("path")?];
+        argv.extend_from_slice(args);
+        let mut p = self.start_service("quire-gateway", "1", &argv)?;
+        let http_addr = p.wait_ready(&http_ready, Duration::from_secs(30))?;
+        let bookies = format!("\"bookies\":{}", self.bookies.len());
+        wait_until(Duration::from_secs(20), "the gateway to see every bookie", || {
+            let (status, body) = http(&http_addr, "GET", "/readyz", b"");
+            (status == 200 && body.contains(&bookies)).then_some(())
+        })?;
+        Ok((p, http_addr))
     }
 
     /// Every process's log, for a failing test's message.
