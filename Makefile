@@ -7,7 +7,7 @@ BENCH_SECS ?= 5
 FUZZ_SECS ?= 60
 DATA ?= $(CURDIR)/data
 
-.PHONY: all build test verify fmt fmt-check clippy lint bench-rpc bench-bookie bench-metadata bench-client bench-gateway bench-rereplicate bench-compaction sim fuzz run images up down e2e-compose clean
+.PHONY: all build test verify fmt fmt-check clippy lint bench loadtest-build loadtest bench-rpc bench-bookie bench-metadata bench-client bench-gateway bench-rereplicate bench-compaction sim fuzz run images up down e2e-compose clean
 
 all: build
 
@@ -16,19 +16,25 @@ build:
 
 # Every test: unit, property (decoders), in-process RPC/mTLS, and real
 # multi-process tests. nextest where installed (per-test processes, parallel);
-# cargo test otherwise.
-test: build
+# cargo test otherwise. Then the load tooling (loadtest/, its own workspace)
+# against a real cluster: its unit tests, every goose scenario briefly, and
+# `make bench`'s pipeline at toy scale (loadtest/smoke.sh).
+test: build loadtest-build
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 		$(CARGO) nextest run --release --workspace --no-fail-fast; \
 	else \
 		$(CARGO) test --release --workspace --no-fail-fast; \
 	fi
+	$(CARGO) test --release --manifest-path loadtest/goose/Cargo.toml
+	bash loadtest/smoke.sh
 
 fmt:
 	$(CARGO) fmt --all
+	$(CARGO) fmt --all --manifest-path loadtest/goose/Cargo.toml
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
+	$(CARGO) fmt --all --manifest-path loadtest/goose/Cargo.toml -- --check
 
 clippy:
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
@@ -43,6 +49,28 @@ SEEDS ?= 10000
 START ?= 0
 sim:
 	$(CARGO) run --release -p quire-client --bin quire-sim -- --seeds $(SEEDS) --start $(START)
+
+# One run that regenerates docs/benchmarks.md and docs/bench/latency-throughput.svg:
+# the disk's limits, quire through the client and HTTP, catch-up reads, NATS
+# JetStream and etcd (../shared/bench), side by side. About 12 minutes, as root.
+# `make bench SECS=5 PEERS=0` for a quick one without the peers.
+bench: build
+	SECS=$(or $(SECS),10) PEERS=$(or $(PEERS),1) bash loadtest/bench/run.sh
+
+# The goose load generator (loadtest/goose, its own workspace: it pulls
+# aws-lc-rs, which must not reach the services).
+loadtest-build:
+	$(CARGO) build --release --manifest-path loadtest/goose/Cargo.toml
+
+# A goose scenario against a running gateway (make run, or make up):
+# `make loadtest SCENARIO=mixed USERS=32 RUN_TIME=60s HOST=http://127.0.0.1:8080`.
+SCENARIO ?= appendheavy
+USERS ?= 16
+RUN_TIME ?= 30s
+HOST ?= http://127.0.0.1:8080
+loadtest: loadtest-build
+	loadtest/goose/target/release/quire-loadtest --host $(HOST) --scenarios $(SCENARIO) \
+		--users $(USERS) --increase-rate $(USERS) --run-time $(RUN_TIME) --no-print-metrics
 
 # RPC round trips over loopback (1 KiB requests): see docs/benchmarks.md.
 bench-rpc:

@@ -4,6 +4,8 @@
 //! loop at a target rate (latency from each add's scheduled time, so a stall
 //! counts against every add it delays). Prints progress every second and
 //! percentiles at the end; `--format json|csv` for machines.
+//! `--mode catch-up` measures reading closed ledgers back instead
+//! (bench_catchup.rs).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
@@ -30,40 +32,62 @@ pub enum Format {
     Csv,
 }
 
+/// What is measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// Appends for --duration-secs.
+    Write,
+    /// Fills ledgers with --fill-mb, closes them, reads them back from entry 0.
+    CatchUp,
+}
+
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     #[command(flatten)]
     target: MetaTarget,
+    /// What to measure.
+    #[arg(long, value_enum, default_value_t = Mode::Write)]
+    pub(crate) mode: Mode,
+    /// Catch-up: MB written (over all ledgers) before reading back.
+    #[arg(long, default_value_t = 256.0)]
+    pub(crate) fill_mb: f64,
+    /// Catch-up: entries per read request.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) read_range: u64,
+    /// Catch-up: sync and drop the kernel's page cache before reading (root
+    /// only; the bookies must be on this machine), so reads reach the disk.
+    #[arg(long)]
+    pub(crate) drop_caches: bool,
     /// Ledgers written at once.
     #[arg(long, default_value_t = 1)]
-    ledgers: usize,
+    pub(crate) ledgers: usize,
     /// Ensemble size.
     #[arg(long, default_value_t = 3)]
-    ensemble: usize,
+    pub(crate) ensemble: usize,
     /// Write quorum.
     #[arg(long, default_value_t = 3)]
-    write_quorum: usize,
+    pub(crate) write_quorum: usize,
     /// Ack quorum.
     #[arg(long, default_value_t = 2)]
-    ack_quorum: usize,
+    pub(crate) ack_quorum: usize,
     /// Payload bytes per entry.
     #[arg(long, default_value_t = 1024)]
-    entry_bytes: usize,
+    pub(crate) entry_bytes: usize,
     /// Target adds per second over all ledgers (open loop); 0: closed loop.
     #[arg(long, default_value_t = 0)]
     rate: u64,
     /// Closed loop: adds in flight per ledger.
     #[arg(long, default_value_t = 100)]
-    window: usize,
+    pub(crate) window: usize,
     /// Seconds of measured load.
     #[arg(long, default_value_t = 10)]
     duration_secs: u64,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
-    format: Format,
+    pub(crate) format: Format,
     /// Keep the ledgers (default: deleted at the end).
     #[arg(long)]
-    keep: bool,
+    pub(crate) keep: bool,
 }
 
 fn hist() -> Histogram<u64> {
@@ -168,6 +192,11 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             }
             anyhow::ensure!(Instant::now() < deadline, "{n} bookies registered; an ensemble of {} needs more", a.ensemble);
             tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        if a.mode == Mode::CatchUp {
+            let r = crate::bench_catchup::run(&client, &a, spec).await;
+            rpc.close(Duration::from_millis(200)).await;
+            return r;
         }
         let mut writers = Vec::new();
         for _ in 0..a.ledgers {

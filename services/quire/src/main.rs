@@ -9,6 +9,7 @@
 
 mod admin;
 mod bench;
+mod bench_catchup;
 mod bookie;
 mod bookies;
 mod certs;
@@ -52,8 +53,9 @@ enum Cmd {
     Selftest(admin::SelfTestArgs),
     /// A ledger on each bookie alone, written, read back and deleted.
     BookieSanity(admin::BookieSanityArgs),
-    /// Write benchmark through the client library: ledgers, quorums, entry
-    /// size, closed loop or a target rate; percentiles, JSON or CSV.
+    /// Benchmark through the client library: writes (ledgers, quorums, entry
+    /// size, closed loop or a target rate) or catch-up reads; percentiles,
+    /// JSON or CSV.
     Bench(bench::BenchArgs),
 }
 

@@ -1,5 +1,6 @@
 //! `quire bench` against a real cluster: closed loop with JSON output, open
-//! loop at a rate with CSV output; every add acknowledged, the ledgers gone
+//! loop at a rate with CSV output, catch-up reads of closed ledgers; every
+//! add acknowledged, every entry read back checked, the ledgers gone
 //! afterwards.
 
 use std::process::Command;
@@ -60,6 +61,32 @@ fn quire_bench_writes_closed_and_open_loop_and_reports_percentiles() {
     // 200/s for 2 s, scheduled: all of them, no more.
     assert!((380..=400).contains(&adds), "{csv}");
     assert_eq!(total[8], "0", "no failed adds: {csv}");
+
+    // Catch-up: 2 MB in 4 KiB entries over 2 ledgers, read back and checked entry by entry.
+    let json = bench(
+        &cluster,
+        &[
+            "--mode",
+            "catch-up",
+            "--ledgers",
+            "2",
+            "--fill-mb",
+            "2",
+            "--entry-bytes",
+            "4096",
+            "--read-range",
+            "50",
+            "--format",
+            "json",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_str(json.trim()).unwrap_or_else(|e| panic!("{e}: {json}"));
+    assert_eq!(v["mode"], "catch-up");
+    // ceil(2e6 / 4096) = 489 entries, 244 per ledger.
+    assert_eq!(v["entries"], 488, "{v}");
+    assert_eq!(v["bytes"], 488 * 4096, "{v}");
+    assert!(v["mb_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["range_latency_ms"]["p50"].as_f64().unwrap() > 0.0, "{v}");
 
     // The benchmark's ledgers are deleted.
     let out = Command::new(bin_path("quire"))

@@ -1,0 +1,345 @@
+#!/usr/bin/env python3
+"""Turns one `make bench` run (loadtest/bench/run.sh) into docs/benchmarks.md
+and docs/bench/latency-throughput.svg.
+
+The report is generated from the raw results in OUT; docs/bench/history.md
+(the per-issue measurements with their own commands) is appended verbatim.
+Standard library only, so it runs wherever python3 does.
+
+Usage: report.py OUT DOCS
+"""
+import glob
+import json
+import math
+import os
+import re
+import sys
+
+OUT, DOCS = sys.argv[1], sys.argv[2]
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def load_json(path):
+    text = read(path).strip()
+    if not text:
+        return None
+    try:
+        return json.loads(text.splitlines()[-1] if text.startswith("{") and "\n{" in text else text)
+    except json.JSONDecodeError:
+        return None
+
+
+def kv(line):
+    return dict(re.findall(r"(\w+)=([^\s|]+)", line))
+
+
+def num(x, default=0.0):
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return default
+
+
+def fmt_rate(x):
+    return f"{x:,.0f}".replace(",", " ") if x else "–"
+
+
+def fmt_ms(x):
+    if not x:
+        return "–"
+    return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:.0f}"
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}x" if a and b else "–"
+
+
+machine = dict(l.split("=", 1) for l in read(f"{OUT}/machine.txt").splitlines() if "=" in l)
+
+# ---- the disk ----------------------------------------------------------------
+disk = {}
+for line in read(f"{OUT}/disk.txt").splitlines():
+    if line.startswith("SUMMARY "):
+        label = line.split()[1].rsplit("_r", 1)[0]
+        head = kv(line.split("|")[0])
+        jobs = [kv(p) for p in line.split("|")[1:]]
+        disk[label] = {
+            "iops": num(head.get("total_iops")),
+            "mbps": num(head.get("total_MBps")),
+            "sync_p50_us": num(jobs[0].get("sync_p50_us")) if jobs else 0,
+            "sync_p99_us": num(jobs[0].get("sync_p99_us")) if jobs else 0,
+        }
+read_bw = {}
+for mode in ("buffered", "direct"):
+    j = load_json(f"{OUT}/fio-read-{mode}.json")
+    if j:
+        read_bw[mode] = j["jobs"][0]["read"]["bw_bytes"] / 1e6
+
+# ---- quire ---------------------------------------------------------------------
+client = {}
+for path in glob.glob(f"{OUT}/client-*.json"):
+    j = load_json(path)
+    if j:
+        client[os.path.basename(path)[len("client-"):-len(".json")]] = j
+sweep = sorted((j for k, j in client.items() if k.startswith("rate-")), key=lambda j: j["rate"])
+goose = {}
+for path in glob.glob(f"{OUT}/goose-append-*.json"):
+    j = load_json(path)
+    if j:
+        goose[int(re.search(r"append-(\d+)", path).group(1))] = j
+catchup = {}
+for path in glob.glob(f"{OUT}/catchup-*.json"):
+    j = load_json(path)
+    if j:
+        catchup[j["entry_bytes"]] = j
+
+# ---- the peers -------------------------------------------------------------------
+nats, etcd = {}, {}
+for line in read(f"{OUT}/nats.txt").splitlines():
+    if line.startswith("SUMMARY jsbench"):
+        d = kv(line)
+        lat = kv(line.split("lat_ms", 1)[1])
+        nats[f"{d['pubs']}x{d['window']}"] = {"rate": num(d.get("rate")), "p50": num(lat.get("p50")),
+                                              "p99": num(lat.get("p99")), "p999": num(lat.get("p999"))}
+for line in read(f"{OUT}/etcd.txt").splitlines():
+    if line.startswith("SUMMARY etcdbench"):
+        d = kv(line)
+        lat = kv(line.split("lat_ms", 1)[1])
+        etcd[int(d["clients"])] = {"rate": num(d.get("rate")), "p50": num(lat.get("p50")),
+                                   "p99": num(lat.get("p99")), "cpu": num(d.get("servers_cpu_pct"))}
+probes = re.findall(r"PROBE disk .*iops=(\d+)", read(f"{OUT}/nats.txt") + read(f"{OUT}/etcd.txt"))
+
+# ---- the plot ----------------------------------------------------------------------
+def svg_plot(series, path):
+    """Latency (ms, log scale) against throughput (ops/s): one polyline or
+    point set per series of (x, y) points."""
+    W, H, L, R, T, B = 860, 500, 70, 220, 30, 55
+    pts = [p for s in series for p in s["points"] if p[0] > 0 and p[1] > 0]
+    if not pts:
+        return False
+    xmax = max(p[0] for p in pts) * 1.08
+    ymin = 10 ** math.floor(math.log10(min(p[1] for p in pts)))
+    ymax = 10 ** math.ceil(math.log10(max(p[1] for p in pts)))
+    X = lambda x: L + (W - L - R) * x / xmax
+    Y = lambda y: T + (H - T - B) * (1 - (math.log10(y) - math.log10(ymin)) / (math.log10(ymax) - math.log10(ymin)))
+    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
+         f'<rect width="{W}" height="{H}" fill="white"/>',
+         f'<text x="{L}" y="18" font-size="14">Latency against throughput, 1 KiB entries, 3 servers on one 2-core machine</text>']
+    step = 10 ** math.floor(math.log10(xmax / 2)) if xmax > 0 else 1
+    step = step * 2 if xmax / step > 12 else step
+    x = 0.0
+    while x <= xmax:
+        o.append(f'<line x1="{X(x):.1f}" y1="{T}" x2="{X(x):.1f}" y2="{H - B}" stroke="#eee"/>')
+        o.append(f'<text x="{X(x):.1f}" y="{H - B + 16}" text-anchor="middle">{x / 1000:g}K</text>')
+        x += step
+    e = math.log10(ymin)
+    while e <= math.log10(ymax) + 1e-9:
+        y = 10 ** e
+        o.append(f'<line x1="{L}" y1="{Y(y):.1f}" x2="{W - R}" y2="{Y(y):.1f}" stroke="#ddd"/>')
+        o.append(f'<text x="{L - 6}" y="{Y(y) + 4:.1f}" text-anchor="end">{y:g} ms</text>')
+        e += 1
+    o.append(f'<rect x="{L}" y="{T}" width="{W - L - R}" height="{H - T - B}" fill="none" stroke="#333"/>')
+    o.append(f'<text x="{(L + W - R) / 2}" y="{H - 12}" text-anchor="middle">throughput (entries, messages or puts per second)</text>')
+    o.append(f'<text x="16" y="{(T + H - B) / 2}" transform="rotate(-90 16 {(T + H - B) / 2})" text-anchor="middle">latency (ms, log scale)</text>')
+    for i, s in enumerate(series):
+        ps = sorted((p for p in s["points"] if p[0] > 0 and p[1] > 0), key=lambda p: p[0]) if s.get("line") else \
+            [p for p in s["points"] if p[0] > 0 and p[1] > 0]
+        if not ps:
+            continue
+        c, dash = s["color"], ' stroke-dasharray="5,3"' if s.get("dash") else ""
+        if s.get("line") and len(ps) > 1:
+            d = " ".join(f"{X(x):.1f},{Y(y):.1f}" for x, y, *_ in ps)
+            o.append(f'<polyline points="{d}" fill="none" stroke="{c}" stroke-width="2"{dash}/>')
+        for x, y, *label in ps:
+            o.append(f'<circle cx="{X(x):.1f}" cy="{Y(y):.1f}" r="3.5" fill="{c}"/>')
+            if label:
+                o.append(f'<text x="{X(x) + 5:.1f}" y="{Y(y) - 5:.1f}" font-size="10" fill="{c}">{label[0]}</text>')
+        ly = T + 14 + 20 * i
+        o.append(f'<line x1="{W - R + 12}" y1="{ly - 4}" x2="{W - R + 32}" y2="{ly - 4}" stroke="{c}" stroke-width="2"{dash}/>')
+        o.append(f'<text x="{W - R + 38}" y="{ly}">{s["name"]}</text>')
+    o.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(o) + "\n")
+    return True
+
+
+CASES = ["1x1", "16x1", "1x100", "4x100"]
+series = [
+    {"name": "quire client p99 (open loop)", "color": "#1f5fbf", "line": True,
+     "points": [(j["adds_per_s"], j["latency_ms"]["p99"]) for j in sweep]},
+    {"name": "quire client p50 (open loop)", "color": "#1f5fbf", "line": True, "dash": True,
+     "points": [(j["adds_per_s"], j["latency_ms"]["p50"]) for j in sweep]},
+    {"name": "quire client p99 (W x window)", "color": "#6fa8ff",
+     "points": [(client[c]["adds_per_s"], client[c]["latency_ms"]["p99"], c) for c in CASES if c in client]},
+    {"name": "quire HTTP p99 (goose users)", "color": "#2a9d4b", "line": True,
+     "points": [(g["operations"].get("POST append", {}).get("requests_per_s", 0),
+                 g["operations"].get("POST append", {}).get("p99_ms", 0), f"{u}u") for u, g in sorted(goose.items())]},
+    {"name": "NATS R3 sync p99", "color": "#d9480f",
+     "points": [(nats[c]["rate"], nats[c]["p99"], c) for c in CASES if c in nats]},
+    {"name": "etcd p99", "color": "#8e44ad", "line": True,
+     "points": [(etcd[c]["rate"], etcd[c]["p99"], f"{c}c") for c in sorted(etcd)]},
+]
+os.makedirs(f"{DOCS}/bench", exist_ok=True)
+plotted = svg_plot(series, f"{DOCS}/bench/latency-throughput.svg")
+
+# ---- the document -----------------------------------------------------------------------
+md = []
+w = md.append
+w("# Benchmarks")
+w("")
+w(f"Generated by `make bench` (loadtest/bench/run.sh, then loadtest/bench/report.py) on "
+  f"{machine.get('date', '?')} at commit {machine.get('commit', '?')}: {machine.get('cpus', '?')} cores, "
+  f"{machine.get('memory', '?')}, disk {machine.get('disk', '?')}, {machine.get('secs', '?')} s per case. "
+  "Everything below the line ran in that one session on that one machine, side by side: the "
+  "disk's fdatasync latency on this host drifts by up to 10x over minutes (../shared/bench/README.md), "
+  "so only figures from one run are compared. Regenerate with `make bench` (about 12 minutes; "
+  "`make bench PEERS=0` skips NATS and etcd). The per-component benchmarks of earlier issues follow the "
+  "report, each with its own command.")
+w("")
+w("The headline shape (../shared/BRIEF.md): 1 KiB entries, E=3 Qw=3 Qa=2, three bookies on one machine, "
+  "every add acknowledged only after two bookies fdatasynced it; NATS JetStream R3 with `sync_interval: always` "
+  "(an fsync per write: the durability quire gives) and a 3-node etcd (WAL fdatasync per raft entry) on the same "
+  "cases. `W x window` = writers (ledgers, publishers) x requests in flight each.")
+w("")
+
+# headline table
+w("## Pipelined and queue-depth-1 writes: quire next to NATS JetStream and etcd")
+w("")
+w("Command: `make bench` (cases `quire bench --ledgers W --window N`, `nats-jetstream.sh pypi-always` and `etcd.sh`).")
+w("")
+w("| case | quire adds/s | p50 ms | p99 ms | p99.9 ms | NATS msg/s | p50 ms | p99 ms | quire / NATS throughput | quire / NATS p99 |")
+w("|---|---|---|---|---|---|---|---|---|---|")
+for c in CASES:
+    q, n = client.get(c), nats.get(c)
+    qa = q["adds_per_s"] if q else 0
+    ql = q["latency_ms"] if q else {}
+    w(f"| {c} | {fmt_rate(qa)} | {fmt_ms(ql.get('p50'))} | {fmt_ms(ql.get('p99'))} | {fmt_ms(ql.get('p999'))} | "
+      f"{fmt_rate(n['rate']) if n else '–'} | {fmt_ms(n['p50']) if n else '–'} | {fmt_ms(n['p99']) if n else '–'} | "
+      f"{ratio(qa, n['rate'] if n else 0)} | {ratio(ql.get('p99'), n['p99'] if n else 0)} |")
+w("")
+if etcd:
+    w("etcd, 3 nodes, 1 KiB puts (etcdbench through the leader):")
+    w("")
+    w("| clients | puts/s | p50 ms | p99 ms | quire case | quire adds/s / etcd puts/s |")
+    w("|---|---|---|---|---|---|")
+    pair = {1: "1x1", 16: "16x1", 100: "1x100", 1000: "4x100"}
+    for c in sorted(etcd):
+        e = etcd[c]
+        qc = pair.get(c)
+        qa = client[qc]["adds_per_s"] if qc in client else 0
+        w(f"| {c} | {fmt_rate(e['rate'])} | {fmt_ms(e['p50'])} | {fmt_ms(e['p99'])} | {qc or '–'} | {ratio(qa, e['rate'])} |")
+    w("")
+
+# disk
+w("## The disk's own limits, same run")
+w("")
+w("Command: `make bench` (fio through `../shared/bench/disk-limit.sh` with `ONLY='^(i_1k_append|ii_|iv_3x1k_append)'`, "
+  "and sequential 1 MiB reads of a 2 GiB file after `drop_caches`).")
+w("")
+w("| fio case | ops/s | MB/s | 1 KiB entries/s it could carry | fdatasync p50 µs | p99 µs |")
+w("|---|---|---|---|---|---|")
+names = {"i_1k_append_fdatasync": "1 KiB append + fdatasync", "ii_64k_append_fdatasync": "64 KiB append + fdatasync",
+         "ii_1m_append_fdatasync": "1 MiB append + fdatasync", "iv_3x1k_append_fdatasync": "3 journals, 1 KiB append + fdatasync each"}
+for k, label in names.items():
+    d = disk.get(k)
+    if d:
+        w(f"| {label} | {fmt_rate(d['iops'])} | {d['mbps']:.1f} | {fmt_rate(d['mbps'] * 1e6 / 1024)} | "
+          f"{d['sync_p50_us']:.0f} | {d['sync_p99_us']:.0f} |")
+for mode, bw in read_bw.items():
+    w(f"| sequential 1 MiB read, {'page cache' if mode == 'buffered' else 'O_DIRECT'}, cold | | {bw:.0f} | | | |")
+if probes:
+    w("")
+    w(f"fio's 5-second 1 KiB append + fdatasync probe before and after the peer runs: {', '.join(probes)} ops/s.")
+w("")
+peak = max([client[c]["adds_per_s"] for c in CASES if c in client] + [0])
+gc = disk.get("ii_1m_append_fdatasync") or disk.get("ii_64k_append_fdatasync")
+if peak and gc:
+    limit = gc["mbps"] * 1e6 / 1024
+    w(f"quire's best pipelined case carried {fmt_rate(peak)} adds/s = {peak * 1024 / 1e6:.1f} MB/s of payload per "
+      f"bookie (each of the three bookies journals every entry, Qw=3): **{peak / limit:.2f}x the disk's group-commit "
+      f"limit** of {fmt_rate(limit)} 1 KiB entries/s (1 MiB append + fdatasync, one journal).")
+    w("")
+
+# latency-throughput
+w("## Latency against throughput")
+w("")
+w("Command: `make bench` (`quire bench --ledgers 4 --rate R`: open loop, latency measured from each add's scheduled "
+  "time, so a stall counts against every add it delays; goose append-heavy over HTTP at 1, 16 and 64 users).")
+w("")
+if plotted:
+    w("![latency against throughput](bench/latency-throughput.svg)")
+    w("")
+w("| target adds/s | achieved | p50 ms | p99 ms | p99.9 ms | max ms | failed |")
+w("|---|---|---|---|---|---|---|")
+for j in sweep:
+    l = j["latency_ms"]
+    w(f"| {fmt_rate(j['rate'])} | {fmt_rate(j['adds_per_s'])} | {fmt_ms(l['p50'])} | {fmt_ms(l['p99'])} | "
+      f"{fmt_ms(l['p999'])} | {fmt_ms(l['max'])} | {j['failed']} |")
+w("")
+
+# HTTP
+if goose:
+    w("## Through the HTTP gateway (goose)")
+    w("")
+    w("Command: `make bench` (`loadtest/goose`: `quire-loadtest --scenarios appendheavy --users U --run-time "
+      f"{machine.get('secs', '10')}s`, one ledger and one append in flight per user, every entry's id checked).")
+    w("")
+    w("| users | appends/s | MB/s | p50 ms | p99 ms | p99.9 ms | failed | direct client, same in-flight | HTTP / direct |")
+    w("|---|---|---|---|---|---|---|---|---|")
+    direct = {1: "1x1", 16: "16x1"}
+    for u, g in sorted(goose.items()):
+        a = g["operations"].get("POST append", {})
+        d = client.get(direct.get(u, ""), {})
+        w(f"| {u} | {fmt_rate(a.get('requests_per_s'))} | {g['totals']['append_mb_per_s']:.1f} | {fmt_ms(a.get('p50_ms'))} | "
+          f"{fmt_ms(a.get('p99_ms'))} | {fmt_ms(a.get('p999_ms'))} | {a.get('failed', 0)} | "
+          f"{fmt_rate(d.get('adds_per_s')) if d else '–'} | {ratio(a.get('requests_per_s'), d.get('adds_per_s')) if d else '–'} |")
+    w("")
+
+# catch-up
+if catchup:
+    w("## Catch-up reads against the disk's read bandwidth")
+    w("")
+    w("Command: `make bench` (`quire bench --mode catch-up --ledgers 4 --fill-mb 256 --entry-bytes B --read-range 100 "
+      "--drop-caches`: four closed ledgers read back from entry 0 at once, every entry checked, the page cache "
+      "dropped between writing and reading).")
+    w("")
+    w("| entry bytes | entries/s | MB/s | range of 100 p50 ms | p99 ms | / disk read (page cache) | / disk read (O_DIRECT) |")
+    w("|---|---|---|---|---|---|---|")
+    for b, j in sorted(catchup.items()):
+        w(f"| {b} | {fmt_rate(j['entries_per_s'])} | {j['mb_per_s']:.1f} | {fmt_ms(j['range_latency_ms']['p50'])} | "
+          f"{fmt_ms(j['range_latency_ms']['p99'])} | {ratio(j['mb_per_s'], read_bw.get('buffered'))} | "
+          f"{ratio(j['mb_per_s'], read_bw.get('direct'))} |")
+    w("")
+
+# targets
+w("## Against the targets")
+w("")
+n1, q1 = nats.get("1x1"), client.get("1x1")
+n4, q4 = nats.get("4x100"), client.get("4x100")
+if q1 and n1:
+    met = q1["latency_ms"]["p50"] < n1["p50"]
+    w(f"- CLIENT, queue depth 1: quire p50 {fmt_ms(q1['latency_ms']['p50'])} ms against NATS {fmt_ms(n1['p50'])} ms"
+      f"{' and etcd ' + fmt_ms(etcd[1]['p50']) + ' ms' if 1 in etcd else ''}: **{'met' if met else 'not met'}**.")
+if q4 and n4:
+    r = q4["adds_per_s"] / n4["rate"] if n4["rate"] else 0
+    lower = q4["latency_ms"]["p99"] < n4["p99"]
+    w(f"- CLIENT, pipelined (4 x 100): {r:.2f}x NATS's throughput with a p99 {ratio(q4['latency_ms']['p99'], n4['p99'])} "
+      f"NATS's; the target is 4x at a lower p99: **{'met' if r >= 4 and lower else 'not met'}**.")
+if peak:
+    w(f"- BOOKIE, 100 K adds/s: the best three-bookie case did {fmt_rate(peak)} adds/s (every bookie stores every "
+      f"entry): **{'met' if peak >= 100000 else 'not met'}**; see the profile under CLIENT below for what bounds it.")
+w("")
+w("---")
+w("")
+history = read(f"{DOCS}/bench/history.md")
+md_text = "\n".join(md) + "\n" + history
+with open(f"{DOCS}/benchmarks.md", "w") as f:
+    f.write(md_text)
+print(f"wrote {DOCS}/benchmarks.md ({len(md_text)} bytes){' and the plot' if plotted else ''}")

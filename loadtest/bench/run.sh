@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# `make bench`: one run on one machine that regenerates docs/benchmarks.md.
+#
+#   1. the disk's limits (fio, ../shared/bench/disk-limit.sh: 1 KiB, 64 KiB and
+#      1 MiB append + fdatasync, three concurrent journals) and its read
+#      bandwidth (fio, sequential 1 MiB reads from a cold page cache);
+#   2. a quire cluster (`quire standalone`: 3 metadata replicas, 3 bookies,
+#      auditor, worker, gateway, every one its own process) and on it:
+#      - the client library (`quire bench`): the NATS cases (writers x window)
+#        and an open-loop sweep of target rates, for latency against throughput;
+#      - the HTTP gateway (goose, loadtest/goose): append-heavy at 1, 16 and 64 users;
+#      - catch-up reads of closed ledgers with a cold page cache, 1 KiB and 64 KiB entries;
+#   3. NATS JetStream R3 with fsync on every write, and etcd, with the
+#      ../shared/bench scripts, on the same cases;
+#   4. loadtest/bench/report.py: docs/benchmarks.md (ratios, tables) and
+#      docs/bench/latency-throughput.svg.
+#
+# Env: SECS (10) seconds per measured case; OUT (target/bench-report) raw
+# results; DOCS (docs) where the report goes; PEERS (1) 0 skips NATS and
+# etcd; DISK (1) 0 skips fio; RATES (open-loop targets, adds/s); USERS (goose
+# users per case); FILL_MB (256) catch-up data per entry size; DROP_CACHES (1);
+# SHARED (../shared/bench). Run as root (fio, drop_caches, the peers'
+# packages). Takes about 12 minutes. loadtest/smoke.sh runs it in seconds.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+SHARED=${SHARED:-$ROOT/../shared/bench}
+OUT=${OUT:-$ROOT/target/bench-report}
+SECS=${SECS:-10}
+RATES=${RATES:-"2000 5000 10000 15000 20000 25000 30000"}
+USERS=${USERS:-"1 16 64"}
+FILL_MB=${FILL_MB:-256}
+DROP_CACHES=${DROP_CACHES:-1}
+DOCS=${DOCS:-$ROOT/docs}
+BIN=$ROOT/target/release
+CLUSTER=${CLUSTER:-/tmp/quire-bench-cluster}
+HTTP=127.0.0.1:18080
+rm -rf "$OUT"; mkdir -p "$OUT"
+log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$OUT/run.log"; }
+need_apt() { dpkg -s "$@" >/dev/null 2>&1 || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"; }; }
+
+# Everything this script starts is stopped when it ends, however it ends.
+PIDS=()
+cleanup() { for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+            for p in "${PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+{
+  echo "date=$(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "commit=$(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet || echo +dirty)"
+  echo "cpus=$(nproc)"
+  echo "memory=$(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
+  echo "disk=$(findmnt -n -o SOURCE,FSTYPE -T /tmp)"
+  echo "secs=$SECS"
+} > "$OUT/machine.txt"
+
+log "building quire (release) and the goose load generator"
+cargo build --release --workspace --bins -q
+cargo build --release -q --manifest-path "$ROOT/loadtest/goose/Cargo.toml"
+GOOSE=$ROOT/loadtest/goose/target/release/quire-loadtest
+
+# ---- 1. the disk ------------------------------------------------------------
+if [ "${DISK:-1}" = 1 ]; then
+  log "disk: fio append + fdatasync (disk-limit.sh)"
+  DIR=/tmp/quire-peers/fio RT=$SECS RT_BW=$SECS ONLY='^(i_1k_append|ii_|iv_3x1k_append)' \
+    bash "$SHARED/disk-limit.sh" 1 > "$OUT/disk.txt" 2>&1 || log "disk-limit.sh failed (see $OUT/disk.txt)"
+  log "disk: fio sequential read, cold page cache"
+  need_apt fio
+  mkdir -p /tmp/quire-peers/fio-read
+  fio --name=lay --directory=/tmp/quire-peers/fio-read --filename=r.f --rw=write --bs=1m --size=2g --end_fsync=1 \
+      --output-format=json >/dev/null
+  for mode in buffered direct; do
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    d=0; [ $mode = direct ] && d=1
+    fio --name=read --directory=/tmp/quire-peers/fio-read --filename=r.f --rw=read --bs=1m --size=2g --direct=$d \
+        --ioengine=psync --runtime=$SECS --time_based=0 --output-format=json --output="$OUT/fio-read-$mode.json" >/dev/null
+  done
+  rm -rf /tmp/quire-peers/fio-read
+fi
+
+# ---- 2. quire ---------------------------------------------------------------
+start_cluster() {
+  rm -rf "$CLUSTER"; mkdir -p "$CLUSTER"
+  "$BIN/quire" standalone --data-dir "$CLUSTER" --http "$HTTP" > "$OUT/cluster.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 1 120); do
+    curl -sf "http://$HTTP/readyz" >/dev/null 2>&1 && return 0
+    kill -0 "${PIDS[-1]}" 2>/dev/null || { log "the cluster exited:"; tail -20 "$OUT/cluster.log"; exit 1; }
+    sleep 0.5
+  done
+  log "the gateway did not become ready"; exit 1
+}
+stop_cluster() { kill "${PIDS[-1]}" 2>/dev/null || true; wait "${PIDS[-1]}" 2>/dev/null || true; unset 'PIDS[-1]'; }
+META=127.0.0.1:4181,127.0.0.1:4182,127.0.0.1:4183
+qbench() { "$BIN/quire" bench --metadata "$META" --certs-dir "$CLUSTER/certs" --format json "$@"; }
+
+log "quire: starting the cluster under $CLUSTER"
+start_cluster
+for c in 1:1 16:1 1:100 4:100; do
+  l=${c%%:*}; w=${c##*:}
+  log "quire client: $l x $w (closed loop)"
+  qbench --ledgers "$l" --window "$w" --duration-secs "$SECS" > "$OUT/client-${l}x${w}.json" || log "$c failed"
+done
+for r in $RATES; do
+  log "quire client: open loop at $r adds/s over 4 ledgers"
+  qbench --ledgers 4 --rate "$r" --duration-secs "$SECS" > "$OUT/client-rate-$r.json" || log "open loop at $r failed"
+done
+for u in $USERS; do
+  log "quire HTTP: goose append-heavy, $u users"
+  QUIRE_REPORT_JSON="$OUT/goose-append-$u.json" "$GOOSE" --host "http://$HTTP" --scenarios appendheavy \
+    --users "$u" --increase-rate "$u" --run-time "${SECS}s" --quiet --no-print-metrics > "$OUT/goose-append-$u.txt" 2>&1 \
+    || log "goose at $u users failed (see $OUT/goose-append-$u.txt)"
+done
+for b in 1024 65536; do
+  log "quire catch-up read: $b B entries, $FILL_MB MB over 4 ledgers"
+  drop=(); [ "$DROP_CACHES" = 1 ] && drop=(--drop-caches)
+  qbench --mode catch-up --ledgers 4 --fill-mb "$FILL_MB" --entry-bytes "$b" --read-range 100 --window 100 "${drop[@]}" \
+    > "$OUT/catchup-$b.json" || log "catch-up at $b B failed"
+done
+stop_cluster
+
+# ---- 3. the peers -------------------------------------------------------------
+if [ "${PEERS:-1}" = 1 ]; then
+  log "NATS JetStream R3, sync_interval: always"
+  DUR=${SECS}s CASES="1:1 16:1 1:100 4:100" bash "$SHARED/nats-jetstream.sh" pypi-always 1 > "$OUT/nats.txt" 2>&1 \
+    || log "nats-jetstream.sh failed (see $OUT/nats.txt)"
+  log "etcd, 3 nodes"
+  DUR=${SECS}s CHECKPERF=0 CASES="1:1:leader 16:4:leader 100:10:leader 1000:100:leader" bash "$SHARED/etcd.sh" 1 > "$OUT/etcd.txt" 2>&1 \
+    || log "etcd.sh failed (see $OUT/etcd.txt)"
+fi
+
+# ---- 4. the report ------------------------------------------------------------
+log "writing $DOCS/benchmarks.md and $DOCS/bench/latency-throughput.svg"
+python3 "$ROOT/loadtest/bench/report.py" "$OUT" "$DOCS"
+log "done: $OUT"

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Part of `make test`: the load tooling against a real local cluster, briefly.
+#   1. every goose scenario (tailread, catchup, mixed; appendheavy runs in
+#      step 2) for a few seconds: it must move entries, and no reply may
+#      contradict what was written;
+#   2. `make bench`'s pipeline (loadtest/bench/run.sh) at toy scale, without
+#      fio or the peers, into a scratch folder: quire bench (closed loop, open
+#      loop, catch-up), goose append-heavy, then report.py; the report must
+#      hold its tables and the plot.
+# Takes about a minute once goose is built.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+WORK=${WORK:-$(mktemp -d /tmp/quire-loadtest-smoke.XXXXXX)}
+GOOSE=$ROOT/loadtest/goose/target/release/quire-loadtest
+HTTP=127.0.0.1:18380
+PID=
+cleanup() { [ -n "$PID" ] && { kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; }; }
+trap cleanup EXIT
+fail() { echo "loadtest smoke: $*" >&2; exit 1; }
+
+# 1. the scenarios, on a cluster of their own (ports offset from the defaults).
+"$ROOT/target/release/quire" standalone --data-dir "$WORK/cluster" --http "$HTTP" --port-offset 300 > "$WORK/cluster.log" 2>&1 &
+PID=$!
+for _ in $(seq 1 120); do
+  curl -sf "http://$HTTP/readyz" >/dev/null 2>&1 && break
+  kill -0 "$PID" 2>/dev/null || { tail -20 "$WORK/cluster.log"; fail "the cluster exited"; }
+  sleep 0.5
+done
+curl -sf "http://$HTTP/readyz" >/dev/null || fail "the gateway did not become ready"
+for sc in tailread catchup mixed; do
+  QUIRE_REPORT_JSON="$WORK/$sc.json" QUIRE_CATCHUP_ENTRIES=300 QUIRE_LEDGER_ENTRIES=50 \
+    "$GOOSE" --host "http://$HTTP" --scenarios "$sc" --users 4 --increase-rate 4 --run-time 3s --quiet --no-print-metrics \
+    > "$WORK/$sc.txt" 2>&1 || { cat "$WORK/$sc.txt"; fail "goose $sc exited non-zero"; }
+  python3 - "$WORK/$sc.json" "$sc" <<'PY' || { cat "$WORK/$sc.txt"; fail "goose $sc"; }
+import json, sys
+s = json.load(open(sys.argv[1])); t = s["totals"]; sc = sys.argv[2]
+assert t["wrong_replies"] == 0, t
+assert t["failures"] == 0, t["first_failures"]
+assert t["appended_entries"] > 0, t
+assert t["read_entries"] > 0, t
+ops = s["operations"]
+want = {"tailread": ["GET lac_poll", "GET read_range"], "catchup": ["GET read_range"], "mixed": ["POST append", "GET read_one"]}[sc]
+for op in want:
+    assert ops.get(op, {}).get("requests", 0) > 0 and ops[op]["p99_ms"] > 0, (op, ops)
+if sc == "mixed":
+    # 50 entries per ledger: ledgers were closed and the old ones deleted.
+    assert ops.get("POST close", {}).get("requests", 0) > 0, ops
+    assert ops.get("DELETE delete", {}).get("requests", 0) > 0, ops
+print(f"goose {sc}: {t['appended_entries']} appended, {t['read_entries']} read and checked")
+PY
+done
+cleanup; PID=
+
+# 2. make bench's pipeline, at toy scale.
+OUT="$WORK/report" DOCS="$WORK/docs" CLUSTER="$WORK/bench-cluster" SECS=2 PEERS=0 DISK=0 RATES="500 1000" \
+  USERS="1 4" FILL_MB=2 DROP_CACHES=0 bash "$ROOT/loadtest/bench/run.sh" > "$WORK/bench.txt" 2>&1 \
+  || { cat "$WORK/bench.txt"; fail "loadtest/bench/run.sh failed"; }
+md="$WORK/docs/benchmarks.md"
+for want in "## Pipelined and queue-depth-1 writes" "| 4x100 |" "## Latency against throughput" "| 1 000 |" \
+            "## Through the HTTP gateway (goose)" "## Catch-up reads" "| 65536 |" "bench/latency-throughput.svg"; do
+  grep -qF -- "$want" "$md" || { cat "$WORK/bench.txt"; cat "$md"; fail "the report lacks '$want'"; }
+done
+grep -q '<polyline' "$WORK/docs/bench/latency-throughput.svg" || fail "the plot has no curve"
+if grep -q 'failed' "$WORK/report/run.log"; then cat "$WORK/report/run.log"; fail "a bench case failed"; fi
+echo "loadtest smoke: ok ($WORK)"
+rm -rf "$WORK"
