@@ -5,6 +5,9 @@
 //! replicas for holes and corrupt copies, retires drained bookies, and
 //! publishes its report (GET /v1/cluster). The replication workers repair.
 
+#[global_allocator]
+static ALLOC: quire_runtime::Allocator = quire_runtime::Allocator;
+
 mod audit;
 mod auditor;
 

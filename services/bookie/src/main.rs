@@ -6,6 +6,9 @@
 //! reach it. Registration with the metadata service (leases, the cookie's
 //! ownership record) arrives with the metadata service.
 
+#[global_allocator]
+static ALLOC: quire_runtime::Allocator = quire_runtime::Allocator;
+
 mod gc;
 mod integrity;
 mod metrics;

@@ -5,6 +5,9 @@
 //! HTTP on `--http-listen`. Client calls run on the tokio runtime (quinn,
 //! writer actors); actix-web's workers only parse, route and answer.
 
+#[global_allocator]
+static ALLOC: quire_runtime::Allocator = quire_runtime::Allocator;
+
 mod api;
 mod auth;
 mod error;

@@ -1,5 +1,8 @@
 //! `quire-metadata`: one replica of quire's metadata service.
 
+#[global_allocator]
+static ALLOC: quire_runtime::Allocator = quire_runtime::Allocator;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;

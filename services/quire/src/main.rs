@@ -7,6 +7,9 @@
 //! checks (`quire selftest`, `quire bookie-sanity`, `quire under-replicated`) and
 //! a whole cluster on one machine (`quire standalone`).
 
+#[global_allocator]
+static ALLOC: quire_runtime::Allocator = quire_runtime::Allocator;
+
 mod admin;
 mod bench;
 mod bench_catchup;

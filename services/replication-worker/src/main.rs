@@ -5,6 +5,9 @@
 //! policy (or back into a bookie's holes), records the new ensembles by
 //! compare-and-set, and clears the mark. Copying is throttled in bytes/s.
 
+#[global_allocator]
+static ALLOC: quire_runtime::Allocator = quire_runtime::Allocator;
+
 mod worker;
 
 use std::net::SocketAddr;
