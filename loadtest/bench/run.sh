@@ -20,7 +20,7 @@
 # etcd; DISK (1) 0 skips fio; RATES (open-loop targets, adds/s); USERS (goose
 # users per case); FILL_MB (256) catch-up data per entry size; DROP_CACHES (1);
 # SHARED (../shared/bench). Run as root (fio, drop_caches, the peers'
-# packages). Takes about 12 minutes. loadtest/smoke.sh runs it in seconds.
+# packages). Takes about 8 minutes. loadtest/smoke.sh runs it in seconds.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 SHARED=${SHARED:-$ROOT/../shared/bench}

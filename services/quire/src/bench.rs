@@ -124,23 +124,56 @@ async fn drive(
     rec: Arc<Mutex<Recorder>>,
 ) {
     if rate_per_ledger > 0.0 {
+        // One task per ledger submits each add at its scheduled time and
+        // collects acknowledgements in order (a writer acknowledges in entry
+        // order); no task or timer per add, so the generator's own cost stays
+        // near the closed loop's. When submit blocks (the writer is at its
+        // pending bound) the schedule slips, and the latency, measured from
+        // the schedule, says so.
         let interval = Duration::from_secs_f64(1.0 / rate_per_ledger);
         let start = tokio::time::Instant::now();
-        let mut inflight = tokio::task::JoinSet::new();
-        for i in 0u64.. {
-            let due = start + interval.mul_f64(i as f64);
-            if due.into_std() >= until {
+        let mut pending: VecDeque<(tokio::time::Instant, quire_client::PendingAdd)> = VecDeque::new();
+        let mut i = 0u64;
+        loop {
+            let now = tokio::time::Instant::now();
+            let mut next_due = None;
+            loop {
+                let due = start + interval.mul_f64(i as f64);
+                if due.into_std() >= until {
+                    break;
+                }
+                if due > now {
+                    next_due = Some(due);
+                    break;
+                }
+                match w.submit(payload.clone()).await {
+                    Ok(p) => pending.push_back((due, p)),
+                    Err(e) => {
+                        rec.lock().expect("recorder lock").record(Err(e.to_string()));
+                        return;
+                    }
+                }
+                i += 1;
+            }
+            if next_due.is_none() && pending.is_empty() {
                 break;
             }
-            tokio::time::sleep_until(due).await;
-            let (w, p, rec) = (w.clone(), payload.clone(), rec.clone());
-            inflight.spawn(async move {
-                let r = w.add(p).await.map(|_| due.elapsed()).map_err(|e| e.to_string());
-                rec.lock().expect("recorder lock").record(r);
-            });
-            while inflight.try_join_next().is_some() {}
+            let front = async {
+                match pending.front_mut() {
+                    Some((due, p)) => (*due, p.await),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                (due, r) = front => {
+                    pending.pop_front();
+                    let r = r.map(|_| due.elapsed()).map_err(|e| e.to_string());
+                    rec.lock().expect("recorder lock").record(r);
+                }
+                _ = tokio::time::sleep_until(next_due.unwrap_or(now)), if next_due.is_some() => {}
+            }
         }
-        while inflight.join_next().await.is_some() {}
     } else {
         let mut pending = VecDeque::new();
         while Instant::now() < until {
