@@ -16,7 +16,7 @@ ROUNDS=${ROUNDS:-3}; SECS=${SECS:-10}; CASES=${CASES:-"4:100 1:100 16:1"}
 WORK=${WORK:-/tmp/quire-ab}; HTTP=127.0.0.1:18280
 META=127.0.0.1:4381,127.0.0.1:4382,127.0.0.1:4383
 PID=
-cleanup() { [ -n "$PID" ] && { kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; }; PID=; }
+cleanup() { [ -n "$PID" ] && { kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; }; PID=; rm -rf "$WORK"; }
 trap cleanup EXIT
 cluster_cpu() { # jiffies of every process under the standalone supervisor
   local s=0 p

@@ -19,7 +19,7 @@
 # results; DOCS (docs) where the report goes; PEERS (1) 0 skips NATS and
 # etcd; DISK (1) 0 skips fio; RATES (open-loop targets, adds/s); USERS (goose
 # users per case); FILL_MB (256) catch-up data per entry size; DROP_CACHES (1);
-# SHARED (../shared/bench). Run as root (fio, drop_caches, the peers'
+# KEEP (0) 1 keeps the cluster's data; SHARED (../shared/bench). Run as root (fio, drop_caches, the peers'
 # packages). Takes about 8 minutes. loadtest/smoke.sh runs it in seconds.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -89,7 +89,10 @@ start_cluster() {
   done
   log "the gateway did not become ready"; exit 1
 }
-stop_cluster() { kill "${PIDS[-1]}" 2>/dev/null || true; wait "${PIDS[-1]}" 2>/dev/null || true; unset 'PIDS[-1]'; }
+# The cluster's data (several GB after the catch-up cases) goes with it, so
+# that repeated runs do not fill the disk (bookies turn read-only when it is).
+stop_cluster() { kill "${PIDS[-1]}" 2>/dev/null || true; wait "${PIDS[-1]}" 2>/dev/null || true; unset 'PIDS[-1]'
+                 [ "${KEEP:-0}" = 1 ] || rm -rf "$CLUSTER"; }
 META=127.0.0.1:4181,127.0.0.1:4182,127.0.0.1:4183
 qbench() { "$BIN/quire" bench --metadata "$META" --certs-dir "$CLUSTER/certs" --format json "$@"; }
 

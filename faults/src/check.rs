@@ -1,0 +1,354 @@
+//! The guarantees of ../shared/BRIEF.md as rules over a history. Each rule
+//! looks only at recorded events, so a violation names the events that show
+//! it and a history file can be re-checked after the run.
+//!
+//! | guarantee | rule |
+//! |---|---|
+//! | 1. an acknowledged entry is durable and readable | every acknowledged add is in its ledger's final read, with its bytes ([`Violation::LostAck`], [`Violation::ChangedAck`]); a ledger with acknowledged adds recovers ([`Violation::Unrecoverable`]) |
+//! | 2. no read past the LAC; readers agree | every entry a reader saw is in the final ledger with the same bytes ([`Violation::DirtyRead`]); two reads of one entry agree ([`Violation::DivergentReads`]); two acknowledged adds never share an entry id ([`Violation::DuplicateEntryId`]) |
+//! | 3. no acknowledgement after fencing | no add invoked after a recovery completed is acknowledged ([`Violation::AckAfterFence`]); none beyond the recovered end ([`Violation::AckBeyondRecovery`]) |
+//! | 4. recovery never truncates acknowledged entries | the recovered end is at or past every acknowledged entry ([`Violation::AckBeyondRecovery`]) |
+//! | 6. autorecovery restores Qw copies | no entry short of copies after healing ([`Violation::UnderReplicated`]) |
+//!
+//! A read that returned bytes is "dirty" when those bytes are not the final
+//! ledger's: either the entry is past the recovered end (it was read past the
+//! LAC, and the writer's add never counted) or the bytes differ. Reads of
+//! ledgers that have no final read are compared only with acknowledged adds.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::history::{Event, Op, Outcome};
+
+/// One broken guarantee, with what shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Violation {
+    /// An acknowledged add is missing from its ledger after recovery.
+    LostAck { ledger: u64, entry: u64, final_last_entry: i64 },
+    /// An acknowledged add's entry holds other bytes after recovery.
+    ChangedAck { ledger: u64, entry: u64, acked: u64, recovered: u64 },
+    /// A ledger with acknowledged adds has no successful final read.
+    Unrecoverable { ledger: u64, acked_entries: usize },
+    /// A reader saw bytes the final ledger does not hold at that entry.
+    DirtyRead { ledger: u64, entry: u64, read: u64, recovered: Option<u64>, process: u32, at_us: u64 },
+    /// Readers saw different bytes for one entry.
+    DivergentReads { ledger: u64, entry: u64, digests: Vec<u64> },
+    /// Two acknowledged adds were given the same entry id with different bytes.
+    DuplicateEntryId { ledger: u64, entry: u64, digests: Vec<u64> },
+    /// An add invoked after the ledger was fenced and recovered was acknowledged.
+    AckAfterFence { ledger: u64, entry: Option<u64>, handle: u64, fenced_at_us: u64, invoked_us: u64 },
+    /// An acknowledged add lies past the end recovery settled on.
+    AckBeyondRecovery { ledger: u64, entry: u64, recovered_last_entry: i64 },
+    /// After healing, entries with fewer than Qw good copies.
+    UnderReplicated { ledger: u64, write_quorum: u32, short: Vec<(u64, u32)> },
+}
+
+/// What was checked and what broke.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    pub violations: Vec<Violation>,
+    pub acked_adds: usize,
+    pub unknown_adds: usize,
+    pub reads: usize,
+    pub recoveries: usize,
+    pub ledgers_final: usize,
+}
+
+impl Report {
+    pub fn ok(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+/// Checks a history (events in any order).
+pub fn check(events: &[Event]) -> Report {
+    let mut r = Report::default();
+    // (ledger, entry) -> digests of acknowledged adds
+    let mut acked: BTreeMap<(u64, u64), BTreeSet<u64>> = BTreeMap::new();
+    // ledger -> (last entry, entry -> digest)
+    let mut finals: BTreeMap<u64, (i64, BTreeMap<u64, u64>)> = BTreeMap::new();
+    // (ledger, entry) -> digests read, with the first read of each
+    let mut reads: BTreeMap<(u64, u64), BTreeMap<u64, (u32, u64)>> = BTreeMap::new();
+    // ledger -> (completed_us, last entry) of successful recoveries
+    let mut recoveries: BTreeMap<u64, Vec<(u64, i64)>> = BTreeMap::new();
+
+    for e in events {
+        match (&e.op, e.outcome) {
+            (Op::Add { ledger, entry: Some(entry), digest, .. }, Outcome::Ok) => {
+                r.acked_adds += 1;
+                acked.entry((*ledger, *entry)).or_default().insert(*digest);
+            }
+            (Op::Add { .. }, Outcome::Unknown) => r.unknown_adds += 1,
+            (Op::Read { ledger, entry, digest: Some(d) }, Outcome::Ok) => {
+                r.reads += 1;
+                reads.entry((*ledger, *entry)).or_default().entry(*d).or_insert((e.process, e.completed_us));
+            }
+            (Op::Read { .. }, Outcome::Ok) => r.reads += 1,
+            (Op::Recover { ledger, last_entry }, Outcome::Ok) => {
+                r.recoveries += 1;
+                recoveries.entry(*ledger).or_default().push((e.completed_us, *last_entry));
+            }
+            (Op::Final { ledger, last_entry, entries }, Outcome::Ok) => {
+                r.ledgers_final += 1;
+                finals.insert(*ledger, (*last_entry, entries.iter().copied().collect()));
+            }
+            (Op::Replicas { ledger, write_quorum, short }, Outcome::Ok) if !short.is_empty() => {
+                r.violations.push(Violation::UnderReplicated {
+                    ledger: *ledger,
+                    write_quorum: *write_quorum,
+                    short: short.clone(),
+                });
+            }
+            _ => {}
+        }
+    }
+
+    // Two acknowledged adds, one entry id.
+    for ((ledger, entry), ds) in &acked {
+        if ds.len() > 1 {
+            r.violations.push(Violation::DuplicateEntryId {
+                ledger: *ledger,
+                entry: *entry,
+                digests: ds.iter().copied().collect(),
+            });
+        }
+    }
+
+    // Acknowledged adds survive recovery, bytes and all.
+    let mut acked_per_ledger: BTreeMap<u64, usize> = BTreeMap::new();
+    for ((ledger, entry), ds) in &acked {
+        *acked_per_ledger.entry(*ledger).or_default() += 1;
+        let Some((last, entries)) = finals.get(ledger) else { continue };
+        let want = *ds.iter().next().expect("non-empty");
+        match entries.get(entry) {
+            None => r.violations.push(Violation::LostAck { ledger: *ledger, entry: *entry, final_last_entry: *last }),
+            Some(&got) if got != want => {
+                r.violations.push(Violation::ChangedAck { ledger: *ledger, entry: *entry, acked: want, recovered: got })
+            }
+            Some(_) => {}
+        }
+    }
+    for (ledger, n) in &acked_per_ledger {
+        if !finals.contains_key(ledger) {
+            r.violations.push(Violation::Unrecoverable { ledger: *ledger, acked_entries: *n });
+        }
+    }
+
+    // Readers agree with each other and with the final ledger.
+    for ((ledger, entry), seen) in &reads {
+        if seen.len() > 1 {
+            r.violations.push(Violation::DivergentReads {
+                ledger: *ledger,
+                entry: *entry,
+                digests: seen.keys().copied().collect(),
+            });
+        }
+        let truth = match finals.get(ledger) {
+            Some((_, entries)) => Some(entries.get(entry).copied()),
+            None => acked.get(&(*ledger, *entry)).map(|ds| ds.iter().next().copied()),
+        };
+        if let Some(recovered) = truth {
+            for (&d, &(process, at_us)) in seen {
+                if Some(d) != recovered {
+                    r.violations.push(Violation::DirtyRead {
+                        ledger: *ledger,
+                        entry: *entry,
+                        read: d,
+                        recovered,
+                        process,
+                        at_us,
+                    });
+                }
+            }
+        }
+    }
+
+    // Fencing: nothing acknowledged past the recovered end, nothing invoked
+    // after a recovery completed acknowledged at all.
+    for e in events {
+        let (Op::Add { ledger, handle, entry, .. }, Outcome::Ok) = (&e.op, e.outcome) else { continue };
+        let Some(recs) = recoveries.get(ledger) else { continue };
+        for &(fenced_at_us, last) in recs {
+            if e.invoked_us > fenced_at_us {
+                r.violations.push(Violation::AckAfterFence {
+                    ledger: *ledger,
+                    entry: *entry,
+                    handle: *handle,
+                    fenced_at_us,
+                    invoked_us: e.invoked_us,
+                });
+            }
+            if let Some(entry) = entry {
+                if *entry as i64 > last {
+                    r.violations.push(Violation::AckBeyondRecovery {
+                        ledger: *ledger,
+                        entry: *entry,
+                        recovered_last_entry: last,
+                    });
+                }
+            }
+        }
+    }
+    r.violations.sort_by_key(|v| format!("{v:?}"));
+    r.violations.dedup();
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(process: u32, at: u64, outcome: Outcome, op: Op) -> Event {
+        Event { process, invoked_us: at, completed_us: at + 5, outcome, op, error: None }
+    }
+    fn add(at: u64, entry: u64, digest: u64) -> Event {
+        ev(1, at, Outcome::Ok, Op::Add { ledger: 1, handle: 1, entry: Some(entry), digest })
+    }
+    fn read(at: u64, entry: u64, digest: u64) -> Event {
+        ev(2, at, Outcome::Ok, Op::Read { ledger: 1, entry, digest: Some(digest) })
+    }
+    fn fin(entries: &[(u64, u64)]) -> Event {
+        let last = entries.last().map_or(-1, |e| e.0 as i64);
+        ev(9, 1000, Outcome::Ok, Op::Final { ledger: 1, last_entry: last, entries: entries.to_vec() })
+    }
+
+    /// Writes, reads behind the LAC, a recovery and a final read that agree.
+    fn clean() -> Vec<Event> {
+        vec![
+            add(10, 0, 100),
+            add(20, 1, 101),
+            read(30, 0, 100),
+            // An add with no answer that recovery kept: fine.
+            ev(1, 40, Outcome::Unknown, Op::Add { ledger: 1, handle: 1, entry: None, digest: 102 }),
+            ev(3, 50, Outcome::Ok, Op::Recover { ledger: 1, last_entry: 2 }),
+            // The old handle is refused after the fence.
+            ev(1, 60, Outcome::Fail, Op::Add { ledger: 1, handle: 1, entry: None, digest: 103 }),
+            read(70, 2, 102),
+            fin(&[(0, 100), (1, 101), (2, 102)]),
+            ev(9, 1100, Outcome::Ok, Op::Replicas { ledger: 1, write_quorum: 3, short: vec![] }),
+        ]
+    }
+
+    #[test]
+    fn a_clean_history_passes() {
+        let r = check(&clean());
+        assert!(r.ok(), "{:?}", r.violations);
+        assert_eq!((r.acked_adds, r.unknown_adds, r.reads, r.recoveries, r.ledgers_final), (2, 1, 2, 1, 1));
+    }
+
+    #[test]
+    fn an_acknowledged_entry_missing_after_recovery_is_lost() {
+        let mut h = clean();
+        h.retain(|e| !matches!(e.op, Op::Final { .. } | Op::Recover { .. } | Op::Read { .. }));
+        h.push(fin(&[(0, 100)]));
+        assert_eq!(check(&h).violations, vec![Violation::LostAck { ledger: 1, entry: 1, final_last_entry: 0 }]);
+    }
+
+    #[test]
+    fn an_acknowledged_entry_with_other_bytes_is_changed() {
+        let mut h = clean();
+        h.retain(|e| !matches!(e.op, Op::Final { .. }));
+        h.push(fin(&[(0, 100), (1, 666), (2, 102)]));
+        assert!(check(&h).violations.contains(&Violation::ChangedAck {
+            ledger: 1,
+            entry: 1,
+            acked: 101,
+            recovered: 666
+        }));
+    }
+
+    #[test]
+    fn a_ledger_with_acknowledged_adds_and_no_final_read_is_unrecoverable() {
+        let mut h = clean();
+        h.retain(|e| !matches!(e.op, Op::Final { .. }));
+        assert!(check(&h).violations.contains(&Violation::Unrecoverable { ledger: 1, acked_entries: 2 }));
+    }
+
+    #[test]
+    fn a_read_of_an_entry_recovery_did_not_keep_is_dirty() {
+        // The reader saw entry 2 (never acknowledged); recovery ended at 1:
+        // the read went past the LAC.
+        let mut h = vec![add(10, 0, 100), add(20, 1, 101), read(30, 2, 102)];
+        h.push(fin(&[(0, 100), (1, 101)]));
+        let v = check(&h).violations;
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(matches!(v[0], Violation::DirtyRead { entry: 2, read: 102, recovered: None, .. }), "{v:?}");
+    }
+
+    #[test]
+    fn readers_that_disagree_are_divergent() {
+        let mut h = clean();
+        h.push(ev(4, 80, Outcome::Ok, Op::Read { ledger: 1, entry: 0, digest: Some(555) }));
+        let v = check(&h).violations;
+        assert!(v.contains(&Violation::DivergentReads { ledger: 1, entry: 0, digests: vec![100, 555] }), "{v:?}");
+        assert!(v.iter().any(|x| matches!(x, Violation::DirtyRead { read: 555, process: 4, .. })), "{v:?}");
+    }
+
+    #[test]
+    fn reads_without_a_final_read_are_held_to_the_acknowledged_bytes() {
+        let h = vec![add(10, 0, 100), read(30, 0, 7)];
+        let v = check(&h).violations;
+        assert!(v.iter().any(|x| matches!(x, Violation::DirtyRead { read: 7, recovered: Some(100), .. })), "{v:?}");
+    }
+
+    #[test]
+    fn an_add_acknowledged_after_the_fence_breaks_fencing() {
+        // Seed 003's shape: the old writer is told "success" after recovery
+        // closed the ledger (its bookie was replaced by an empty one).
+        let mut h = clean();
+        h.push(ev(1, 65, Outcome::Ok, Op::Add { ledger: 1, handle: 1, entry: Some(3), digest: 104 }));
+        let v = check(&h).violations;
+        assert!(
+            v.contains(&Violation::AckAfterFence {
+                ledger: 1,
+                entry: Some(3),
+                handle: 1,
+                fenced_at_us: 55,
+                invoked_us: 65
+            }),
+            "{v:?}"
+        );
+        assert!(v.contains(&Violation::AckBeyondRecovery { ledger: 1, entry: 3, recovered_last_entry: 2 }), "{v:?}");
+        assert!(v.contains(&Violation::LostAck { ledger: 1, entry: 3, final_last_entry: 2 }), "{v:?}");
+    }
+
+    #[test]
+    fn recovery_that_truncates_an_acknowledged_entry_is_caught_without_a_late_add() {
+        // Seed 004's shape: recovery settles below what was acknowledged.
+        let mut h = vec![add(10, 0, 100), add(20, 1, 101)];
+        h.push(ev(3, 50, Outcome::Ok, Op::Recover { ledger: 1, last_entry: 0 }));
+        h.push(fin(&[(0, 100)]));
+        let v = check(&h).violations;
+        assert!(v.contains(&Violation::AckBeyondRecovery { ledger: 1, entry: 1, recovered_last_entry: 0 }), "{v:?}");
+        assert!(v.contains(&Violation::LostAck { ledger: 1, entry: 1, final_last_entry: 0 }), "{v:?}");
+    }
+
+    #[test]
+    fn two_acknowledged_adds_with_one_entry_id_are_duplicates() {
+        let mut h = clean();
+        h.push(ev(5, 25, Outcome::Ok, Op::Add { ledger: 1, handle: 2, entry: Some(1), digest: 999 }));
+        let v = check(&h).violations;
+        assert!(v.contains(&Violation::DuplicateEntryId { ledger: 1, entry: 1, digests: vec![101, 999] }), "{v:?}");
+    }
+
+    #[test]
+    fn entries_short_of_copies_after_healing_are_under_replicated() {
+        let mut h = clean();
+        h.push(ev(9, 1200, Outcome::Ok, Op::Replicas { ledger: 1, write_quorum: 3, short: vec![(1, 2)] }));
+        assert_eq!(
+            check(&h).violations,
+            vec![Violation::UnderReplicated { ledger: 1, write_quorum: 3, short: vec![(1, 2)] }]
+        );
+    }
+
+    #[test]
+    fn unknown_and_refused_adds_constrain_nothing() {
+        // Neither kept nor dropped by recovery is held against the cluster.
+        let h = vec![
+            add(10, 0, 100),
+            ev(1, 20, Outcome::Unknown, Op::Add { ledger: 1, handle: 1, entry: None, digest: 101 }),
+            ev(1, 30, Outcome::Fail, Op::Add { ledger: 1, handle: 1, entry: None, digest: 102 }),
+            fin(&[(0, 100)]),
+        ];
+        assert!(check(&h).ok());
+    }
+}
