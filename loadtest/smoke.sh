@@ -21,12 +21,15 @@ fail() { echo "loadtest smoke: $*" >&2; exit 1; }
 # 1. the scenarios, on a cluster of their own (ports offset from the defaults).
 "$ROOT/target/release/quire" standalone --data-dir "$WORK/cluster" --http "$HTTP" --port-offset 300 > "$WORK/cluster.log" 2>&1 &
 PID=$!
+# Ready means the metadata service answers and all three bookies registered
+# (before that, creating an E=3 ledger is refused).
+ready() { curl -sf "http://$HTTP/readyz" 2>/dev/null | grep -q '"bookies":3'; }
 for _ in $(seq 1 120); do
-  curl -sf "http://$HTTP/readyz" >/dev/null 2>&1 && break
+  ready && break
   kill -0 "$PID" 2>/dev/null || { tail -20 "$WORK/cluster.log"; fail "the cluster exited"; }
   sleep 0.5
 done
-curl -sf "http://$HTTP/readyz" >/dev/null || fail "the gateway did not become ready"
+ready || fail "the gateway did not become ready with three bookies"
 for sc in tailread catchup mixed; do
   QUIRE_REPORT_JSON="$WORK/$sc.json" QUIRE_CATCHUP_ENTRIES=300 QUIRE_LEDGER_ENTRIES=50 \
     "$GOOSE" --host "http://$HTTP" --scenarios "$sc" --users 4 --increase-rate 4 --run-time 3s --quiet --no-print-metrics \

@@ -30,7 +30,7 @@ for r in $(seq 1 "$ROUNDS"); do
     rm -rf "$WORK"; mkdir -p "$WORK"
     "$dir/quire" standalone --data-dir "$WORK" --http "$HTTP" --port-offset 200 > "$WORK.log" 2>&1 &
     PID=$!
-    for _ in $(seq 1 120); do curl -sf "http://$HTTP/readyz" >/dev/null 2>&1 && break; sleep 0.5; done
+    for _ in $(seq 1 120); do curl -sf "http://$HTTP/readyz" 2>/dev/null | grep -q '"bookies":3' && break; sleep 0.5; done
     for c in $CASES; do
       l=${c%%:*}; w=${c##*:}
       c0=$(cluster_cpu)

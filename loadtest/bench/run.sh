@@ -83,7 +83,8 @@ start_cluster() {
   "$BIN/quire" standalone --data-dir "$CLUSTER" --http "$HTTP" > "$OUT/cluster.log" 2>&1 &
   PIDS+=($!)
   for _ in $(seq 1 120); do
-    curl -sf "http://$HTTP/readyz" >/dev/null 2>&1 && return 0
+    # Ready with all three bookies registered (an E=3 create needs them).
+    curl -sf "http://$HTTP/readyz" 2>/dev/null | grep -q '"bookies":3' && return 0
     kill -0 "${PIDS[-1]}" 2>/dev/null || { log "the cluster exited:"; tail -20 "$OUT/cluster.log"; exit 1; }
     sleep 0.5
   done

@@ -129,8 +129,13 @@ async fn tail_read_start(user: &mut GooseUser) -> TransactionResult {
 
 async fn tail_read(user: &mut GooseUser) -> TransactionResult {
     let settings = Settings::get();
+    // Following nothing (the start failed, or a self-fed ledger was
+    // abandoned): write a ledger of its own.
+    if session(user).ledger.is_none() {
+        session(user).own = true;
+    }
     let own = session(user).own;
-    let l = if own { ledger(user).await? } else { session(user).ledger.expect("set on start") };
+    let l = if own { ledger(user).await? } else { session(user).ledger.expect("checked just above") };
     if own {
         let next = session(user).next;
         if let Err(e) = gateway::append_batch(user, l, next, settings.tail_batch, "append_batch").await {
@@ -183,9 +188,13 @@ async fn catch_up_start(user: &mut GooseUser) -> TransactionResult {
 
 async fn catch_up(user: &mut GooseUser) -> TransactionResult {
     let range = Settings::get().read_range;
+    if session(user).ledger.is_none() {
+        // The fill on start failed (say, the cluster was still starting): again.
+        return catch_up_start(user).await;
+    }
     let (l, from, last) = {
         let s = session(user);
-        (s.ledger.expect("set on start"), s.read_next, s.last)
+        (s.ledger.expect("checked just above"), s.read_next, s.last)
     };
     let to = last.min(from + range - 1);
     let n = gateway::read_range(user, l, from, to).await?;
