@@ -14,7 +14,10 @@ WORK=${WORK:-$(mktemp -d /tmp/quire-loadtest-smoke.XXXXXX)}
 GOOSE=$ROOT/loadtest/goose/target/release/quire-loadtest
 HTTP=127.0.0.1:18380
 PID=
-cleanup() { [ -n "$PID" ] && { kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; }; }
+cleanup() {
+  if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
+  return 0
+}
 trap cleanup EXIT
 fail() { echo "loadtest smoke: $*" >&2; exit 1; }
 
@@ -67,3 +70,4 @@ grep -q '<polyline' "$WORK/docs/bench/latency-throughput.svg" || fail "the plot 
 if grep -q 'failed' "$WORK/report/run.log"; then cat "$WORK/report/run.log"; fail "a bench case failed"; fi
 echo "loadtest smoke: ok ($WORK)"
 rm -rf "$WORK"
+exit 0

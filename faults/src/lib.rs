@@ -7,6 +7,8 @@
 
 pub mod check;
 pub mod history;
+pub mod schedule;
 
 pub use check::{check, Report, Violation};
 pub use history::{Event, History, HistoryError, Op, Outcome};
+pub use schedule::{schedule, Fault, FileKind, Step, Target, Timing, Topology};
