@@ -31,7 +31,7 @@ def load_json(path):
     if not text:
         return None
     try:
-        return json.loads(text.splitlines()[-1] if text.startswith("{") and "\n{" in text else text)
+        return json.loads(text)
     except json.JSONDecodeError:
         return None
 

@@ -22,7 +22,7 @@ fn fail(user: &mut GooseUser, request: &mut GooseRequestMetric, why: &str) -> Bo
 /// Marks `request` failed because what came back is wrong (bytes, ids, the
 /// closed length): a broken guarantee, not a slow or refused request.
 fn wrong(user: &mut GooseUser, request: &mut GooseRequestMetric, why: &str) -> Box<TransactionError> {
-    tally::wrong(why);
+    tally::wrong();
     fail(user, request, why)
 }
 

@@ -49,7 +49,7 @@ pub fn failure(why: &str) {
 }
 
 /// A reply that contradicts what was written (its reason is kept by [`failure`], which follows).
-pub fn wrong(_why: &str) {
+pub fn wrong() {
     WRONG.fetch_add(1, Ordering::Relaxed);
 }
 
