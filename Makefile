@@ -7,7 +7,7 @@ BENCH_SECS ?= 5
 FUZZ_SECS ?= 60
 DATA ?= $(CURDIR)/data
 
-.PHONY: all build test verify fmt fmt-check clippy lint bench loadtest-build loadtest bench-rpc bench-bookie bench-metadata bench-client bench-gateway bench-rereplicate bench-compaction sim fuzz run images up down e2e-compose clean
+.PHONY: all build test jepsen verify fmt fmt-check clippy lint bench loadtest-build loadtest bench-rpc bench-bookie bench-metadata bench-client bench-gateway bench-rereplicate bench-compaction sim fuzz run images up down e2e-compose clean
 
 all: build
 
@@ -101,6 +101,18 @@ bench-compaction:
 # Three metadata replicas, 64 clients doing CAS updates: see docs/benchmarks.md.
 bench-metadata: build
 	BENCH_SECS=$(BENCH_SECS) $(CARGO) bench -p quire-metadata --bench metadata
+
+# The fault suite (docs/faults.md): the whole cluster as processes in their
+# own network namespaces (root), a seeded fault schedule (kills, partitions,
+# one-way drops, slow disks, empty replacement bookies, bit flips, clock
+# jumps), the history checked. `make jepsen SEED=7 DURATION=300`; make test
+# runs the bounded schedule JEPSEN_CI_SEED for JEPSEN_CI_SECS.
+SEED ?= 1
+DURATION ?= 120
+JEPSEN_CI_SEED ?= 3
+JEPSEN_CI_SECS ?= 90
+jepsen: build
+	target/release/quire-jepsen --seed $(SEED) --duration-secs $(DURATION)
 
 # Fuzz every decoder for FUZZ_SECS seconds each (installs cargo-fuzz if missing).
 fuzz:

@@ -7,6 +7,7 @@
 
 pub mod check;
 pub mod history;
+pub mod lab;
 pub mod schedule;
 
 pub use check::{check, Report, Violation};

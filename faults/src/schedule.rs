@@ -213,7 +213,13 @@ pub fn schedule(seed: u64, duration_ms: u64, topo: Topology, timing: Timing) -> 
                 (Fault::FlipBits { bookie: *rng.pick(&bookies), file, flips: rng.range(1, 9) as u32 }, None)
             }
             7 => {
-                let target = Target::Bookie(*rng.pick(&bookies));
+                // Wall-clock readers: the metadata leader stamps lease and
+                // lock times into its log; workers and bookies hold leases.
+                let mut clocks: Vec<Target> = vec![Target::MetadataLeader];
+                clocks.extend(ids(topo.metadata).into_iter().map(Target::Metadata));
+                clocks.extend(ids(topo.workers).into_iter().map(Target::Worker));
+                clocks.push(Target::Bookie(*rng.pick(&bookies)));
+                let target = *rng.pick(&clocks);
                 let offset_ms = rng.range(1_000, 60_001) as i64 * if rng.chance(0.5) { 1 } else { -1 };
                 (Fault::ClockJump { target, offset_ms }, Some(Fault::ClockJump { target, offset_ms: -offset_ms }))
             }

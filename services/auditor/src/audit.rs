@@ -51,6 +51,23 @@ pub fn named_by(meta: &LedgerMeta) -> BTreeSet<String> {
     meta.segments.iter().flat_map(|s| s.members.iter().map(|m| m.bookie_id.clone())).collect()
 }
 
+/// Bookies `meta` names with an instance other than the one registered
+/// under that id now: the registered process is a replacement (an empty
+/// disk at the old address, seed 003) and holds nothing the ledger put on
+/// its predecessor. Found from the registry alone, on every pass, for open
+/// ledgers too: the replica check only reads closed fragments, and an idle
+/// writer never learns of the replacement, so an open ledger could lose a
+/// second copy before anything noticed the first (fault suite, seed 3).
+pub fn replaced_members(meta: &LedgerMeta, registered: &BTreeMap<String, String>) -> BTreeSet<String> {
+    meta.segments
+        .iter()
+        .flat_map(|s| &s.members)
+        .filter(|m| !m.instance_id.is_empty())
+        .filter(|m| registered.get(&m.bookie_id).is_some_and(|now| *now != m.instance_id))
+        .map(|m| m.bookie_id.clone())
+        .collect()
+}
+
 /// Which of `gone` (lost or draining) `meta` keeps copies on.
 pub fn needs_repair(meta: &LedgerMeta, gone: &BTreeSet<String>) -> Vec<String> {
     named_by(meta)
@@ -69,6 +86,40 @@ mod tests {
 
     fn set(ids: &[&str]) -> BTreeSet<String> {
         ids.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn ledger(members: &[(&str, &str)], closed: bool) -> LedgerMeta {
+        use quire_client::meta::{LedgerState, Segment};
+        use quire_client::writer::{Member, Quorums};
+        let members: Vec<Member> =
+            members.iter().map(|(b, i)| Member { bookie_id: b.to_string(), instance_id: i.to_string() }).collect();
+        LedgerMeta {
+            ledger_id: 7,
+            state: if closed { LedgerState::Closed } else { LedgerState::Open },
+            quorums: Quorums::new(members.len(), 2, 2).unwrap(),
+            segments: vec![Segment { first_entry_id: 0, members }],
+            last_entry_id: if closed { 9 } else { -1 },
+            length: 0,
+            custom: Default::default(),
+            created_at_ms: 0,
+            version: 1,
+            digest_type: "crc32c".into(),
+        }
+    }
+
+    #[test]
+    fn a_member_whose_bookie_came_back_as_another_instance_was_replaced() {
+        let open = ledger(&[("1", "i1"), ("2", "i2"), ("3", "")], false);
+        let reg = |v: &[(&str, &str)]| v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+        // Same instances: nothing. An unknown instance (older metadata): nothing.
+        assert!(replaced_members(&open, &reg(&[("1", "i1"), ("2", "i2"), ("3", "x")])).is_empty());
+        // Bookie 2 is a new instance; bookie 1 unregistered is the lost-bookie rule's business.
+        assert_eq!(replaced_members(&open, &reg(&[("2", "i2b"), ("3", "x")])), set(&["2"]));
+        // An open ledger's writer's segment on a replaced bookie needs repair
+        // (the worker waits for the writer, then recovers the ledger).
+        assert_eq!(needs_repair(&open, &set(&["2"])), vec!["2".to_string()]);
+        let closed = ledger(&[("1", "i1"), ("2", "i2"), ("3", "i3")], true);
+        assert_eq!(replaced_members(&closed, &reg(&[("1", "j1"), ("2", "i2"), ("3", "i3")])), set(&["1"]));
     }
 
     #[test]

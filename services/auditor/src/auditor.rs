@@ -19,7 +19,7 @@ use quire_client::{Client, ClientError};
 use quire_proto::v1::{self, ErrorCode};
 use tokio::time::Instant;
 
-use crate::audit::{named_by, needs_repair, LostBookies};
+use crate::audit::{named_by, needs_repair, replaced_members, LostBookies};
 
 /// How the auditor behaves.
 #[derive(Debug, Clone)]
@@ -274,14 +274,24 @@ async fn pass(
     };
 
     let gone: BTreeSet<String> = lost_now.union(&draining).cloned().collect();
+    let instances: BTreeMap<String, String> =
+        registry.bookies.iter().map(|b| (b.bookie_id.clone(), b.instance_id.clone())).collect();
     for meta in &ledgers {
         let marked = existing.get(&meta.ledger_id);
+        let replaced = replaced_members(meta, &instances);
+        let gone_here: BTreeSet<String> = gone.union(&replaced).cloned().collect();
         let need: Vec<String> =
-            needs_repair(meta, &gone).into_iter().filter(|b| !marked.is_some_and(|m| m.contains(b))).collect();
+            needs_repair(meta, &gone_here).into_iter().filter(|b| !marked.is_some_and(|m| m.contains(b))).collect();
         if need.is_empty() {
             continue;
         }
-        let why = if need.iter().all(|b| draining.contains(b)) { "bookie decommissioning" } else { "bookie lost" };
+        let why = if need.iter().all(|b| draining.contains(b)) {
+            "bookie decommissioning"
+        } else if need.iter().all(|b| replaced.contains(b)) {
+            "bookie replaced: a new instance holds nothing of the old one's"
+        } else {
+            "bookie lost"
+        };
         mark(client, meta.ledger_id, need, why.into()).await?;
         report.ledgers_marked += 1;
     }

@@ -501,3 +501,63 @@ async fn a_replica_is_added_and_another_replaced_without_losing_writes() {
     assert_eq!(status.voters.iter().map(|v| v.id).collect::<Vec<_>>(), vec![1, 2, 4]);
     assert!(status.leader_id.is_some() && !status.leader_address.is_empty(), "{status:?}");
 }
+
+/// A write that timed out on a frozen leader (killed without a word, or cut
+/// off) is not sent there again: the next write goes to another replica and
+/// succeeds once the others have elected a leader. Before the fix, every
+/// write went back to the remembered leader and timed out, forever (the fault
+/// suite's seed 3: bookies lost their leases that way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_move_off_a_leader_that_stopped_answering() {
+    let cluster = Cluster::start(&[]);
+    let meta = MetaClient::new(
+        cluster.rpc(Role::Gateway, "1"),
+        cluster.addrs(),
+        MetaClientOptions { attempt_timeout: Duration::from_millis(700), ..MetaClientOptions::default() },
+    );
+    meta.call(create(1, 1, 1)).await.unwrap();
+    let leader = cluster.id_of(&meta.leader().unwrap());
+    cluster.procs[&leader].signal("STOP").unwrap();
+    let err = meta.call(create(1, 1, 1)).await.unwrap_err();
+    assert!(matches!(err, RpcError::Timeout { .. } | RpcError::ConnectionLost { .. }), "{err:?}");
+    // Each failed write is the caller's to retry; the retries must land.
+    let mut outcomes = Vec::new();
+    let mut landed = None;
+    for _ in 0..40 {
+        match meta.call(create(1, 1, 1)).await {
+            Ok(r) => {
+                landed = Some(r);
+                break;
+            }
+            Err(e) => outcomes.push(format!("{e}")),
+        }
+    }
+    cluster.procs[&leader].signal("CONT").unwrap();
+    assert!(landed.is_some(), "no write landed with the leader frozen: {outcomes:#?}");
+    assert_ne!(cluster.id_of(&meta.leader().unwrap()), leader);
+}
+
+/// A replica killed (SIGKILL: no goodbye to its clients) and started again
+/// at its address is reached again at once: it answers its predecessor's
+/// connections with a stateless reset the client recognises (the reset key
+/// comes from the replica's own private key), so the next call fails fast
+/// or succeeds instead of timing out on a dead connection until the 30 s
+/// idle timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_replica_resets_its_predecessors_connections() {
+    let mut cluster = Cluster::start(&[]);
+    let rpc = cluster.rpc(Role::Gateway, "1");
+    let addr = cluster.addr(2);
+    let peer = rpc.peer(&addr, Role::Metadata, None);
+    let opts = quire_rpc::CallOptions::timeout(Duration::from_secs(5));
+    peer.call_full(v1::MetadataStatusRequest {}, opts).await.unwrap();
+    cluster.procs.get_mut(&2).unwrap().kill().unwrap();
+    cluster.launch(2);
+    match peer.call_full(v1::MetadataStatusRequest {}, opts).await {
+        Ok(_) => {}
+        Err(RpcError::ConnectionLost { .. } | RpcError::Unavailable { .. }) => {
+            peer.call_full(v1::MetadataStatusRequest {}, opts).await.unwrap();
+        }
+        Err(e) => panic!("the old connection was not reset: {e:?}"),
+    }
+}

@@ -52,8 +52,10 @@ impl Setup {
     }
 
     fn auditor_with(&self, extra: &[&str]) -> Process {
-        let mut args =
-            vec!["--audit-interval-ms", "300", "--lost-bookie-grace-ms", "1000", "--replica-check-interval-ms", "1000"];
+        let mut args = vec!["--audit-interval-ms", "300", "--lost-bookie-grace-ms", "1000"];
+        if !extra.contains(&"--replica-check-interval-ms") {
+            args.extend(["--replica-check-interval-ms", "1000"]);
+        }
         args.extend_from_slice(extra);
         self.cluster.start_service("quire-auditor", "1", &args).unwrap()
     }
@@ -461,4 +463,35 @@ async fn a_bookie_back_as_a_new_instance_under_its_old_id_has_its_copies_moved_n
         every_copy_is_there(&client, &m, &data).await.ok()
     })
     .await;
+}
+
+/// Seed 003 on an open ledger: its writer went idle, and a bookie of its
+/// ensemble came back empty under its old id. Nothing the writer does will
+/// notice, and the replica check reads only closed fragments (it is off
+/// here), so the auditor must see the new instance in the registry, the
+/// worker must wait out the writer's grace, recover the ledger and restore
+/// the copies. Before, nothing happened until a second bookie could take
+/// the last copies with it (the fault suite's seed 3 lost entries so).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_ledger_on_a_bookie_replaced_by_an_empty_one_is_recovered_and_repaired() {
+    let mut s = Setup::start(4);
+    let client = ready(&s, 4).await;
+    let w = client.create_on(vec!["1".into(), "2".into(), "3".into()], spec()).await.unwrap();
+    let data: Vec<Bytes> = (0..30).map(|e| payload(4, e)).collect();
+    w.add_batch(data.clone()).await.unwrap();
+    let id = w.ledger_id();
+    s.cluster.replace_bookie(1).unwrap();
+    let client = s.client();
+    let _auditor = s.auditor_with(&["--replica-check-interval-ms", "0"]);
+    let _worker = s.worker("1", &[]);
+    eventually(Duration::from_secs(60), "the open ledger recovered and its copies restored", || async {
+        let m = client.metadata(id).await.ok()?;
+        if m.state != quire_client::meta::LedgerState::Closed || !marks(&client).await.is_empty() {
+            return None;
+        }
+        every_copy_is_there(&client, &m, &data).await.ok()
+    })
+    .await;
+    // The writer that was idle is fenced out: its next add fails.
+    assert!(w.add(payload(4, 30)).await.is_err());
 }

@@ -77,10 +77,15 @@ impl MetaClient {
         addr
     }
 
+    /// Stops preferring `addr`; the next pick starts after it, so a replica
+    /// that failed is not the very next one tried.
     fn forget(&self, addr: &str) {
         let mut l = self.leader.lock().expect("leader lock");
         if l.as_deref() == Some(addr) {
             *l = None;
+        }
+        if let Some(i) = self.replicas.iter().position(|r| r == addr) {
+            *self.next.lock().expect("next lock") = i + 1;
         }
     }
 
@@ -157,6 +162,15 @@ impl MetaClient {
                 Err(e @ (RpcError::ConnectionLost { .. } | RpcError::Timeout { .. })) if idempotent => {
                     tracing::debug!(replica = %addr, error = %e, "retrying a read elsewhere");
                     self.forget(&addr);
+                }
+                Err(e @ (RpcError::ConnectionLost { .. } | RpcError::Timeout { .. })) => {
+                    // A write may have happened: the caller decides whether to
+                    // retry. But the next call must not go back to a leader
+                    // that stopped answering (killed, cut off): a bookie's
+                    // lease renewals did so until its lease ran out (fault
+                    // suite, seed 3).
+                    self.forget(&addr);
+                    return Err(e);
                 }
                 Err(e) => return Err(e),
             }

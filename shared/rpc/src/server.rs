@@ -202,7 +202,11 @@ impl Server {
         let mut config = creds.server_config(opts.idle_timeout)?;
         // Handshakes waiting to be accepted or refused: bounded like the rest.
         config.max_incoming(opts.max_connections.saturating_mul(2).max(16));
-        let endpoint = quinn::Endpoint::server(config, addr).map_err(|source| BindError::Io { addr, source })?;
+        let socket = std::net::UdpSocket::bind(addr).map_err(|source| BindError::Io { addr, source })?;
+        let runtime = quinn::default_runtime()
+            .ok_or_else(|| BindError::Io { addr, source: std::io::Error::other("no async runtime") })?;
+        let endpoint = quinn::Endpoint::new(creds.endpoint_config(), Some(config), socket, runtime)
+            .map_err(|source| BindError::Io { addr, source })?;
         let local_addr = endpoint.local_addr().map_err(|source| BindError::Io { addr, source })?;
         let opts_long_polls = opts.max_long_polls;
         let shared = Arc::new(Shared {

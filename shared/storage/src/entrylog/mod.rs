@@ -172,6 +172,7 @@ impl EntryLogs {
         }
         let path = log_path(&self.dir, cur.id);
         cur.file.write_all_at(&buf, cur.written).map_err(|e| StorageError::io(&path, e))?;
+        crate::failpoint::slow_disk();
         cur.file.sync_data().map_err(|e| StorageError::io(&path, e))?;
         cur.written += buf.len() as u64;
         Ok(locs)

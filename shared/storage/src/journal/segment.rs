@@ -98,6 +98,7 @@ impl Segment {
 
     /// fdatasync: everything appended so far is durable on return.
     pub fn sync(&self) -> io::Result<()> {
+        crate::failpoint::slow_disk();
         self.file.sync_data()
     }
 }

@@ -1,0 +1,179 @@
+//! After the faults: every ledger is recovered and read back whole (the
+//! `Final` events), then the copies of every entry on its write set are
+//! counted until autorecovery has restored Qw good copies or the deadline
+//! passes (the `Replicas` events). Both go into the history, so the checker
+//! judges them with everything else.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quire_client::meta::LedgerMeta;
+use quire_client::Client;
+use quire_faults::{Op, Outcome};
+
+use crate::workload::{digest, Shared};
+
+/// The process id finale events are recorded under.
+const FINALE: u32 = 1000;
+
+/// Recovers and reads every ledger of the run; returns each recovered
+/// ledger's entries' digests, and the ledgers that never recovered.
+pub async fn read_back(
+    client: &Client,
+    sh: &Arc<Shared>,
+    deadline: Duration,
+) -> (BTreeMap<u64, Vec<u64>>, Vec<(u64, String)>) {
+    let mut ids: Vec<u64> = sh.ledgers.lock().expect("ledgers lock").keys().copied().collect();
+    // Ledgers created whose creation the client never heard back about.
+    if let Ok(all) = client.list_all().await {
+        ids.extend(all);
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    let mut tasks = tokio::task::JoinSet::new();
+    for id in ids {
+        let client = client.clone();
+        let sh = sh.clone();
+        tasks.spawn(async move { (id, read_one(&client, &sh, id, deadline).await) });
+    }
+    let mut done = BTreeMap::new();
+    let mut failed = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        match r {
+            Ok((id, Ok(digests))) => {
+                done.insert(id, digests);
+            }
+            Ok((id, Err(e))) => failed.push((id, e)),
+            Err(e) => failed.push((0, format!("finale task: {e}"))),
+        }
+    }
+    failed.sort();
+    (done, failed)
+}
+
+async fn read_one(client: &Client, sh: &Arc<Shared>, id: u64, deadline: Duration) -> Result<Vec<u64>, String> {
+    let until = Instant::now() + deadline;
+    let mut last_error = String::new();
+    while Instant::now() < until {
+        let invoked = sh.now_us();
+        match read_whole(client, id).await {
+            Ok((last, digests)) => {
+                let entries = digests.iter().enumerate().map(|(i, d)| (i as u64, *d)).collect();
+                sh.record(FINALE, invoked, Outcome::Ok, Op::Final { ledger: id, last_entry: last, entries }, None);
+                return Ok(digests);
+            }
+            Err(e) => last_error = e,
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Err(last_error)
+}
+
+async fn read_whole(client: &Client, id: u64) -> Result<(i64, Vec<u64>), String> {
+    let r = client.open_recovered(id).await.map_err(|e| format!("recover: {e}"))?;
+    let last = r.metadata().last_entry_id;
+    let mut digests = Vec::new();
+    let mut next = 0u64;
+    while (next as i64) <= last {
+        let to = (next + 99).min(last as u64);
+        let got = r.read_range(next, to, 100).await.map_err(|e| format!("read {next}..={to}: {e}"))?;
+        if got.is_empty() {
+            return Err(format!("read {next}..={to}: nothing"));
+        }
+        for e in got {
+            if e.entry_id != next {
+                return Err(format!("asked for entry {next}, got {}", e.entry_id));
+            }
+            digests.push(digest(&e.payload));
+            next += 1;
+        }
+    }
+    Ok((last, digests))
+}
+
+/// Entries of `meta` with fewer than Qw good copies on their write set, as
+/// (entry, good copies): a copy is good when its bookie serves it with a
+/// valid checksum and the bytes the final read saw.
+async fn short_copies(client: &Client, meta: &LedgerMeta, digests: &[u64]) -> Vec<(u64, u32)> {
+    let q = meta.quorums;
+    let mut short = Vec::new();
+    for (entry, want) in digests.iter().enumerate() {
+        let entry = entry as u64;
+        let seg = meta.segment_of(entry);
+        let mut good = 0u32;
+        for i in q.write_set(entry) {
+            let member = &seg.members[i];
+            let read =
+                client.bookies().read(&member.bookie_id, meta.ledger_id, entry, false, Duration::from_secs(3)).await;
+            if let Ok(r) = read {
+                if let Some(e) = r.body.entry {
+                    if e.digest_ok() && digest(&e.payload) == *want {
+                        good += 1;
+                    }
+                }
+            }
+        }
+        if (good as usize) < q.write {
+            short.push((entry, good));
+        }
+    }
+    short
+}
+
+/// Counts copies until every entry has Qw good ones or `deadline` passes;
+/// records one `Replicas` event per ledger (its last count).
+pub async fn replicas(
+    client: &Client,
+    sh: &Arc<Shared>,
+    ledgers: &BTreeMap<u64, Vec<u64>>,
+    deadline: Duration,
+) -> usize {
+    let until = Instant::now() + deadline;
+    let mut pending: Vec<u64> = ledgers.keys().copied().collect();
+    let mut last: BTreeMap<u64, (u32, Vec<(u64, u32)>)> = BTreeMap::new();
+    let started = sh.now_us();
+    loop {
+        let mut tasks = tokio::task::JoinSet::new();
+        for &id in &pending {
+            let client = client.clone();
+            let digests = ledgers[&id].clone();
+            tasks.spawn(async move {
+                match client.metadata(id).await {
+                    Ok(meta) => (id, meta.quorums.write as u32, Some(short_copies(&client, &meta, &digests).await)),
+                    Err(_) => (id, 0, None),
+                }
+            });
+        }
+        let mut still = Vec::new();
+        while let Some(r) = tasks.join_next().await {
+            let Ok((id, qw, short)) = r else { continue };
+            match short {
+                Some(s) if s.is_empty() => {
+                    last.insert(id, (qw, s));
+                }
+                Some(s) => {
+                    last.insert(id, (qw, s));
+                    still.push(id);
+                }
+                None => still.push(id),
+            }
+        }
+        pending = still;
+        if pending.is_empty() || Instant::now() >= until {
+            break;
+        }
+        eprintln!("finale: {} ledgers still short of Qw copies; waiting for autorecovery", pending.len());
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    for (&id, (qw, short)) in &last {
+        sh.record(
+            FINALE,
+            started,
+            Outcome::Ok,
+            Op::Replicas { ledger: id, write_quorum: *qw, short: short.clone() },
+            None,
+        );
+    }
+    pending.len()
+}

@@ -1,0 +1,244 @@
+//! quire-jepsen: runs quire's guarantees against a real cluster under a
+//! seeded fault schedule and checks the history (issue FAULTS).
+//!
+//! 1. The cluster: 3 metadata replicas, 5 bookies, an auditor, 2
+//!    replication workers and a gateway, each its own process in its own
+//!    network namespace (needs root).
+//! 2. Clients (library writers, an HTTP writer, readers, a recoverer) run
+//!    for the duration while the nemesis applies the schedule of `--seed`.
+//! 3. The finale: every fault undone, every ledger recovered and read back,
+//!    copies counted until autorecovery restored Qw of each entry.
+//! 4. The checker judges the history (`history.jsonl` in the run's folder);
+//!    exit status 1 when a guarantee broke.
+//!
+//! `make jepsen SEED=7 DURATION=300`; a failing run is re-run by its seed.
+
+mod cluster;
+mod finale;
+mod http;
+mod nemesis;
+mod workload;
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use quire_client::{Client, ClientOptions};
+use quire_faults::{check, schedule, History, Timing, Topology};
+use quire_metaclient::{MetaClient, MetaClientOptions};
+use quire_proto::Role;
+use quire_rpc::{Credentials, RpcClient, TlsFiles};
+
+#[derive(Debug, Parser)]
+#[command(name = "quire-jepsen", about = "quire under a seeded fault schedule, checked")]
+struct Args {
+    /// The schedule's seed (and the clients').
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// How long faults are injected, in seconds.
+    #[arg(long, default_value_t = 120)]
+    duration_secs: u64,
+    /// Where the run's data, logs and history go (default: a new folder in /tmp).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Keep the run's folder even when every check passed.
+    #[arg(long)]
+    keep: bool,
+    /// Writers through the client library.
+    #[arg(long, default_value_t = 3)]
+    writers: u32,
+    /// Readers.
+    #[arg(long, default_value_t = 2)]
+    readers: u32,
+    /// How long the finale waits for recovery and for Qw copies, in seconds.
+    #[arg(long, default_value_t = 180)]
+    finale_secs: u64,
+    /// Print the schedule and exit.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+const TOPOLOGY: Topology = Topology { bookies: 5, metadata: 3, workers: 2, auditors: 1, gateways: 1 };
+
+fn client(certs: &std::path::Path, metadata: Vec<String>) -> anyhow::Result<Client> {
+    let creds = Credentials::load(&TlsFiles::in_dir(certs, Role::Client, "1"))?;
+    let rpc = RpcClient::new(&creds, quire_rpc::ClientOptions::default())?;
+    let meta = Arc::new(MetaClient::new(rpc.clone(), metadata, MetaClientOptions::default()));
+    let opts = ClientOptions {
+        add_timeout: Duration::from_secs(5),
+        ensemble_change_deadline: Duration::from_secs(15),
+        read_timeout: Duration::from_secs(3),
+        ..ClientOptions::default()
+    };
+    Ok(Client::new(rpc, meta, opts))
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let duration_ms = args.duration_secs * 1000;
+    let steps = schedule(args.seed, duration_ms, TOPOLOGY, Timing::default());
+    if args.dry_run {
+        for s in &steps {
+            println!("{}", serde_json::to_string(s)?);
+        }
+        return Ok(());
+    }
+    let dir = match &args.dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("quire-jepsen-{}-{}", args.seed, std::process::id())),
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    std::fs::write(
+        dir.join("schedule.jsonl"),
+        steps.iter().map(|s| serde_json::to_string(s).expect("json") + "\n").collect::<String>(),
+    )?;
+    eprintln!(
+        "quire-jepsen: seed {} for {} s, {} steps, in {}",
+        args.seed,
+        args.duration_secs,
+        steps.len(),
+        dir.display()
+    );
+
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let cluster = cluster::Cluster::launch(&dir, TOPOLOGY)?;
+    if !cluster.clocks {
+        eprintln!("quire-jepsen: libfaketime not installed (Debian's faketime): clock jumps are skipped");
+    }
+    let certs = cluster.certs.clone();
+    let metadata = cluster.metadata_addrs();
+    let http_addr = cluster.http_addr(1)?;
+    let _guard = rt.enter();
+    let c = client(&certs, metadata.clone())?;
+    rt.block_on(async {
+        let bookies =
+            c.meta().wait_for_registry(Duration::from_secs(30), |b| b.len() >= TOPOLOGY.bookies as usize).await;
+        anyhow::ensure!(matches!(bookies, Ok(Some(_))), "the bookies did not all register");
+        Ok(())
+    })?;
+
+    let history = History::create(&dir.join("history.jsonl"))?;
+    let t0 = Instant::now();
+    let sh = Arc::new(workload::Shared::new(history, t0));
+    let mut tasks = Vec::new();
+    for w in 0..args.writers {
+        tasks.push(rt.spawn(workload::writer(
+            1 + w,
+            c.clone(),
+            sh.clone(),
+            args.seed.wrapping_add(100 + u64::from(w)),
+        )));
+    }
+    tasks.push(rt.spawn(workload::http_writer(50, http_addr, sh.clone(), args.seed.wrapping_add(150))));
+    for r in 0..args.readers {
+        tasks.push(rt.spawn(workload::reader(
+            100 + r,
+            c.clone(),
+            sh.clone(),
+            args.seed.wrapping_add(200 + u64::from(r)),
+        )));
+    }
+    tasks.push(rt.spawn(workload::recoverer(200, c.clone(), sh.clone(), args.seed.wrapping_add(300))));
+
+    // The nemesis on its own thread, with its own metadata client.
+    let nem_meta = Arc::new(MetaClient::new(
+        RpcClient::new(
+            &Credentials::load(&TlsFiles::in_dir(&certs, Role::Admin, "1"))?,
+            quire_rpc::ClientOptions::default(),
+        )?,
+        metadata,
+        MetaClientOptions::default(),
+    ));
+    let mut nem = nemesis::Nemesis::new(cluster, nem_meta, rt.handle().clone(), args.seed)?;
+    let progress = {
+        let sh = sh.clone();
+        rt.spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                eprintln!(
+                    "[{:>7.1}s] {} operations recorded",
+                    sh.t0.elapsed().as_secs_f64(),
+                    sh.ops.load(Ordering::Relaxed)
+                );
+            }
+        })
+    };
+    let steps_for_nemesis = steps.clone();
+    let nem = std::thread::spawn(move || {
+        nem.run(&steps_for_nemesis, t0);
+        nem
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("the nemesis thread panicked"))?;
+
+    // The finale: clients stop, everything runs, nothing is faulty.
+    sh.stop.store(true, Ordering::Relaxed);
+    rt.block_on(async {
+        for t in tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(60), t).await;
+        }
+    });
+    let mut nem = nem;
+    nem.cluster.lab.heal()?;
+    for t in nem.cluster.targets() {
+        if let quire_faults::Target::Bookie(b) = t {
+            nem.cluster.set_disk_delay(b, 0)?;
+        }
+        if !nem.cluster.is_running(t) {
+            nem.cluster.start(t)?;
+        }
+    }
+    eprintln!("[{:>7.1}s] finale: recovering and reading every ledger", t0.elapsed().as_secs_f64());
+    let finale = Duration::from_secs(args.finale_secs);
+    let (ledgers, unrecovered) = rt.block_on(finale::read_back(&c, &sh, finale));
+    eprintln!(
+        "[{:>7.1}s] finale: {} ledgers read back, {} not; counting copies",
+        t0.elapsed().as_secs_f64(),
+        ledgers.len(),
+        unrecovered.len()
+    );
+    let short = rt.block_on(finale::replicas(&c, &sh, &ledgers, finale));
+    progress.abort();
+
+    let events = sh.history.events();
+    let report = check(&events);
+    let mut summary = String::new();
+    summary.push_str(&format!(
+        "seed {}: {} events; {} acknowledged adds, {} unknown, {} reads, {} recoveries, {} ledgers read back ({} never), {} short of Qw copies\n",
+        args.seed,
+        events.len(),
+        report.acked_adds,
+        report.unknown_adds,
+        report.reads,
+        report.recoveries,
+        report.ledgers_final,
+        unrecovered.len(),
+        short
+    ));
+    for (id, e) in &unrecovered {
+        summary.push_str(&format!("  ledger {id} never recovered: {e}\n"));
+    }
+    for f in &nem.findings {
+        summary.push_str(&format!("  nemesis: {f}\n"));
+    }
+    for v in &report.violations {
+        summary.push_str(&format!("  VIOLATION {v:?}\n"));
+    }
+    std::fs::write(dir.join("report.txt"), &summary)?;
+    print!("{summary}");
+    nem.cluster.stop_all();
+    drop(nem);
+    if report.ok() {
+        println!("quire-jepsen: every guarantee held (seed {})", args.seed);
+        if !args.keep && args.dir.is_none() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        Ok(())
+    } else {
+        println!("quire-jepsen: {} violations; the run is kept in {}", report.violations.len(), dir.display());
+        std::process::exit(1);
+    }
+}

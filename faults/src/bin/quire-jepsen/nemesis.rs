@@ -1,0 +1,202 @@
+//! Applies the schedule's faults to the cluster at their times, on its own
+//! thread (starting a process blocks until it serves). Every step applied is
+//! logged to `nemesis.jsonl` with what it resolved to and how it went.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use quire_client::sim::rng::Rng;
+use quire_faults::{Fault, FileKind, Step, Target};
+use quire_metaclient::MetaClient;
+use quire_proto::v1;
+
+use crate::cluster::{name, Cluster};
+
+pub struct Nemesis {
+    pub cluster: Cluster,
+    meta: Arc<MetaClient>,
+    rt: tokio::runtime::Handle,
+    rng: Rng,
+    /// The replica `MetadataLeader` meant when an episode started, so that
+    /// its undo (restart, clock back) reaches the same one.
+    episode_leader: Option<u32>,
+    log: std::fs::File,
+    /// Steps that could not be applied as written, and what was done instead.
+    pub findings: Vec<String>,
+}
+
+impl Nemesis {
+    pub fn new(
+        cluster: Cluster,
+        meta: Arc<MetaClient>,
+        rt: tokio::runtime::Handle,
+        seed: u64,
+    ) -> anyhow::Result<Nemesis> {
+        let path = cluster.dir.join("nemesis.jsonl");
+        let log = std::fs::File::create(&path).with_context(|| format!("create {}", path.display()))?;
+        Ok(Nemesis {
+            cluster,
+            meta,
+            rt,
+            rng: Rng::new(seed ^ 0x6e656d65),
+            episode_leader: None,
+            log,
+            findings: Vec::new(),
+        })
+    }
+
+    /// Runs `steps` against the clock that started at `t0`.
+    pub fn run(&mut self, steps: &[Step], t0: Instant) {
+        for step in steps {
+            let due = t0 + Duration::from_millis(step.at_ms);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            let at = t0.elapsed().as_millis() as u64;
+            let result = self.apply(&step.fault);
+            let line = serde_json::json!({
+                "at_ms": at,
+                "step": step,
+                "result": match &result { Ok(what) => what.clone(), Err(e) => format!("error: {e:#}") },
+            });
+            let _ = writeln!(self.log, "{line}");
+            eprintln!("[{:>7.1}s] nemesis: {}", at as f64 / 1000.0, line["result"].as_str().unwrap_or(""));
+            if let Err(e) = result {
+                self.findings.push(format!("at {at} ms, {:?}: {e:#}", step.fault));
+            }
+        }
+    }
+
+    /// Which replica leads now (asked of the metadata service).
+    fn leader(&self) -> anyhow::Result<u32> {
+        let status = self
+            .rt
+            .block_on(self.meta.call_waiting(v1::MetadataStatusRequest {}, Duration::from_secs(10)))
+            .context("ask the metadata service for its leader")?;
+        let id = status.leader_id.context("no metadata leader")?;
+        Ok(id as u32)
+    }
+
+    /// `MetadataLeader` as a replica: the episode's if one is pending, else now's.
+    fn resolve(&mut self, t: Target, keep: bool) -> anyhow::Result<Target> {
+        if t != Target::MetadataLeader {
+            return Ok(t);
+        }
+        let id = match self.episode_leader {
+            Some(id) => id,
+            None => self.leader()?,
+        };
+        self.episode_leader = keep.then_some(id);
+        Ok(Target::Metadata(id))
+    }
+
+    fn apply(&mut self, f: &Fault) -> anyhow::Result<String> {
+        Ok(match f {
+            Fault::Kill { target } => {
+                let t = self.resolve(*target, true)?;
+                self.cluster.kill(t)?;
+                format!("killed {}", name(t))
+            }
+            Fault::Restart { target } => {
+                let t = self.resolve(*target, false)?;
+                self.cluster.start(t)?;
+                format!("restarted {}", name(t))
+            }
+            Fault::Partition { a, b } => {
+                let harness = self.cluster.lab.harness_ip();
+                let mut names = Vec::new();
+                for x in a {
+                    let x = self.resolve(*x, false)?;
+                    let i = self.cluster.index(x)?;
+                    for y in b {
+                        let y = self.resolve(*y, false)?;
+                        let ip = self.cluster.ip(y)?;
+                        self.cluster.lab.drop_from(i, ip)?;
+                        self.cluster.lab.drop_to(i, ip)?;
+                    }
+                    // Isolated from the clients as well: a partition cuts the
+                    // node off, not only its peers.
+                    self.cluster.lab.drop_from(i, harness)?;
+                    self.cluster.lab.drop_to(i, harness)?;
+                    names.push(name(x));
+                }
+                format!("partitioned {} from the rest", names.join(","))
+            }
+            Fault::DropOneWay { from, to } => {
+                let from = self.resolve(*from, false)?;
+                let to = self.resolve(*to, false)?;
+                let ip = self.cluster.ip(to)?;
+                self.cluster.lab.drop_to(self.cluster.index(from)?, ip)?;
+                format!("dropping {} -> {}", name(from), name(to))
+            }
+            Fault::Heal => {
+                self.cluster.lab.heal()?;
+                "healed the network".into()
+            }
+            Fault::SlowDisk { bookie, delay_ms } => {
+                self.cluster.set_disk_delay(*bookie, *delay_ms)?;
+                format!("bookie-{bookie} syncs wait {delay_ms} ms")
+            }
+            Fault::FastDisk { bookie } => {
+                self.cluster.set_disk_delay(*bookie, 0)?;
+                format!("bookie-{bookie} disk fast again")
+            }
+            Fault::ReplaceBookie { bookie } => {
+                let t = Target::Bookie(*bookie);
+                self.cluster.kill(t)?;
+                self.cluster.wipe_bookie(*bookie)?;
+                self.cluster.start(t)?;
+                format!("replaced bookie-{bookie} by an empty one at its address")
+            }
+            Fault::FlipBits { bookie, file, flips } => self.flip_bits(*bookie, *file, *flips)?,
+            Fault::ClockJump { target, offset_ms } => {
+                if !self.cluster.clocks {
+                    return Ok("clock jump skipped: libfaketime is not installed".into());
+                }
+                // The jump out keeps the resolved leader; the jump back uses it.
+                let keep = self.episode_leader.is_none();
+                let t = self.resolve(*target, keep)?;
+                let now = self.cluster.jump_clock(t, *offset_ms)?;
+                format!("{}'s wall clock moved {offset_ms:+} ms (now {now:+} ms)", name(t))
+            }
+        })
+    }
+
+    /// SIGKILL the bookie, flip bits at non-zero bytes of one of its files of
+    /// `kind` (chosen by the seed), start it again. A bookie that refuses to
+    /// start on the damaged disk is replaced by an empty one (what an
+    /// operator does with a disk that lost data), and that is reported.
+    fn flip_bits(&mut self, bookie: u32, kind: FileKind, flips: u32) -> anyhow::Result<String> {
+        let t = Target::Bookie(bookie);
+        self.cluster.kill(t)?;
+        let files = self.cluster.bookie_files(bookie, kind);
+        let mut what = format!("bookie-{bookie}: no {kind:?} file to damage");
+        if !files.is_empty() {
+            let path = self.rng.pick(&files).clone();
+            let mut bytes = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
+            let written: Vec<usize> = (0..bytes.len()).filter(|&i| bytes[i] != 0).collect();
+            let mut at = Vec::new();
+            if !written.is_empty() {
+                for _ in 0..flips {
+                    let i = *self.rng.pick(&written);
+                    let bit = self.rng.range(0, 8) as u8;
+                    bytes[i] ^= 1 << bit;
+                    at.push(i);
+                }
+                std::fs::write(&path, &bytes).with_context(|| format!("write {}", path.display()))?;
+            }
+            what = format!("flipped {} bits of {} at {at:?}", at.len(), path.display());
+        }
+        if let Err(e) = self.cluster.start(t) {
+            let finding = format!("bookie-{bookie} did not start after {what}: {e:#}; replaced by an empty bookie");
+            self.findings.push(finding.clone());
+            self.cluster.kill(t)?;
+            self.cluster.wipe_bookie(bookie)?;
+            self.cluster.start(t)?;
+            return Ok(finding);
+        }
+        Ok(what)
+    }
+}
