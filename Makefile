@@ -18,7 +18,8 @@ build:
 # multi-process tests. nextest where installed (per-test processes, parallel);
 # cargo test otherwise. Then the load tooling (loadtest/, its own workspace)
 # against a real cluster: its unit tests, every goose scenario briefly, and
-# `make bench`'s pipeline at toy scale (loadtest/smoke.sh).
+# `make bench`'s pipeline at toy scale (loadtest/smoke.sh). Last, the fault
+# suite on a bounded schedule (needs root: network namespaces; docs/faults.md).
 test: build loadtest-build
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 		$(CARGO) nextest run --release --workspace --no-fail-fast; \
@@ -27,6 +28,7 @@ test: build loadtest-build
 	fi
 	$(CARGO) test --release --manifest-path loadtest/goose/Cargo.toml
 	bash loadtest/smoke.sh
+	target/release/quire-jepsen --seed $(JEPSEN_CI_SEED) --duration-secs $(JEPSEN_CI_SECS)
 
 fmt:
 	$(CARGO) fmt --all
@@ -109,7 +111,7 @@ bench-metadata: build
 # runs the bounded schedule JEPSEN_CI_SEED for JEPSEN_CI_SECS.
 SEED ?= 1
 DURATION ?= 120
-JEPSEN_CI_SEED ?= 3
+JEPSEN_CI_SEED ?= 98
 JEPSEN_CI_SECS ?= 90
 jepsen: build
 	target/release/quire-jepsen --seed $(SEED) --duration-secs $(DURATION)

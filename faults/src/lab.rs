@@ -66,17 +66,57 @@ impl Lab {
         Ok(lab)
     }
 
-    /// Removes namespaces (and their links) of harnesses that were killed.
-    fn remove_orphans() {
-        let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else { return };
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let name = line.split_whitespace().next().unwrap_or("");
-            if orphaned(name) {
-                let _ = run("ip", &["netns", "del", name]);
-                if let Some(prefix) = name.strip_suffix("hub") {
-                    let _ = run("ip", &["link", "del", &format!("{prefix}r")]);
-                }
+    /// Every namespace on this machine.
+    fn namespaces() -> Vec<String> {
+        let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else { return Vec::new() };
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Kills whatever still runs in namespace `ns` (SIGKILL), then removes it.
+    fn kill_and_delete(ns: &str) {
+        if let Ok(out) = Command::new("ip").args(["netns", "pids", ns]).output() {
+            for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                let _ = Command::new("kill").args(["-KILL", pid]).status();
             }
+        }
+        let _ = run("ip", &["netns", "del", ns]);
+    }
+
+    /// Removes the run with `prefix`: its processes, namespaces and links.
+    /// Safe to call from a signal handler's thread while the run is live.
+    pub fn teardown(prefix: &str) {
+        for ns in Self::namespaces() {
+            let Some(rest) = ns.strip_prefix(prefix) else { continue };
+            let node = rest.strip_prefix('n').is_some_and(|i| !i.is_empty() && i.chars().all(|c| c.is_ascii_digit()));
+            if node || rest == "hub" {
+                Self::kill_and_delete(&ns);
+            }
+        }
+        let _ = run("ip", &["link", "del", &format!("{prefix}r")]);
+    }
+
+    /// The names' prefix of this run (`qf<pid>`).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Removes the namespaces, processes and links of harnesses that were
+    /// killed (SIGKILL leaves no chance to clean up).
+    fn remove_orphans() {
+        let prefixes: std::collections::BTreeSet<String> = Self::namespaces()
+            .into_iter()
+            .filter(|n| orphaned(n))
+            .filter_map(|n| {
+                let digits: String = n[2..].chars().take_while(|c| c.is_ascii_digit()).collect();
+                (!digits.is_empty()).then(|| format!("qf{digits}"))
+            })
+            .collect();
+        for p in prefixes {
+            Self::teardown(&p);
         }
     }
 
@@ -165,11 +205,7 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        for i in 0..self.nodes {
-            let _ = run("ip", &["netns", "del", &self.ns(i)]);
-        }
-        let _ = run("ip", &["netns", "del", &self.hub()]);
-        let _ = run("ip", &["link", "del", &format!("{}r", self.prefix)]);
+        Self::teardown(&self.prefix);
     }
 }
 

@@ -10,12 +10,14 @@
 //! bookies; publish the report.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use quire_client::fragments::repairable;
 use quire_client::meta::LedgerMeta;
 use quire_client::{Client, ClientError};
+use quire_metaclient::MetaClient;
 use quire_proto::v1::{self, ErrorCode};
 use tokio::time::Instant;
 
@@ -26,7 +28,7 @@ use crate::audit::{named_by, needs_repair, replaced_members, LostBookies};
 pub struct AuditorConfig {
     /// Who holds the election lock (unique per process).
     pub owner: String,
-    /// The election lease (renewed every pass, so at least twice the interval).
+    /// The election lease (renewed every third of it, apart from the passes).
     pub election_lease: Duration,
     /// Between passes.
     pub interval: Duration,
@@ -37,6 +39,8 @@ pub struct AuditorConfig {
 }
 
 const CHECK_BATCH_ENTRIES: usize = 4096;
+/// Ledger metadata reads in flight while listing.
+const LIST_IN_FLIGHT: usize = 32;
 
 /// What /metrics shows: the last report and running totals.
 #[derive(Debug, Default)]
@@ -147,49 +151,96 @@ fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
+/// The auditor lock while this process holds it: a task renews it every
+/// third of the lease, apart from the passes, so that a pass longer than the
+/// lease (thousands of ledgers to list and check) keeps it. Before, the lock
+/// was renewed between passes and during the replica check only; listing
+/// 1 500 ledgers outlived the 3 s lease, every pass then failed at its first
+/// renewal, and no replica check ever finished (fault suite, seed 139).
+struct Held {
+    lock_id: u64,
+    alive: Arc<AtomicBool>,
+    renewer: tokio::task::JoinHandle<()>,
+}
+
+impl Held {
+    fn start(meta: Arc<MetaClient>, lock_id: u64, lease: Duration) -> Held {
+        let alive = Arc::new(AtomicBool::new(true));
+        let flag = alive.clone();
+        let renewer = tokio::spawn(async move {
+            let mut renewed = Instant::now();
+            loop {
+                tokio::time::sleep(lease / 3).await;
+                match meta.call(v1::RenewLockRequest { name: "auditor".into(), lock_id }).await {
+                    Ok(_) => renewed = Instant::now(),
+                    // Another grant is current: it is over.
+                    Err(e) if e.code().is_some() => {
+                        tracing::warn!(error = %e, "lost the auditor lock; standing by");
+                        break;
+                    }
+                    // No answer: the lease may still stand; give up when it cannot.
+                    Err(e) if renewed.elapsed() >= lease => {
+                        tracing::warn!(error = %e, "could not renew the auditor lock within its lease; standing by");
+                        break;
+                    }
+                    Err(e) => tracing::debug!(error = %e, "renewing the auditor lock failed; retrying"),
+                }
+            }
+            flag.store(false, Ordering::SeqCst);
+        });
+        Held { lock_id, alive, renewer }
+    }
+
+    fn alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.renewer.abort();
+    }
+}
+
 /// Runs until the task is dropped.
 pub async fn run(client: Client, cfg: AuditorConfig, stats: Arc<Mutex<AuditorStats>>) {
     let mut lost = LostBookies::new(cfg.lost_bookie_grace.as_millis() as u64);
-    let mut held: Option<u64> = None;
+    let mut held: Option<Held> = None;
     let mut last_check: Option<Instant> = None;
+    // When the last replica check ended (wall clock), for every report.
+    let mut last_check_at_ms = 0;
     let lease_ms = cfg.election_lease.as_millis() as u32;
     loop {
         let meta = client.meta();
-        held = match held {
-            None => match meta
-                .call(v1::AcquireLockRequest { name: "auditor".into(), owner: cfg.owner.clone(), lease_ms })
-                .await
+        if held.as_ref().is_some_and(|h| !h.alive()) {
+            held = None;
+        }
+        if held.is_none() {
+            match meta.call(v1::AcquireLockRequest { name: "auditor".into(), owner: cfg.owner.clone(), lease_ms }).await
             {
                 Ok(r) => {
-                    tracing::info!(owner = %cfg.owner, "this auditor is now the active one");
-                    r.lock.map(|l| l.lock_id)
+                    if let Some(l) = r.lock {
+                        tracing::info!(owner = %cfg.owner, "this auditor is now the active one");
+                        held = Some(Held::start(meta.clone(), l.lock_id, cfg.election_lease));
+                    }
                 }
-                Err(e) if e.code() == Some(ErrorCode::LockHeld) => None,
-                Err(e) => {
-                    tracing::warn!(error = %e, "auditor election failed");
-                    None
-                }
-            },
-            Some(id) => match meta.call(v1::RenewLockRequest { name: "auditor".into(), lock_id: id }).await {
-                Ok(_) => Some(id),
-                Err(e) => {
-                    tracing::warn!(error = %e, "lost the auditor lock; standing by");
-                    None
-                }
-            },
-        };
-        stats.lock().expect("stats lock").active = held.is_some();
-        if held.is_none() {
+                Err(e) if e.code() == Some(ErrorCode::LockHeld) => {}
+                Err(e) => tracing::warn!(error = %e, "auditor election failed"),
+            }
             // A standby's clocks are stale by the time it takes over: restart them.
             lost = LostBookies::new(cfg.lost_bookie_grace.as_millis() as u64);
         }
-        if held.is_some() {
+        stats.lock().expect("stats lock").active = held.is_some();
+        if let Some(h) = &held {
             let check = !cfg.replica_check_interval.is_zero()
                 && last_check.is_none_or(|t| t.elapsed() >= cfg.replica_check_interval);
-            match pass(&client, &cfg, &mut lost, check, held.unwrap_or_default()).await {
-                Ok((report, under_replicated)) => {
+            match pass(&client, &cfg, &mut lost, check, &h.alive).await {
+                Ok((mut report, under_replicated)) => {
                     if check {
                         last_check = Some(Instant::now());
+                        last_check_at_ms = report.replica_check_at_ms;
+                    } else {
+                        report.replica_check_at_ms = last_check_at_ms;
                     }
                     {
                         let mut st = stats.lock().expect("stats lock");
@@ -206,22 +257,33 @@ pub async fn run(client: Client, cfg: AuditorConfig, stats: Arc<Mutex<AuditorSta
                         tracing::warn!(error = %e, "publishing the audit report failed");
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "audit pass failed"),
+                Err(e) => tracing::warn!(error = %e, lock_id = h.lock_id, "audit pass failed"),
             }
         }
         tokio::time::sleep(cfg.interval).await;
     }
 }
 
+/// Every ledger's metadata, fetched `LIST_IN_FLIGHT` at a time (one at a
+/// time, thousands of ledgers took seconds per pass).
 async fn all_ledgers(client: &Client) -> Result<Vec<LedgerMeta>, ClientError> {
-    let mut out = Vec::new();
-    for id in client.list_all().await? {
-        match client.metadata(id).await {
-            Ok(m) => out.push(m),
-            Err(ClientError::NoSuchLedger(_)) => {} // deleted meanwhile
-            Err(e) => return Err(e),
+    let ids = client.list_all().await?;
+    let mut out = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(LIST_IN_FLIGHT) {
+        let mut tasks = tokio::task::JoinSet::new();
+        for &id in chunk {
+            let client = client.clone();
+            tasks.spawn(async move { client.metadata(id).await });
+        }
+        while let Some(r) = tasks.join_next().await {
+            match r.map_err(|e| ClientError::MetadataUnavailable(format!("metadata task: {e}")))? {
+                Ok(m) => out.push(m),
+                Err(ClientError::NoSuchLedger(_)) => {} // deleted meanwhile
+                Err(e) => return Err(e),
+            }
         }
     }
+    out.sort_by_key(|m| m.ledger_id);
     Ok(out)
 }
 
@@ -249,8 +311,9 @@ async fn pass(
     cfg: &AuditorConfig,
     lost: &mut LostBookies,
     replica_check: bool,
-    lock_id: u64,
+    held: &AtomicBool,
 ) -> Result<(v1::AuditReport, u64), ClientError> {
+    let lost_lock = || ClientError::MetadataUnavailable("the auditor lock was lost during the pass".into());
     let registry =
         client.meta().call(v1::ListBookiesRequest {}).await.map_err(|e| ClientError::from_metadata(e, None))?;
     let registered: BTreeSet<String> = registry.bookies.iter().map(|b| b.bookie_id.clone()).collect();
@@ -276,6 +339,9 @@ async fn pass(
     let gone: BTreeSet<String> = lost_now.union(&draining).cloned().collect();
     let instances: BTreeMap<String, String> =
         registry.bookies.iter().map(|b| (b.bookie_id.clone(), b.instance_id.clone())).collect();
+    if !held.load(Ordering::SeqCst) {
+        return Err(lost_lock());
+    }
     for meta in &ledgers {
         let marked = existing.get(&meta.ledger_id);
         let replaced = replaced_members(meta, &instances);
@@ -301,13 +367,11 @@ async fn pass(
         // whether it is lost is for its lease to say, not for this check to
         // wait out, one timeout per ledger.
         let mut unreachable = BTreeSet::new();
-        let mut renewed = Instant::now();
         for meta in &ledgers {
-            // A long check must not outlive the election lease.
-            if renewed.elapsed() >= cfg.interval {
-                let renew = v1::RenewLockRequest { name: "auditor".into(), lock_id };
-                client.meta().call(renew).await.map_err(|e| ClientError::from_metadata(e, None))?;
-                renewed = Instant::now();
+            // A check must not go on after the lock is gone (another
+            // auditor may be active by now).
+            if !held.load(Ordering::SeqCst) {
+                return Err(lost_lock());
             }
             let marked = existing.get(&meta.ledger_id);
             for b in named_by(meta) {

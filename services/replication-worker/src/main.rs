@@ -54,6 +54,10 @@ struct Args {
     #[arg(long, default_value_t = 1_000)]
     poll_ms: u64,
 
+    /// Marked ledgers repaired at once (each under its own claim).
+    #[arg(long, default_value_t = 8)]
+    parallel_ledgers: usize,
+
     /// Serve Prometheus metrics (GET /metrics) on this TCP address.
     #[arg(long, env = "QUIRE_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
@@ -85,6 +89,7 @@ fn main() -> anyhow::Result<()> {
             claim_lease: Duration::from_millis(args.claim_lease_ms.max(1_000)),
             open_ledger_grace: Duration::from_millis(args.open_ledger_grace_ms),
             idle_poll: Duration::from_millis(args.poll_ms.max(50)),
+            parallel_ledgers: args.parallel_ledgers.clamp(1, 256),
             stats: Arc::new(worker::WorkerStats::default()),
             writer_waits: Arc::default(),
         };

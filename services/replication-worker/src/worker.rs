@@ -30,6 +30,12 @@ pub struct WorkerConfig {
     pub open_ledger_grace: Duration,
     /// Pause between scans of the marks when there was nothing to do.
     pub idle_poll: Duration,
+    /// Marked ledgers repaired at once. Each repair is a few metadata
+    /// round trips (claim, CAS, clear, release) around its copies; one at a
+    /// time, many small ledgers took a minute per thousand to repair, long
+    /// enough for a second disk loss to take the last copies (fault suite,
+    /// seed 139).
+    pub parallel_ledgers: usize,
     /// Counters for /metrics.
     pub stats: Arc<WorkerStats>,
     /// When this worker first found a ledger's writer still on a missing
@@ -123,18 +129,32 @@ pub async fn run(client: Client, cfg: WorkerConfig, throttle: Arc<Throttle>) {
     }
 }
 
-/// One pass over the marks; how many ledgers it worked on.
+/// One pass over the marks, `parallel_ledgers` at a time; how many ledgers
+/// it worked on.
 async fn scan(client: &Client, cfg: &WorkerConfig, throttle: &Arc<Throttle>) -> Result<usize, ClientError> {
-    let mut worked = 0;
-    for mark in client.under_replicated().await? {
-        // One ledger that cannot be repaired now (its recovery fails, a
-        // bookie it needs is down) must not hold up the others.
-        match repair_one(client, cfg, throttle, &mark).await {
-            Ok(true) => worked += 1,
-            Ok(false) => {}
-            Err(e) => {
-                tracing::warn!(ledger_id = mark.ledger_id, error = %e, "repair failed; moving on, retried next pass")
+    let marks = client.under_replicated().await?;
+    let turns = Arc::new(tokio::sync::Semaphore::new(cfg.parallel_ledgers.max(1)));
+    let mut tasks = tokio::task::JoinSet::new();
+    for mark in marks {
+        let turn = turns.clone().acquire_owned().await.expect("the semaphore is never closed");
+        let (client, cfg, throttle) = (client.clone(), cfg.clone(), throttle.clone());
+        tasks.spawn(async move {
+            let _turn = turn;
+            // One ledger that cannot be repaired now (its recovery fails, a
+            // bookie it needs is down) must not hold up the others.
+            match repair_one(&client, &cfg, &throttle, &mark).await {
+                Ok(worked) => worked,
+                Err(e) => {
+                    tracing::warn!(ledger_id = mark.ledger_id, error = %e, "repair failed; moving on, retried next pass");
+                    false
+                }
             }
+        });
+    }
+    let mut worked = 0;
+    while let Some(r) = tasks.join_next().await {
+        if matches!(r, Ok(true)) {
+            worked += 1;
         }
     }
     Ok(worked)

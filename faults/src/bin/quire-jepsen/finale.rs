@@ -16,6 +16,8 @@ use crate::workload::{digest, Shared};
 
 /// The process id finale events are recorded under.
 const FINALE: u32 = 1000;
+/// Ledgers recovered, read or counted at once.
+const FINALE_CONCURRENCY: usize = 32;
 
 /// Recovers and reads every ledger of the run; returns each recovered
 /// ledger's entries' digests, and the ledgers that never recovered.
@@ -31,11 +33,19 @@ pub async fn read_back(
     }
     ids.sort_unstable();
     ids.dedup();
+    // A bounded number at a time: a thousand recoveries at once on two
+    // cores time out their reads, and each ledger's deadline runs from when
+    // its turn comes.
+    let turns = Arc::new(tokio::sync::Semaphore::new(FINALE_CONCURRENCY));
     let mut tasks = tokio::task::JoinSet::new();
     for id in ids {
         let client = client.clone();
         let sh = sh.clone();
-        tasks.spawn(async move { (id, read_one(&client, &sh, id, deadline).await) });
+        let turns = turns.clone();
+        tasks.spawn(async move {
+            let _turn = turns.acquire_owned().await.expect("never closed");
+            (id, read_one(&client, &sh, id, deadline).await)
+        });
     }
     let mut done = BTreeMap::new();
     let mut failed = Vec::new();
@@ -135,10 +145,13 @@ pub async fn replicas(
     let started = sh.now_us();
     loop {
         let mut tasks = tokio::task::JoinSet::new();
+        let turns = Arc::new(tokio::sync::Semaphore::new(FINALE_CONCURRENCY));
         for &id in &pending {
             let client = client.clone();
             let digests = ledgers[&id].clone();
+            let turns = turns.clone();
             tasks.spawn(async move {
+                let _turn = turns.acquire_owned().await.expect("never closed");
                 match client.metadata(id).await {
                     Ok(meta) => (id, meta.quorums.write as u32, Some(short_copies(&client, &meta, &digests).await)),
                     Err(_) => (id, 0, None),

@@ -108,6 +108,19 @@ fn main() -> anyhow::Result<()> {
     if !cluster.clocks {
         eprintln!("quire-jepsen: libfaketime not installed (Debian's faketime): clock jumps are skipped");
     }
+    // Interrupted (Ctrl-C, SIGTERM, a CI timeout): take the cluster down
+    // with us; destructors do not run on a signal.
+    let prefix = cluster.lab.prefix().to_string();
+    rt.spawn(async move {
+        let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else { return };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("quire-jepsen: interrupted; removing the cluster");
+        quire_faults::lab::Lab::teardown(&prefix);
+        std::process::exit(130);
+    });
     let certs = cluster.certs.clone();
     let metadata = cluster.metadata_addrs();
     let http_addr = cluster.http_addr(1)?;

@@ -232,7 +232,8 @@ pub async fn http_writer(process: u32, http_addr: String, sh: Arc<Shared>, seed:
 }
 
 /// A reader: opens a ledger of the run without recovery, asks for the LAC
-/// and reads a few entries at or below it, again and again.
+/// and reads a few entries at or below it (sometimes just past it), again
+/// and again.
 pub async fn reader(process: u32, client: Client, sh: Arc<Shared>, seed: u64) {
     let mut rng = Rng::new(seed);
     while !sh.stopped() {
@@ -257,7 +258,11 @@ pub async fn reader(process: u32, client: Client, sh: Arc<Shared>, seed: u64) {
         }
         let lac = lac as u64;
         let from = rng.range(lac.saturating_sub(30), lac + 1);
-        let to = (from + rng.range(0, 10)).min(lac);
+        // Mostly at or below the LAC; one read in five also asks for the
+        // entries just past it, which must be refused ("no such entry") or,
+        // if the LAC moved on meanwhile, be entries that survive recovery.
+        let past = if rng.chance(0.2) { 2 } else { 0 };
+        let to = (from + rng.range(0, 10)).min(lac + past);
         for entry in from..=to {
             let invoked = sh.now_us();
             let (outcome, digest_read, error) = match r.read(entry).await {

@@ -22,7 +22,8 @@
 use std::collections::BTreeSet;
 
 use futures_util::stream::{self, StreamExt};
-use quire_proto::v1::{self, Entry};
+use quire_proto::v1::{self, Entry, ErrorCode};
+use quire_rpc::RpcError;
 
 use crate::fragments::{repairable, with_member_replaced, Fragment};
 use crate::meta::{LedgerMeta, LedgerState};
@@ -269,6 +270,11 @@ impl Client {
         entry_id: u64,
     ) -> Result<Entry, ClientError> {
         let timeout = self.options().read_timeout;
+        // Why no copy came back, if not corruption: "every copy is corrupt"
+        // must mean that (the fault suite saw it for replicas that merely
+        // did not answer during a metadata failover).
+        let mut unanswered: Option<RpcError> = None;
+        let mut corrupt = false;
         for p in meta.quorums.write_set(entry_id) {
             if p == position {
                 continue;
@@ -279,11 +285,14 @@ impl Client {
                         return Ok(e)
                     }
                     _ => {
+                        corrupt = true;
                         tracing::warn!(ledger_id = meta.ledger_id, entry_id, bookie_id = %members[p].bookie_id, "corrupt copy skipped")
                     }
                 },
+                Err(RpcError::Remote { code: ErrorCode::CorruptEntry, .. }) => corrupt = true,
                 Err(e) => {
-                    tracing::debug!(ledger_id = meta.ledger_id, entry_id, bookie_id = %members[p].bookie_id, error = %e, "replica read failed")
+                    tracing::debug!(ledger_id = meta.ledger_id, entry_id, bookie_id = %members[p].bookie_id, error = %e, "replica read failed");
+                    unanswered = Some(e);
                 }
             }
         }
@@ -297,6 +306,9 @@ impl Client {
                 }
             }
         }
-        Err(ClientError::Corrupt(meta.ledger_id, entry_id))
+        match unanswered {
+            Some(e) if !corrupt => Err(ClientError::Rpc(e)),
+            _ => Err(ClientError::Corrupt(meta.ledger_id, entry_id)),
+        }
     }
 }
