@@ -217,7 +217,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .context("check the data directories' cookie")?;
     tracing::info!(bookie_id, instance_id = %cookie.instance_id, journal = %journal_dir.display(), ledgers = %ledger_dir.display(), "opening storage");
 
-    let check = meta_configured && integrity::needs_check(&ledger_dir, fresh, args.integrity_check);
+    let mut check = meta_configured && integrity::needs_check(&ledger_dir, fresh, args.integrity_check);
     if check {
         integrity::mark_pending(&ledger_dir).context("record the pending integrity check")?;
     }
@@ -237,6 +237,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
     config.max_entry_bytes = args.max_entry_bytes;
     config.max_parked_waits = args.max_parked_waits;
     let store = Arc::new(tokio::task::spawn_blocking(move || Store::open(config)).await?.context("open storage")?);
+    // Damaged journal records were skipped: acknowledged entries may be gone
+    // from this bookie. Same cure as lost data (unless checks are off).
+    if store.journal_damaged() && meta_configured && args.integrity_check != integrity::CheckMode::Never && !check {
+        tracing::warn!("the journal was damaged: running the data-integrity check");
+        integrity::mark_pending(&ledger_dir).context("record the pending integrity check")?;
+        check = true;
+    }
 
     let me = BookieIdentity {
         bookie_id: bookie_id.clone(),

@@ -193,6 +193,7 @@ pub type AddFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(
 pub struct Store {
     inner: Arc<Inner>,
     flusher: Mutex<Option<JoinHandle<()>>>,
+    journal_damaged: bool,
 }
 
 fn kib_of(e: &Entry) -> usize {
@@ -237,9 +238,10 @@ impl Store {
             }
             caches.applied = pos;
         })?;
-        if outcome.records > 0 || outcome.cut.is_some() {
-            tracing::info!(records = outcome.records, cut = ?outcome.cut, "replayed journal");
+        if outcome.records > 0 || outcome.cut.is_some() || !outcome.damaged.is_empty() {
+            tracing::info!(records = outcome.records, cut = ?outcome.cut, damaged = ?outcome.damaged, "replayed journal");
         }
+        let journal_damaged = !outcome.damaged.is_empty();
         caches.applied = caches.applied.max(checkpoint);
         let journal = FileJournal::start(config.journal.clone())?;
         let budget_kib = (config.write_cache_bytes / 1024).max(1);
@@ -271,7 +273,14 @@ impl Store {
             .name("flusher".into())
             .spawn(move || flusher_inner.flush_loop(rx))
             .map_err(|e| StorageError::io(&inner.config.ledger_dir, e))?;
-        Ok(Store { inner, flusher: Mutex::new(Some(flusher)) })
+        Ok(Store { inner, flusher: Mutex::new(Some(flusher)), journal_damaged })
+    }
+
+    /// Whether replay skipped damaged journal records at open: acknowledged
+    /// entries may be missing, and must be refilled from peers before this
+    /// bookie answers "no such entry" (the bookie's data-integrity check).
+    pub fn journal_damaged(&self) -> bool {
+        self.journal_damaged
     }
 
     /// Adds an entry; the returned future resolves once it is durable in the journal.

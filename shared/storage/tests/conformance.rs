@@ -48,6 +48,7 @@ fn journal_suite(start: impl Fn(&Path) -> Box<dyn JournalUnderTest>) {
     journal_replay_from_a_checkpoint_skips_exactly_what_it_covers(&start);
     journal_checkpoint_drops_old_segments_only(&start);
     journal_torn_tail_is_cut_and_stays_cut(&start);
+    journal_damage_with_records_after_it_is_skipped_not_cut(&start);
 }
 
 /// What the suite needs beyond the `Journal` trait: a clean stop.
@@ -139,6 +140,37 @@ fn journal_torn_tail_is_cut_and_stays_cut(start: &dyn Fn(&Path) -> Box<dyn Journ
     let mut expected = records[..9].to_vec();
     expected.push(entry(3, 9, b"again"));
     assert_eq!(replayed(t.path(), JournalPos::default()), expected);
+}
+
+fn journal_damage_with_records_after_it_is_skipped_not_cut(start: &dyn Fn(&Path) -> Box<dyn JournalUnderTest>) {
+    use std::os::unix::fs::FileExt;
+    for damage_length in [false, true] {
+        let t = tempfile::tempdir().unwrap();
+        let j = start(t.path());
+        let records: Vec<Record> = (0..10).map(|i| entry(4, i, &[4u8; 100])).collect();
+        let pos = append_all(j.as_ref(), records.clone());
+        j.stop();
+        // Record 3 (from pos[2] to pos[3]) rots on the disk: a bit of its
+        // payload, or of its length prefix.
+        let seg = journal::segment::segment_path(t.path(), pos[3].segment);
+        let at = if damage_length { pos[2].offset + 2 } else { pos[3].offset - 10 };
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(&seg).unwrap();
+        let mut b = [0u8; 1];
+        f.read_exact_at(&mut b, at).unwrap();
+        f.write_all_at(&[b[0] ^ 0x04], at).unwrap();
+        drop(f);
+        let mut got = Vec::new();
+        let out = journal::replay(t.path(), JournalPos::default(), |_, r| got.push(r)).unwrap();
+        let mut expected = records.clone();
+        expected.remove(3);
+        assert_eq!(got, expected, "damage_length={damage_length}: every record but the damaged one");
+        assert!(out.cut.is_none(), "damage_length={damage_length}: nothing cut");
+        assert_eq!(out.damaged.len(), 1, "damage_length={damage_length}: the damage is reported");
+        assert_eq!(out.damaged[0].0, pos[2], "damage_length={damage_length}: where it is");
+        // The file is left as it was: the next replay finds the same.
+        let again = journal::replay(t.path(), JournalPos::default(), |_, _| {}).unwrap();
+        assert_eq!((again.records, again.damaged.len()), (9, 1));
+    }
 }
 
 #[test]

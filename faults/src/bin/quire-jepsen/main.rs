@@ -53,6 +53,9 @@ struct Args {
     /// Readers.
     #[arg(long, default_value_t = 2)]
     readers: u32,
+    /// Each library writer's pause between adds, in milliseconds.
+    #[arg(long, default_value_t = 5)]
+    add_interval_ms: u64,
     /// How long the finale waits for recovery and for Qw copies, in seconds.
     #[arg(long, default_value_t = 180)]
     finale_secs: u64,
@@ -138,12 +141,9 @@ fn main() -> anyhow::Result<()> {
     let sh = Arc::new(workload::Shared::new(history, t0));
     let mut tasks = Vec::new();
     for w in 0..args.writers {
-        tasks.push(rt.spawn(workload::writer(
-            1 + w,
-            c.clone(),
-            sh.clone(),
-            args.seed.wrapping_add(100 + u64::from(w)),
-        )));
+        let seed = args.seed.wrapping_add(100 + u64::from(w));
+        let pace = Duration::from_millis(args.add_interval_ms);
+        tasks.push(rt.spawn(workload::writer(1 + w, c.clone(), sh.clone(), seed, pace)));
     }
     tasks.push(rt.spawn(workload::http_writer(50, http_addr, sh.clone(), args.seed.wrapping_add(150))));
     for r in 0..args.readers {

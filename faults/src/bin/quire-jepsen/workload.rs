@@ -108,9 +108,10 @@ pub fn spec() -> CreateLedger {
 }
 
 /// A writer through the client library: creates a ledger, adds (up to 8 in
-/// flight) until it has written its quota or an add fails, closes it when
-/// the quota is reached, and starts over on a new ledger.
-pub async fn writer(process: u32, client: Client, sh: Arc<Shared>, seed: u64) {
+/// flight, one every `pace`) until it has written its quota or an add
+/// fails, closes it when the quota is reached, and starts over on a new
+/// ledger.
+pub async fn writer(process: u32, client: Client, sh: Arc<Shared>, seed: u64, pace: Duration) {
     let mut rng = Rng::new(seed);
     while !sh.stopped() {
         let w = match client.create(spec()).await {
@@ -134,7 +135,14 @@ pub async fn writer(process: u32, client: Client, sh: Arc<Shared>, seed: u64) {
                 let d = digest(&p);
                 let invoked = sh.now_us();
                 match w.submit(p).await {
-                    Ok(pending) => inflight.push_back((pending, invoked, d)),
+                    Ok(pending) => {
+                        inflight.push_back((pending, invoked, d));
+                        // A modest, steady rate: the history stays checkable,
+                        // and autorecovery and the replica check keep up
+                        // with what the faults destroy (at full speed they
+                        // read back half a million entries every pass).
+                        tokio::time::sleep(pace).await;
+                    }
                     Err(e) => {
                         let outcome = if refused(&e) { Outcome::Fail } else { Outcome::Unknown };
                         let op = Op::Add { ledger, handle, entry: None, digest: d };

@@ -24,6 +24,12 @@ const ENTRY_FIXED_BYTES: usize = 8 + 8 + 8 + 8 + 4;
 const KIND_ENTRY: u8 = 1;
 const KIND_FENCE: u8 = 2;
 
+/// Whether `b` is a record kind this version writes (a cheap filter before
+/// a CRC when looking for a record boundary in damaged bytes).
+pub fn is_record_kind(b: u8) -> bool {
+    b == KIND_ENTRY || b == KIND_FENCE
+}
+
 /// One journaled fact.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use bytes::Bytes;
 
-use super::record::{Record, RecordEnd};
+use super::record::{is_record_kind, Record, RecordEnd, RECORD_HEADER_BYTES};
 use super::segment::{list_segments, segment_path, sync_dir};
 use super::JournalPos;
 use crate::error::StorageError;
@@ -20,15 +20,48 @@ pub struct ReplayOutcome {
     pub last_segment: Option<u64>,
     /// Where a torn tail was cut, and why.
     pub cut: Option<(JournalPos, &'static str)>,
+    /// Damaged records skipped (where, and why): bytes that were written,
+    /// synced and acknowledged, then changed on disk. What they held is
+    /// lost on this bookie, which must get it back from its peers before it
+    /// answers "no such entry" for anything (the data-integrity check).
+    pub damaged: Vec<(JournalPos, &'static str)>,
+}
+
+/// After a bad record at `at`: where the next record that decodes starts,
+/// if one does. A torn write is the last thing a segment holds, so a good
+/// record after a bad one means the bad one was damaged after it was written
+/// (bits flipped on the disk): corruption of acknowledged data, not a torn
+/// tail. Cutting there would drop every acknowledged record after it,
+/// silently (the fault suite's seed 139 lost an entry so).
+fn next_good_record(data: &Bytes, at: usize) -> Option<usize> {
+    // Bits flipped inside a record usually leave its length intact.
+    if let Some(len) = data.get(at..at + 4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize) {
+        let next = at + 8 + len;
+        if len > 0 && next < data.len() && Record::decode(&data.slice(next..)).is_ok() {
+            return Some(next);
+        }
+    }
+    // Otherwise look for one: a record is told from noise by its CRC, which
+    // is only computed where the length fits and the kind byte is a kind.
+    let end = data.len().saturating_sub(RECORD_HEADER_BYTES);
+    (at + 1..end).find(|&off| {
+        let len = u32::from_be_bytes([data[off], data[off + 1], data[off + 2], data[off + 3]]) as usize;
+        len > 0
+            && off + 8 + len <= data.len()
+            && is_record_kind(data[off + 8])
+            && Record::decode(&data.slice(off..)).is_ok()
+    })
 }
 
 /// Hands every record after `from` to `f`, in journal order.
 ///
 /// A torn record at the end of the newest segment is a write the process or
 /// machine did not finish: it was never acknowledged, and the file is cut there
-/// (truncated and synced) so the next replay agrees. A torn record in an older
-/// segment is corruption of acknowledged data and fails the replay: quire
-/// refuses to start rather than silently drop what follows.
+/// (truncated and synced) so the next replay agrees. A bad record with good
+/// ones after it, or anywhere in an older segment, is damage to acknowledged
+/// data: it is skipped, replay goes on with what follows, and the outcome
+/// lists it (`damaged`) so the bookie refills from its peers what it lost.
+/// A damaged *last* record cannot be told from a torn one and is cut.
 pub fn replay(
     dir: &Path,
     from: JournalPos,
@@ -61,6 +94,18 @@ pub fn replay(
                     f(pos, rec);
                 }
                 Err(RecordEnd::Clean) => break,
+                Err(RecordEnd::Torn(why)) if next_good_record(&data, offset).is_some() => {
+                    let next = next_good_record(&data, offset).expect("just found");
+                    tracing::error!(
+                        segment = id,
+                        offset,
+                        skipped_bytes = next - offset,
+                        reason = why,
+                        "damaged journal record, acknowledged records after it: skipping it (what it held is lost here)"
+                    );
+                    out.damaged.push((JournalPos { segment: id, offset: offset as u64 }, why));
+                    offset = next;
+                }
                 Err(RecordEnd::Torn(why)) if newest => {
                     let at = JournalPos { segment: id, offset: offset as u64 };
                     tracing::warn!(segment = id, offset, reason = why, "cutting torn journal tail");
@@ -73,10 +118,16 @@ pub fn replay(
                     break;
                 }
                 Err(RecordEnd::Torn(why)) => {
-                    return Err(StorageError::Corrupt(format!(
-                        "{} at offset {offset}: {why}, with newer segments after it",
-                        path.display()
-                    )));
+                    // An older segment was complete when the next one began:
+                    // damage, and the rest of this segment is unreadable.
+                    tracing::error!(
+                        segment = id,
+                        offset,
+                        reason = why,
+                        "damaged journal segment: the rest of it is lost here"
+                    );
+                    out.damaged.push((JournalPos { segment: id, offset: offset as u64 }, why));
+                    break;
                 }
             }
         }
