@@ -489,16 +489,33 @@ async fn an_open_ledger_on_a_bookie_replaced_by_an_empty_one_is_recovered_and_re
     let id = w.ledger_id();
     s.cluster.replace_bookie(1).unwrap();
     let client = s.client();
-    let _auditor = s.auditor_with(&["--replica-check-interval-ms", "0"]);
-    let _worker = s.worker("1", &[]);
-    eventually(Duration::from_secs(60), "the open ledger recovered and its copies restored", || async {
-        let m = client.metadata(id).await.ok()?;
-        if m.state != quire_client::meta::LedgerState::Closed || !marks(&client).await.is_empty() {
-            return None;
-        }
-        every_copy_is_there(&client, &m, &data).await.ok()
-    })
-    .await;
+    let auditor = s.auditor_with(&["--replica-check-interval-ms", "0"]);
+    let worker = s.worker("1", &[]);
+    let last = std::sync::Mutex::new(String::new());
+    let done =
+        quire_testkit::eventually(Duration::from_secs(120), "the open ledger recovered and repaired", || async {
+            let m = client.metadata(id).await.ok()?;
+            let marks = marks(&client).await;
+            *last.lock().unwrap() = format!("{m:?}\nmarks: {marks:?}");
+            if m.state != quire_client::meta::LedgerState::Closed || !marks.is_empty() {
+                return None;
+            }
+            let r = every_copy_is_there(&client, &m, &data).await;
+            if let Err(e) = &r {
+                *last.lock().unwrap() = format!("{m:?}\n{e}");
+            }
+            r.ok()
+        })
+        .await;
+    if let Err(e) = done {
+        panic!(
+            "{e}\nlast seen: {}\n--- auditor ---\n{}\n--- worker ---\n{}\n{}",
+            last.lock().unwrap(),
+            auditor.log(),
+            worker.log(),
+            s.cluster.logs()
+        );
+    }
     // The writer that was idle is fenced out: its next add fails.
     assert!(w.add(payload(4, 30)).await.is_err());
 }
