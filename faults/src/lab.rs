@@ -45,14 +45,15 @@ pub struct Lab {
     nodes: usize,
 }
 
+/// The harness pid in a namespace name of this module's (`qf<pid>…`).
+fn harness_pid(name: &str) -> Option<u32> {
+    let digits: String = name.strip_prefix("qf")?.chars().take_while(|c| c.is_ascii_digit()).collect();
+    digits.parse().ok()
+}
+
 /// Whether namespace `name` belongs to a harness process that is gone.
 fn orphaned(name: &str) -> bool {
-    let Some(rest) = name.strip_prefix("qf") else { return false };
-    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
-    match digits.parse::<u32>() {
-        Ok(pid) => !std::path::Path::new(&format!("/proc/{pid}")).exists(),
-        Err(_) => false,
-    }
+    harness_pid(name).is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
 }
 
 impl Lab {
@@ -110,10 +111,7 @@ impl Lab {
         let prefixes: std::collections::BTreeSet<String> = Self::namespaces()
             .into_iter()
             .filter(|n| orphaned(n))
-            .filter_map(|n| {
-                let digits: String = n[2..].chars().take_while(|c| c.is_ascii_digit()).collect();
-                (!digits.is_empty()).then(|| format!("qf{digits}"))
-            })
+            .filter_map(|n| harness_pid(&n).map(|pid| format!("qf{pid}")))
             .collect();
         for p in prefixes {
             Self::teardown(&p);

@@ -521,32 +521,22 @@ async fn an_open_ledger_on_a_bookie_replaced_by_an_empty_one_is_recovered_and_re
 }
 
 /// Flips one bit in the payload of `entry`'s record in the journal under
-/// `journal_dir` (records: len u32, crc u32, kind u8, then for an entry
-/// ledger u64, entry u64, ...; big-endian).
+/// `journal_dir`, found by the storage engine's own replay (read-only on an
+/// intact journal).
 fn damage_journal_record(journal_dir: &std::path::Path, ledger: u64, entry: u64) {
-    for f in std::fs::read_dir(journal_dir).unwrap() {
-        let path = f.unwrap().path();
-        if !path.file_name().unwrap().to_string_lossy().starts_with("journal-") {
-            continue;
+    use quire_storage::journal::{self, JournalPos, Record};
+    let mut end_of_record = None;
+    journal::replay(journal_dir, JournalPos::default(), |end, rec| {
+        if matches!(rec, Record::Entry { ledger_id, entry_id, .. } if ledger_id == ledger && entry_id == entry) {
+            end_of_record.get_or_insert(end);
         }
-        let mut bytes = std::fs::read(&path).unwrap();
-        let mut at = 0;
-        while at + 9 <= bytes.len() {
-            let len = u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-            if len == 0 {
-                break;
-            }
-            let body = at + 8;
-            let u64_at = |i: usize| u64::from_be_bytes(bytes[i..i + 8].try_into().unwrap());
-            if bytes[body] == 1 && u64_at(body + 1) == ledger && u64_at(body + 9) == entry {
-                bytes[at + 8 + len - 3] ^= 0x10;
-                std::fs::write(&path, &bytes).unwrap();
-                return;
-            }
-            at += 8 + len;
-        }
-    }
-    panic!("no journal record for ledger {ledger} entry {entry}");
+    })
+    .unwrap();
+    let end = end_of_record.unwrap_or_else(|| panic!("no journal record for ledger {ledger} entry {entry}"));
+    let path = journal::segment::segment_path(journal_dir, end.segment);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[end.offset as usize - 3] ^= 0x10;
+    std::fs::write(&path, &bytes).unwrap();
 }
 
 /// Bit rot in the middle of a bookie's journal, with acknowledged records

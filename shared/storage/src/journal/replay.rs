@@ -94,41 +94,44 @@ pub fn replay(
                     f(pos, rec);
                 }
                 Err(RecordEnd::Clean) => break,
-                Err(RecordEnd::Torn(why)) if next_good_record(&data, offset).is_some() => {
-                    let next = next_good_record(&data, offset).expect("just found");
-                    tracing::error!(
-                        segment = id,
-                        offset,
-                        skipped_bytes = next - offset,
-                        reason = why,
-                        "damaged journal record, acknowledged records after it: skipping it (what it held is lost here)"
-                    );
-                    out.damaged.push((JournalPos { segment: id, offset: offset as u64 }, why));
-                    offset = next;
-                }
-                Err(RecordEnd::Torn(why)) if newest => {
-                    let at = JournalPos { segment: id, offset: offset as u64 };
-                    tracing::warn!(segment = id, offset, reason = why, "cutting torn journal tail");
-                    let file =
-                        std::fs::OpenOptions::new().write(true).open(&path).map_err(|e| StorageError::io(&path, e))?;
-                    file.set_len(offset as u64).map_err(|e| StorageError::io(&path, e))?;
-                    file.sync_all().map_err(|e| StorageError::io(&path, e))?;
-                    sync_dir(dir).map_err(|e| StorageError::io(dir, e))?;
-                    out.cut = Some((at, why));
-                    break;
-                }
-                Err(RecordEnd::Torn(why)) => {
-                    // An older segment was complete when the next one began:
-                    // damage, and the rest of this segment is unreadable.
-                    tracing::error!(
-                        segment = id,
-                        offset,
-                        reason = why,
-                        "damaged journal segment: the rest of it is lost here"
-                    );
-                    out.damaged.push((JournalPos { segment: id, offset: offset as u64 }, why));
-                    break;
-                }
+                Err(RecordEnd::Torn(why)) => match next_good_record(&data, offset) {
+                    Some(next) => {
+                        tracing::error!(
+                            segment = id,
+                            offset,
+                            skipped_bytes = next - offset,
+                            reason = why,
+                            "damaged journal record, acknowledged records after it: skipping it (what it held is lost here)"
+                        );
+                        out.damaged.push((JournalPos { segment: id, offset: offset as u64 }, why));
+                        offset = next;
+                    }
+                    None if newest => {
+                        let at = JournalPos { segment: id, offset: offset as u64 };
+                        tracing::warn!(segment = id, offset, reason = why, "cutting torn journal tail");
+                        let file = std::fs::OpenOptions::new()
+                            .write(true)
+                            .open(&path)
+                            .map_err(|e| StorageError::io(&path, e))?;
+                        file.set_len(offset as u64).map_err(|e| StorageError::io(&path, e))?;
+                        file.sync_all().map_err(|e| StorageError::io(&path, e))?;
+                        sync_dir(dir).map_err(|e| StorageError::io(dir, e))?;
+                        out.cut = Some((at, why));
+                        break;
+                    }
+                    None => {
+                        // An older segment was complete when the next one
+                        // began: damage, and the rest of it is unreadable.
+                        tracing::error!(
+                            segment = id,
+                            offset,
+                            reason = why,
+                            "damaged journal segment: the rest of it is lost here"
+                        );
+                        out.damaged.push((JournalPos { segment: id, offset: offset as u64 }, why));
+                        break;
+                    }
+                },
             }
         }
         if out.end.segment < id {
