@@ -342,7 +342,7 @@ pub fn to_service_error(e: StorageError) -> ServiceError {
         StorageError::TooLarge(..) => ErrorCode::EntryTooLarge,
         StorageError::ReadOnly(_) => ErrorCode::BookieReadOnly,
         StorageError::Overloaded(_) => ErrorCode::Overloaded,
-        StorageError::JournalClosed => ErrorCode::ShuttingDown,
+        StorageError::JournalClosed | StorageError::IndexClosed => ErrorCode::ShuttingDown,
         _ => ErrorCode::Internal,
     };
     if code == ErrorCode::Internal || code == ErrorCode::CorruptEntry {

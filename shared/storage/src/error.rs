@@ -24,6 +24,9 @@ pub enum StorageError {
     /// An earlier journal write or sync failed; nothing more is accepted.
     #[error("journal failed earlier; no further adds are accepted until restart")]
     JournalFailed,
+    /// The index was closed (shutdown).
+    #[error("index closed")]
+    IndexClosed,
     /// The index store failed.
     #[error("index: {0}")]
     Index(String),

@@ -8,7 +8,7 @@
 //! bytes that are not on disk.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::StorageError;
 use crate::journal::JournalPos;
@@ -139,6 +139,11 @@ pub trait LedgerIndex: Send + Sync {
     fn replace_runs(&self, moves: &[RunMove]) -> Result<Vec<bool>, StorageError>;
     /// Makes everything applied so far durable (a no-op when it already is).
     fn sync(&self) -> Result<(), StorageError>;
+    /// Syncs and releases every file and lock of the index: when it returns,
+    /// the same directory can be opened again at once, by this process or
+    /// another. Later calls fail with [`StorageError::IndexClosed`].
+    /// Idempotent.
+    fn close(&self) -> Result<(), StorageError>;
 }
 
 const PREFIX_RUN: u8 = b'r';
@@ -268,25 +273,33 @@ fn idx_err(e: sled::Error) -> StorageError {
 
 /// The sled-backed index.
 pub struct SledIndex {
+    /// The directory sled runs in (its lock file is `db` there).
+    dir: PathBuf,
+    /// The open database, `None` once closed. Writers hold the lock
+    /// exclusively while they check and apply (so `replace_runs` checks and
+    /// writes with no other write in between); look-ups share it. A look-up
+    /// walks several keys, and a sled range walk is not a snapshot: without
+    /// this, a walk overlapping a batch that splits a run (compaction) could
+    /// see neither the old run nor the new and report a stored entry absent.
+    /// Held only for the in-memory apply, never across a flush to disk (a
+    /// flush works on a clone of the handle).
+    open: std::sync::RwLock<Option<Handles>>,
+}
+
+#[derive(Clone)]
+struct Handles {
     db: sled::Db,
     tree: sled::Tree,
-    /// Writers hold it exclusively while they check and apply (so
-    /// `replace_runs` checks and writes with no other write in between);
-    /// look-ups share it. A look-up walks several keys, and a sled range walk
-    /// is not a snapshot: without this, a walk overlapping a batch that
-    /// splits a run (compaction) could see neither the old run nor the new
-    /// and report a stored entry absent. Held only for the in-memory apply,
-    /// never across a flush to disk.
-    write: std::sync::RwLock<()>,
 }
+
+/// How long `close` waits for sled's own threads to let go of the
+/// directory's lock before it reports the index still held.
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl SledIndex {
     /// Opens (or creates) the index under `dir`.
     pub fn open(dir: &Path) -> Result<SledIndex, StorageError> {
-        // No background flusher: every commit flushes itself (below), and
-        // without that thread the directory's lock goes with the last
-        // handle, so a store closed and reopened at once (a restart) never
-        // finds it still held.
+        // No background flusher: every commit flushes itself (below).
         let db = sled::Config::new()
             .path(dir)
             .cache_capacity(64 * 1024 * 1024)
@@ -294,14 +307,72 @@ impl SledIndex {
             .open()
             .map_err(idx_err)?;
         let tree = db.open_tree("ledger-index").map_err(idx_err)?;
-        Ok(SledIndex { db, tree, write: std::sync::RwLock::new(()) })
+        Ok(SledIndex { dir: dir.to_path_buf(), open: std::sync::RwLock::new(Some(Handles { db, tree })) })
+    }
+
+    /// The open handles, shared with look-ups, for the guard's lifetime.
+    fn read(&self) -> Result<ReadGuard<'_>, StorageError> {
+        let g = self.open.read().expect("index lock");
+        match g.is_some() {
+            true => Ok(ReadGuard(g)),
+            false => Err(StorageError::IndexClosed),
+        }
+    }
+
+    /// The open handles, exclusively, for the guard's lifetime.
+    fn write(&self) -> Result<WriteGuard<'_>, StorageError> {
+        let g = self.open.write().expect("index lock");
+        match g.is_some() {
+            true => Ok(WriteGuard(g)),
+            false => Err(StorageError::IndexClosed),
+        }
+    }
+
+    /// A clone of the handles, for work that must not hold the lock (a
+    /// flush to disk, a long scan that writers need not wait for).
+    fn handles(&self) -> Result<Handles, StorageError> {
+        Ok(self.read()?.clone())
+    }
+
+    /// Drops this index's handles and waits until sled has let go of the
+    /// directory. sled 0.34's `Db` drop returns while its thread pool may
+    /// still run writes it queued (each holds the database file, and so its
+    /// `flock`); the lock is free exactly when the last of them is done. A
+    /// blocking `flock` of our own on the same file is woken by the kernel
+    /// then: a wait on the condition itself, not a guess at how long it takes.
+    fn release(&self) -> Result<(), StorageError> {
+        let taken = self.open.write().expect("index lock").take();
+        let Some(h) = taken else { return Ok(()) };
+        let flushed = h.db.flush().map(|_| ()).map_err(idx_err);
+        drop(h);
+        let lock_path = self.dir.join("db");
+        let file = std::fs::File::open(&lock_path).map_err(|e| StorageError::io(&lock_path, e))?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        // The waiting lock may outlive a timed-out close; it then takes and
+        // drops the lock when sled is done, and ends.
+        std::thread::Builder::new()
+            .name("index-close".into())
+            .spawn(move || {
+                let got = file.lock().and_then(|()| file.unlock());
+                let _ = tx.send(got);
+            })
+            .map_err(|e| StorageError::io(&lock_path, e))?;
+        match rx.recv_timeout(CLOSE_WAIT) {
+            Ok(Ok(())) => flushed,
+            Ok(Err(e)) => Err(StorageError::io(&lock_path, e)),
+            Err(_) => Err(StorageError::Index(format!(
+                "{}: still locked {} s after close",
+                lock_path.display(),
+                CLOSE_WAIT.as_secs()
+            ))),
+        }
     }
 
     /// `location` for a caller that holds the lock.
-    fn location_unlocked(&self, ledger_id: u64, entry_id: u64) -> Result<Option<Location>, StorageError> {
+    fn location_unlocked(tree: &sled::Tree, ledger_id: u64, entry_id: u64) -> Result<Option<Location>, StorageError> {
         let lo = run_key(ledger_id, 0);
         let hi = run_key(ledger_id, entry_id);
-        for kv in self.tree.range(lo..=hi).rev().take(RUN_SCAN_MAX) {
+        for kv in tree.range(lo..=hi).rev().take(RUN_SCAN_MAX) {
             let (k, v) = kv.map_err(idx_err)?;
             let first = u64::from_be_bytes(k[9..17].try_into().map_err(|_| StorageError::Corrupt("index key".into()))?);
             let run = Run::decode(&v)?;
@@ -319,11 +390,11 @@ impl SledIndex {
     /// flushes), the stored run's tail as a run of its own. Without it the
     /// tail's entries would lose their only location until (unless) their
     /// re-adds are committed too. Called with the write lock held.
-    fn keeping_tails(&self, new: Vec<(u64, u64, Run)>) -> Result<Vec<(u64, u64, Run)>, StorageError> {
+    fn keeping_tails(tree: &sled::Tree, new: Vec<(u64, u64, Run)>) -> Result<Vec<(u64, u64, Run)>, StorageError> {
         let lens: HashMap<(u64, u64), usize> = new.iter().map(|(l, f, r)| ((*l, *f), r.ends.len())).collect();
         let mut out = Vec::with_capacity(new.len());
         for (l, first, run) in new {
-            let stored = self.tree.get(run_key(l, first)).map_err(idx_err)?;
+            let stored = tree.get(run_key(l, first)).map_err(idx_err)?;
             let shorter = run.ends.len();
             out.push((l, first, run));
             let Some(stored) = stored else { continue };
@@ -335,7 +406,7 @@ impl SledIndex {
                 // covers `at` onwards for its length.
                 let covered = match lens.get(&(l, at)) {
                     Some(n) => Some(*n),
-                    None => match self.tree.get(run_key(l, at)).map_err(idx_err)? {
+                    None => match tree.get(run_key(l, at)).map_err(idx_err)? {
                         Some(v) => Some(Run::decode(&v)?.ends.len()),
                         None => None,
                     },
@@ -355,12 +426,37 @@ impl SledIndex {
     }
 }
 
+struct ReadGuard<'a>(std::sync::RwLockReadGuard<'a, Option<Handles>>);
+struct WriteGuard<'a>(std::sync::RwLockWriteGuard<'a, Option<Handles>>);
+
+impl std::ops::Deref for ReadGuard<'_> {
+    type Target = Handles;
+    fn deref(&self) -> &Handles {
+        self.0.as_ref().expect("checked open when taken")
+    }
+}
+
+impl std::ops::Deref for WriteGuard<'_> {
+    type Target = Handles;
+    fn deref(&self) -> &Handles {
+        self.0.as_ref().expect("checked open when taken")
+    }
+}
+
+impl Drop for SledIndex {
+    fn drop(&mut self) {
+        if let Err(e) = self.release() {
+            tracing::error!(error = %e, "closing the ledger index");
+        }
+    }
+}
+
 impl LedgerIndex for SledIndex {
     fn commit(&self, batch: &IndexBatch) -> Result<(), StorageError> {
-        {
-            let _w = self.write.write().expect("index lock");
+        let db = {
+            let w = self.write()?;
             let mut b = sled::Batch::default();
-            for (l, first, run) in self.keeping_tails(runs(&batch.locations))? {
+            for (l, first, run) in Self::keeping_tails(&w.tree, runs(&batch.locations))? {
                 b.insert(&run_key(l, first)[..], run.encode());
             }
             for (l, r) in &batch.ledgers {
@@ -372,23 +468,24 @@ impl LedgerIndex for SledIndex {
                 v[8..16].copy_from_slice(&c.offset.to_be_bytes());
                 b.insert(KEY_CHECKPOINT, &v[..]);
             }
-            self.tree.apply_batch(b).map_err(idx_err)?;
-        }
-        self.db.flush().map_err(idx_err)?;
+            w.tree.apply_batch(b).map_err(idx_err)?;
+            w.db.clone()
+        };
+        db.flush().map_err(idx_err)?;
         Ok(())
     }
 
     fn location(&self, ledger_id: u64, entry_id: u64) -> Result<Option<Location>, StorageError> {
-        let _r = self.write.read().expect("index lock");
-        self.location_unlocked(ledger_id, entry_id)
+        let r = self.read()?;
+        Self::location_unlocked(&r.tree, ledger_id, entry_id)
     }
 
     fn last_entry(&self, ledger_id: u64) -> Result<Option<u64>, StorageError> {
-        let _r = self.write.read().expect("index lock");
+        let r = self.read()?;
         // The run starting last need not end last (a later re-add of one old
         // entry is a short run): take the highest end over the ledger's runs.
         let mut last = None;
-        for kv in self.tree.range(run_key(ledger_id, 0)..=run_key(ledger_id, u64::MAX)) {
+        for kv in r.tree.range(run_key(ledger_id, 0)..=run_key(ledger_id, u64::MAX)) {
             let (k, v) = kv.map_err(idx_err)?;
             let first = u64::from_be_bytes(k[9..17].try_into().map_err(|_| StorageError::Corrupt("index key".into()))?);
             let end = first.saturating_add(Run::decode(&v)?.ends.len() as u64 - 1);
@@ -398,7 +495,7 @@ impl LedgerIndex for SledIndex {
     }
 
     fn ledger(&self, ledger_id: u64) -> Result<Option<LedgerRecord>, StorageError> {
-        match self.tree.get(ledger_key(ledger_id)).map_err(idx_err)? {
+        match self.read()?.tree.get(ledger_key(ledger_id)).map_err(idx_err)? {
             Some(v) => Ok(Some(decode_ledger(&v)?)),
             None => Ok(None),
         }
@@ -406,7 +503,7 @@ impl LedgerIndex for SledIndex {
 
     fn ledgers(&self) -> Result<Vec<(u64, LedgerRecord)>, StorageError> {
         let mut out = Vec::new();
-        for kv in self.tree.scan_prefix([PREFIX_LEDGER]) {
+        for kv in self.handles()?.tree.scan_prefix([PREFIX_LEDGER]) {
             let (k, v) = kv.map_err(idx_err)?;
             if k.len() != 9 {
                 return Err(StorageError::Corrupt("malformed ledger key in the index".into()));
@@ -417,7 +514,7 @@ impl LedgerIndex for SledIndex {
     }
 
     fn checkpoint(&self) -> Result<Option<JournalPos>, StorageError> {
-        match self.tree.get(KEY_CHECKPOINT).map_err(idx_err)? {
+        match self.read()?.tree.get(KEY_CHECKPOINT).map_err(idx_err)? {
             Some(v) if v.len() == 16 => Ok(Some(JournalPos {
                 segment: u64::from_be_bytes(v[0..8].try_into().expect("8")),
                 offset: u64::from_be_bytes(v[8..16].try_into().expect("8")),
@@ -428,7 +525,7 @@ impl LedgerIndex for SledIndex {
     }
 
     fn for_each_run(&self, visit: &mut dyn FnMut(RunInfo)) -> Result<(), StorageError> {
-        for kv in self.tree.scan_prefix([PREFIX_RUN]) {
+        for kv in self.handles()?.tree.scan_prefix([PREFIX_RUN]) {
             let (k, v) = kv.map_err(idx_err)?;
             visit(run_info(&k, &v)?);
         }
@@ -437,11 +534,11 @@ impl LedgerIndex for SledIndex {
 
     fn delete_ledgers(&self, ledger_ids: &[u64], records: &[(u64, LedgerRecord)]) -> Result<u64, StorageError> {
         let mut runs = 0;
-        {
-            let _w = self.write.write().expect("index lock");
+        let db = {
+            let w = self.write()?;
             let mut b = sled::Batch::default();
             for l in ledger_ids {
-                for kv in self.tree.range(run_key(*l, 0)..=run_key(*l, u64::MAX)) {
+                for kv in w.tree.range(run_key(*l, 0)..=run_key(*l, u64::MAX)) {
                     let (k, _) = kv.map_err(idx_err)?;
                     b.remove(k);
                     runs += 1;
@@ -451,19 +548,24 @@ impl LedgerIndex for SledIndex {
             for (l, r) in records {
                 b.insert(&ledger_key(*l)[..], &encode_ledger(r)[..]);
             }
-            self.tree.apply_batch(b).map_err(idx_err)?;
-        }
-        self.db.flush().map_err(idx_err)?;
+            w.tree.apply_batch(b).map_err(idx_err)?;
+            w.db.clone()
+        };
+        db.flush().map_err(idx_err)?;
         Ok(runs)
     }
 
     fn sync(&self) -> Result<(), StorageError> {
-        self.db.flush().map_err(idx_err)?;
+        self.handles()?.db.flush().map_err(idx_err)?;
         Ok(())
     }
 
+    fn close(&self) -> Result<(), StorageError> {
+        self.release()
+    }
+
     fn replace_runs(&self, moves: &[RunMove]) -> Result<Vec<bool>, StorageError> {
-        let w = self.write.write().expect("index lock");
+        let w = self.write()?;
         let mut b = sled::Batch::default();
         let mut applied = Vec::with_capacity(moves.len());
         let mut written: std::collections::HashSet<[u8; 17]> = std::collections::HashSet::new();
@@ -471,13 +573,13 @@ impl LedgerIndex for SledIndex {
             let old_key = run_key(m.old.ledger_id, m.old.first_entry);
             // (A key an earlier move of this batch writes is no longer the run read.)
             let unchanged = !written.contains(&old_key)
-                && self.tree.get(old_key).map_err(idx_err)?.is_some_and(|v| v[..] == encode_run_info(&m.old)[..]);
+                && w.tree.get(old_key).map_err(idx_err)?.is_some_and(|v| v[..] == encode_run_info(&m.old)[..]);
             let locations: Vec<(u64, u64, Location)> = m.moved.iter().map(|(e, l)| (m.old.ledger_id, *e, *l)).collect();
             let new_runs = runs(&locations);
             let mut clash = false;
             for (l, first, _) in &new_runs {
                 let k = run_key(*l, *first);
-                if k != old_key && (written.contains(&k) || self.tree.contains_key(k).map_err(idx_err)?) {
+                if k != old_key && (written.contains(&k) || w.tree.contains_key(k).map_err(idx_err)?) {
                     clash = true;
                 }
             }
@@ -489,7 +591,7 @@ impl LedgerIndex for SledIndex {
                 for i in 0..m.old.len() {
                     let e = m.old.first_entry + i as u64;
                     if !moved.contains(&e) {
-                        let found = self.location_unlocked(m.old.ledger_id, e)?;
+                        let found = Self::location_unlocked(&w.tree, m.old.ledger_id, e)?;
                         if found.is_none() || found == Some(m.old.location(i)) {
                             orphan = true;
                             break;
@@ -510,9 +612,10 @@ impl LedgerIndex for SledIndex {
             applied.push(true);
         }
         if applied.iter().any(|a| *a) {
-            self.tree.apply_batch(b).map_err(idx_err)?;
+            w.tree.apply_batch(b).map_err(idx_err)?;
+            let db = w.db.clone();
             drop(w);
-            self.db.flush().map_err(idx_err)?;
+            db.flush().map_err(idx_err)?;
         }
         Ok(applied)
     }

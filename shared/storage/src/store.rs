@@ -702,7 +702,13 @@ impl Store {
         self.inner.journal.stats()
     }
 
-    /// Stops the flusher, flushes, and closes the journal.
+    /// Stops the flusher, closes the journal (every queued record synced and
+    /// its completion run), flushes, and closes the index. When it returns,
+    /// no thread of the store runs and every lock it took is released, even
+    /// while callers still hold futures of adds or other handles on the
+    /// store: the directories can be opened again at once (a restart in
+    /// the same process). Every later operation fails. Idempotent; drop
+    /// calls it.
     pub fn close(&self) {
         drop(self.inner.flush_tx.lock().expect("flush tx lock").take());
         if let Some(t) = self.flusher.lock().expect("flusher lock").take() {
@@ -710,7 +716,14 @@ impl Store {
         }
         self.inner.journal.close();
         if let Err(e) = self.inner.flush() {
-            tracing::warn!(error = %e, "final flush failed; the journal still holds the entries");
+            if !matches!(e, StorageError::IndexClosed) {
+                tracing::warn!(error = %e, "final flush failed; the journal still holds the entries");
+            }
+        }
+        // Adds still waiting for room in the write cache give up now.
+        self.inner.budget.close();
+        if let Err(e) = self.inner.index.close() {
+            tracing::error!(error = %e, "closing the ledger index");
         }
     }
 }

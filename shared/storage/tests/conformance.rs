@@ -10,6 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use quire_storage::index::{IndexBatch, LedgerIndex, LedgerRecord, Location, RunInfo, RunMove, SledIndex};
 use quire_storage::journal::{self, FileJournal, Journal, JournalConfig, JournalPos, Record};
+use quire_storage::StorageError;
 
 fn entry(l: u64, e: u64, payload: &[u8]) -> Record {
     Record::Entry {
@@ -219,6 +220,19 @@ fn index_suite(open: impl Fn(&Path) -> Box<dyn LedgerIndex>) {
     // Extreme ids sort and round-trip.
     idx.commit(&IndexBatch { locations: vec![(u64::MAX, u64::MAX, loc(1))], ..Default::default() }).unwrap();
     assert_eq!(idx.last_entry(u64::MAX).unwrap(), Some(u64::MAX));
+    drop(idx);
+    // Close releases the directory at once, even while the closed handle
+    // lives on; the handle then refuses everything.
+    for round in 0..20u64 {
+        let idx = open(t.path());
+        idx.commit(&IndexBatch { locations: vec![(9, round, loc(round))], ..Default::default() }).unwrap();
+        idx.close().unwrap();
+        idx.close().unwrap();
+        assert!(matches!(idx.location(9, round), Err(StorageError::IndexClosed)));
+        assert!(matches!(idx.commit(&IndexBatch::default()), Err(StorageError::IndexClosed)));
+        let again = open(t.path());
+        assert_eq!(again.location(9, round).unwrap(), Some(loc(round)), "round {round}");
+    }
 }
 
 /// Entries laid out back to back, as a flush writes them; then a re-add of
