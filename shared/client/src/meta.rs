@@ -195,6 +195,29 @@ impl LedgerMeta {
         next
     }
 
+    /// This (stored, in recovery) record closed by a recovery that started
+    /// from the last segment at `base`: its segments before `base` (an
+    /// earlier segment's members may have moved since, by re-replication),
+    /// then the recovery's `ensembles` from `base` on (its replacements made
+    /// during write-back, stored here for the first time), closed at
+    /// `last_entry_id` with `length` bytes.
+    pub fn closed_by_recovery(
+        &self,
+        base: u64,
+        ensembles: &BTreeMap<u64, Vec<Member>>,
+        last_entry_id: i64,
+        length: u64,
+    ) -> LedgerMeta {
+        let mut next = self.clone();
+        next.segments.retain(|s| s.first_entry_id < base);
+        next.segments.extend(ensembles.range(base..).map(|(f, m)| Segment { first_entry_id: *f, members: m.clone() }));
+        assert!(next.segments.first().is_some_and(|s| s.first_entry_id == 0), "recovery keeps the first segment");
+        next.state = LedgerState::Closed;
+        next.last_entry_id = last_entry_id;
+        next.length = length;
+        next
+    }
+
     /// The ledger as the HTTP API and the CLI show it.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
@@ -310,6 +333,31 @@ mod tests {
         assert_eq!(writer_conflict(&m, &c), Conflict::Retry(9));
         c.state = LedgerState::InRecovery;
         assert_eq!(writer_conflict(&m, &c), Conflict::Fenced);
+    }
+
+    #[test]
+    fn a_recovery_close_stores_its_ensembles_from_its_base_and_keeps_earlier_moves() {
+        let m = LedgerMeta::from_proto(proto()).unwrap();
+        let d = Member { bookie_id: "d".into(), instance_id: "id".into() };
+        let mut started = m.with_ensemble(10, m.last_segment().members.clone());
+        started.state = LedgerState::InRecovery;
+        // Recovery replaced c from 12 on, and in place at its base too.
+        let mut ours = started.ensembles();
+        let mut with_d = started.last_segment().members.clone();
+        with_d[2] = d.clone();
+        ours.insert(10, with_d.clone());
+        ours.insert(12, with_d.clone());
+        // Meanwhile a worker moved segment 0's copies from a to e.
+        let mut stored = started.clone();
+        stored.segments[0].members[0] = Member { bookie_id: "e".into(), instance_id: "ie".into() };
+        let closed = stored.closed_by_recovery(10, &ours, 20, 99);
+        assert_eq!(closed.state, LedgerState::Closed);
+        assert_eq!((closed.last_entry_id, closed.length), (20, 99));
+        assert_eq!(closed.segments[0], stored.segments[0], "the worker's move is kept");
+        assert_eq!(
+            closed.ensembles(),
+            BTreeMap::from([(0, stored.segments[0].members.clone()), (10, with_d.clone()), (12, with_d)])
+        );
     }
 
     #[test]

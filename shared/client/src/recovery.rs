@@ -16,6 +16,20 @@
 //! - **When every bookie has answered and neither holds, recovery fails**
 //!   rather than truncate (seed 004): closing the ledger short would lose an
 //!   entry that may have been acknowledged.
+//! - **Recovery's ensemble changes reach the metadata only with its close.**
+//!   A member that replaces a failed one during write-back holds none of the
+//!   entries recovery found until the write-back reaches it. Named in the
+//!   stored metadata before then (as quire once did, by CAS at each change),
+//!   it would answer a later recovery "no such entry" for an entry below the
+//!   tail this one proved, as the very instance the segment records, and
+//!   that recovery would close the ledger short (issue #19, item 1). So the
+//!   replacements live in this recovery's write-back writer and are stored
+//!   in the one CAS that closes the ledger, once every entry up to the tail
+//!   is on Qa members of its write set (as BookKeeper's ReadOnlyLedgerHandle
+//!   keeps `newEnsemblesFromRecovery` until `closeRecovered`). A recovery
+//!   that stops before its close leaves the metadata as it found it: every
+//!   member named there holds what its segment says, and a later recovery
+//!   reads the same copies this one did.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
@@ -137,11 +151,27 @@ pub enum Step {
         /// The member.
         member: Member,
     },
-    /// A write-back command from recovery's writer (recovery adds, ensemble
-    /// changes with the ledger still in recovery).
+    /// A write-back command from recovery's writer: a recovery add
+    /// (`Send`). The writer's other commands become other steps or none.
     Write(writer::Command),
+    /// Choose bookies for the `failed` positions of the write-back ensemble
+    /// `members` (from `first_entry_id` on) and answer with
+    /// [`Recovery::replaced`], or [`Recovery::write_aborted`] when there are
+    /// none. **Never store them in the metadata**: they are stored with the
+    /// close (module docs).
+    Replace {
+        /// The write-back ensemble's positions that failed.
+        failed: Vec<usize>,
+        /// The first entry the new ensemble holds.
+        first_entry_id: u64,
+        /// The write-back ensemble now.
+        members: Vec<Member>,
+    },
     /// Every entry up to `last_entry_id` is on Qa bookies: close the ledger
-    /// there by CAS, with these ensembles.
+    /// there by CAS, with these ensembles: the stored record's segments
+    /// before [`Recovery::base`], then these from there on (recovery's
+    /// replacements are in them; re-replication of earlier segments since
+    /// recovery started is in the stored record).
     Close {
         /// The true tail (-1: empty).
         last_entry_id: i64,
@@ -275,6 +305,12 @@ impl Recovery {
     /// The LAC the fence answers gave.
     pub fn fenced_lac(&self) -> i64 {
         self.lac
+    }
+
+    /// The first entry of the last segment recovery started from: the
+    /// ensembles from here on are recovery's own (its close stores them).
+    pub fn base(&self) -> u64 {
+        self.meta.last_segment().first_entry_id
     }
 
     fn fail(&mut self, e: RecoveryError) -> Vec<Step> {
@@ -431,16 +467,21 @@ impl Recovery {
         }
         let tail = self.first_absent.expect("known in write-back") as i64 - 1;
         let w = self.writer.as_mut().expect("write-back has a writer");
-        let mut steps = Vec::new();
+        let mut cmds = Vec::new();
         while (self.next_write as i64) <= tail {
             let entry = self.found[&self.next_write].clone();
             match w.add_recovered(entry, now) {
-                Ok(cmds) => steps.extend(cmds.into_iter().map(Step::Write)),
+                Ok(c) => cmds.extend(c),
                 Err(writer::AddError::Backpressure(_)) => break,
                 Err(writer::AddError::Done(r)) => return self.fail(RecoveryError::WriteBack(r)),
             }
             self.next_write += 1;
         }
+        let mut steps = match self.steps_of(cmds) {
+            Ok(steps) => steps,
+            Err(reason) => return self.fail(RecoveryError::WriteBack(reason)),
+        };
+        let w = self.writer.as_ref().expect("write-back has a writer");
         if w.lac() == tail {
             self.phase = Phase::Done;
             steps.push(Step::Close { last_entry_id: tail, length: w.length(), ensembles: w.ensembles().clone() });
@@ -448,15 +489,30 @@ impl Recovery {
         steps
     }
 
-    fn on_writer_commands(&mut self, cmds: Vec<writer::Command>, now: Instant) -> Vec<Step> {
+    /// The write-back writer's commands as recovery's steps: its ensemble
+    /// changes become [`Step::Replace`] (chosen, never stored before the close).
+    fn steps_of(&self, cmds: Vec<writer::Command>) -> Result<Vec<Step>, FailReason> {
         let mut steps = Vec::new();
         for c in cmds {
             match c {
                 writer::Command::Acknowledge { .. } => {}
-                writer::Command::Fail { reason, .. } => return self.fail(RecoveryError::WriteBack(reason)),
+                writer::Command::Fail { reason, .. } => return Err(reason),
+                writer::Command::ChangeEnsemble { failed, first_entry_id } => {
+                    let w = self.writer.as_ref().expect("write-back has a writer");
+                    let (_, members) = w.ensembles().iter().next_back().expect("a ledger has an ensemble");
+                    steps.push(Step::Replace { failed, first_entry_id, members: members.clone() });
+                }
                 other => steps.push(Step::Write(other)),
             }
         }
+        Ok(steps)
+    }
+
+    fn on_writer_commands(&mut self, cmds: Vec<writer::Command>, now: Instant) -> Vec<Step> {
+        let mut steps = match self.steps_of(cmds) {
+            Ok(steps) => steps,
+            Err(reason) => return self.fail(RecoveryError::WriteBack(reason)),
+        };
         steps.extend(self.advance(now));
         steps
     }
@@ -477,8 +533,10 @@ impl Recovery {
         self.on_writer_commands(cmds, now)
     }
 
-    /// The metadata (still in recovery) has a new ensemble for write-back.
-    pub fn ensemble_changed(&mut self, first_entry_id: u64, members: Vec<Member>, now: Instant) -> Vec<Step> {
+    /// The replacements a [`Step::Replace`] asked for were chosen: `members`
+    /// is the write-back ensemble from `first_entry_id` on. Held here (and in
+    /// the metadata only with the close).
+    pub fn replaced(&mut self, first_entry_id: u64, members: Vec<Member>, now: Instant) -> Vec<Step> {
         let Some(w) = self.writer.as_mut().filter(|_| matches!(self.phase, Phase::WritingBack)) else {
             return Vec::new();
         };
@@ -486,7 +544,7 @@ impl Recovery {
         self.on_writer_commands(cmds, now)
     }
 
-    /// The ensemble change could not be made.
+    /// No replacement could be chosen (or the ledger was taken over).
     pub fn write_aborted(&mut self, reason: FailReason) -> Vec<Step> {
         if matches!(self.phase, Phase::Done) {
             return Vec::new();
@@ -647,6 +705,48 @@ mod tests {
             let done = r.write_answered(5, 1, &members[1], Answer::Stored { instance_id: "i1".into() }, t);
             assert!(matches!(&done[..], [Step::Close { last_entry_id: 5, length: 60, .. }]), "{done:?}");
             assert!(r.finished());
+        }
+
+        /// Issue #19 item 1: a member that replaces a failed one during
+        /// write-back is chosen (`Replace`), never stored before the close,
+        /// and the close carries it with the ensembles recovery started from.
+        #[test]
+        fn a_write_back_replacement_is_stored_only_with_the_close() {
+            let t = Instant::now();
+            let m = meta(3, 2, 2);
+            let members = m.last_segment().members.clone();
+            let (mut r, _) = Recovery::new(m, RecoveryOptions { read_window: 1, ..Default::default() });
+            assert_eq!(r.base(), 0);
+            r.fence_answered(0, FenceAnswer::Fenced { lac: 4 }, t);
+            let steps = r.fence_answered(1, FenceAnswer::Fenced { lac: 4 }, t);
+            assert_eq!(reads(&steps), vec![(4, 1), (4, 2), (5, 2), (5, 0)]);
+            r.read_answered(4, 1, BookieRead::Entry(entry(4)), t);
+            let steps = r.read_answered(5, 0, BookieRead::Entry(entry(5)), t);
+            assert_eq!(reads(&steps), vec![(6, 0), (6, 1)]);
+            let wb = r.read_answered(6, 0, none(0), t);
+            assert!(
+                wb.iter().all(|s| matches!(s, Step::Write(writer::Command::Send { recovery: true, .. }))),
+                "{wb:?}"
+            );
+            // C (position 2) fails the write-back of 5: a replacement is asked for.
+            r.write_answered(5, 0, &members[0], Answer::Stored { instance_id: "i0".into() }, t);
+            let out = r.write_answered(5, 2, &members[2], Answer::Failed, t);
+            let [Step::Replace { failed, first_entry_id: 5, members: now }] = &out[..] else {
+                panic!("expected one Replace from 5, got {out:?}")
+            };
+            assert_eq!((failed.as_slice(), now), (&[2usize][..], &members));
+            let d = Member { bookie_id: "b3".into(), instance_id: "i3".into() };
+            let mut next = members.clone();
+            next[2] = d.clone();
+            let resent = r.replaced(5, next.clone(), t);
+            assert!(
+                resent.iter().any(|s| matches!(s, Step::Write(writer::Command::Send { member, entry, .. })
+                    if *member == d && entry.entry_id == 5)),
+                "{resent:?}"
+            );
+            let done = r.write_answered(5, 2, &d, Answer::Stored { instance_id: "i3".into() }, t);
+            let [Step::Close { last_entry_id: 5, ensembles, .. }] = &done[..] else { panic!("{done:?}") };
+            assert_eq!(ensembles, &BTreeMap::from([(0, members.clone()), (5, next.clone())]));
         }
 
         #[test]

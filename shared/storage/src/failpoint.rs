@@ -3,8 +3,8 @@
 //! a test can stop a bookie at an exact step of a multi-step change (the
 //! compactor's copy, index switch and unlink) and check what a restart finds.
 //!
-//! Only used on paths that are not per-entry hot paths; the variable is read
-//! once.
+//! Only used on paths that are not per-entry hot paths (the journal's is
+//! once per group-commit batch); the variable is read once.
 //!
 //! A slow disk for the fault suite: a process started with
 //! `QUIRE_DISK_DELAY_FILE` naming a file waits, before each journal and

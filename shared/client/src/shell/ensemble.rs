@@ -3,10 +3,53 @@
 
 use tokio::time::Instant;
 
-use crate::meta::{writer_conflict, Conflict, LedgerMeta};
+use crate::meta::{writer_conflict, Conflict, LedgerMeta, LedgerState};
 use crate::placement::replace_members;
 use crate::shell::client::Client;
 use crate::shell::error::ClientError;
+use crate::writer::Member;
+
+/// Chooses bookies for the `failed` positions of recovery's write-back
+/// ensemble `members`, retrying (no writable bookie yet, registry
+/// unavailable) until the client's ensemble-change deadline. Stores
+/// nothing: recovery's ensembles reach the metadata only with its close
+/// (`crate::recovery`). Fails with LedgerFenced once the ledger is closed
+/// (another recovery finished first).
+pub(crate) async fn choose_replacements(
+    client: &Client,
+    ledger_id: u64,
+    write_quorum: usize,
+    members: &[Member],
+    failed: &[usize],
+) -> Result<Vec<Member>, ClientError> {
+    let deadline = Instant::now() + client.options().ensemble_change_deadline;
+    let pause = std::time::Duration::from_millis(200);
+    loop {
+        if let Ok(stored) = client.metadata(ledger_id).await {
+            if stored.state == LedgerState::Closed {
+                return Err(ClientError::LedgerFenced(ledger_id));
+            }
+        }
+        let chosen = match client.bookies().candidates().await {
+            Ok(candidates) => replace_members(members, failed, write_quorum, &candidates, client.next_seed())
+                .map_err(|e| ClientError::NotEnoughBookies(e.to_string())),
+            Err(e @ ClientError::MetadataUnavailable(_)) => Err(e),
+            Err(e) => return Err(e),
+        };
+        match chosen {
+            Ok(m) => {
+                tracing::info!(
+                    ledger_id,
+                    ensemble = ?m.iter().map(|m| &m.bookie_id).collect::<Vec<_>>(),
+                    "recovery's write-back ensemble changed (stored with the close)"
+                );
+                return Ok(m);
+            }
+            Err(e) if Instant::now() + pause >= deadline => return Err(e),
+            Err(_) => tokio::time::sleep(pause).await,
+        }
+    }
+}
 
 /// Replaces the members at `failed` positions of the last ensemble from
 /// `first_entry_id` on. Keeps trying (no writable bookie yet, metadata

@@ -5,10 +5,10 @@ use std::pin::Pin;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
-use crate::meta::{LedgerMeta, LedgerState, Segment};
+use crate::meta::{writer_conflict, Conflict, LedgerMeta, LedgerState};
 use crate::recovery::{BookieRead, FenceAnswer, Recovery, RecoveryOptions, Step};
 use crate::shell::client::Client;
-use crate::shell::ensemble::change_ensemble;
+use crate::shell::ensemble::choose_replacements;
 use crate::shell::error::ClientError;
 use crate::writer::{Answer, Command, FailReason, Member};
 
@@ -16,7 +16,7 @@ enum Event {
     Fenced(usize, FenceAnswer),
     Read(u64, usize, BookieRead),
     Wrote(u64, usize, Member, Answer),
-    EnsembleChanged(Result<LedgerMeta, ClientError>),
+    Replaced(u64, Result<Vec<Member>, ClientError>),
 }
 
 type Task = Pin<Box<dyn Future<Output = Event> + Send>>;
@@ -24,6 +24,8 @@ type Task = Pin<Box<dyn Future<Output = Event> + Send>>;
 /// Marks the ledger in recovery (unless closed or already so), then recovers it.
 pub(crate) async fn recover(client: &Client, ledger_id: u64) -> Result<LedgerMeta, ClientError> {
     let mut meta = client.metadata(ledger_id).await?;
+    // `meta` stays the record as recovery found it: recovery's own ensemble
+    // changes are stored only with its close.
     loop {
         match meta.state {
             LedgerState::Closed => return Ok(meta),
@@ -68,15 +70,15 @@ pub(crate) async fn recover(client: &Client, ledger_id: u64) -> Result<LedgerMet
                         Event::Wrote(entry_id, position, member, a)
                     }));
                 }
-                Step::Write(Command::ChangeEnsemble { failed, first_entry_id }) => {
-                    let (c, m) = (client.clone(), meta.clone());
+                Step::Replace { failed, first_entry_id, members } => {
+                    let (c, w) = (client.clone(), meta.quorums.write);
                     tasks.push(Box::pin(async move {
-                        Event::EnsembleChanged(change_ensemble(&c, m, &failed, first_entry_id).await)
+                        Event::Replaced(first_entry_id, choose_replacements(&c, ledger_id, w, &members, &failed).await)
                     }));
                 }
                 Step::Write(_) => {}
                 Step::Close { last_entry_id, length, ensembles } => {
-                    return close_recovered(client, meta, last_entry_id, length, ensembles).await;
+                    return close_recovered(client, meta, r.base(), last_entry_id, length, ensembles).await;
                 }
                 Step::Failed(e) => {
                     tracing::warn!(ledger_id, error = %e, "recovery failed; the ledger stays in recovery");
@@ -91,12 +93,8 @@ pub(crate) async fn recover(client: &Client, ledger_id: u64) -> Result<LedgerMet
                     Event::Fenced(p, a) => r.fence_answered(p, a, now),
                     Event::Read(e, p, a) => r.read_answered(e, p, a, now),
                     Event::Wrote(e, p, m, a) => r.write_answered(e, p, &m, a, now),
-                    Event::EnsembleChanged(Ok(m)) => {
-                        let seg = m.last_segment().clone();
-                        meta = m;
-                        r.ensemble_changed(seg.first_entry_id, seg.members, now)
-                    }
-                    Event::EnsembleChanged(Err(e)) => {
+                    Event::Replaced(first, Ok(members)) => r.replaced(first, members, now),
+                    Event::Replaced(_, Err(e)) => {
                         tracing::warn!(ledger_id, error = %e, "recovery's ensemble change failed");
                         r.write_aborted(match e {
                             ClientError::NotEnoughBookies(_) => FailReason::NotEnoughBookies,
@@ -111,49 +109,45 @@ pub(crate) async fn recover(client: &Client, ledger_id: u64) -> Result<LedgerMet
     }
 }
 
-/// Closes the recovered ledger at its true tail. If another recovery closed
-/// it first, that close stands (both found the same tail: entries past an
-/// absent one were never acknowledged).
+/// Closes the recovered ledger at its true tail, storing recovery's
+/// write-back ensembles from `base` on in the same CAS. If another recovery
+/// closed it first, that close stands (both found a tail at or past every
+/// acknowledged entry: entries past an absent one were never acknowledged).
+/// A re-replication of an earlier segment meanwhile is kept: the CAS is
+/// retried on top of it.
 async fn close_recovered(
     client: &Client,
-    meta: LedgerMeta,
+    found: LedgerMeta,
+    base: u64,
     last_entry_id: i64,
     length: u64,
     ensembles: std::collections::BTreeMap<u64, Vec<Member>>,
 ) -> Result<LedgerMeta, ClientError> {
-    // The ensembles are `meta`'s: every ensemble change recovery made is in
-    // it (the shell keeps the stored record), and so is any re-replication of
-    // an earlier segment that happened meanwhile, which the write-back
-    // writer's own copy of the earlier segments would undo.
-    let (last_first, last_members) = ensembles.into_iter().next_back().expect("a ledger has an ensemble");
-    debug_assert_eq!(
-        meta.last_segment(),
-        &Segment { first_entry_id: last_first, members: last_members },
-        "the write-back writer's ensemble is the stored one"
-    );
-    let mut intended = meta.clone();
-    intended.state = LedgerState::Closed;
-    intended.last_entry_id = last_entry_id;
-    intended.length = length;
-    match client.cas(&meta, &intended).await? {
-        Ok(stored) => {
-            tracing::info!(ledger_id = meta.ledger_id, last_entry_id, length, "recovered and closed ledger");
-            Ok(stored)
-        }
-        Err(stored) if stored.state == LedgerState::Closed => {
-            if stored.last_entry_id != last_entry_id {
-                tracing::warn!(
-                    ledger_id = meta.ledger_id,
-                    ours = last_entry_id,
-                    theirs = stored.last_entry_id,
-                    "another recovery closed the ledger at a different tail"
-                );
+    let ledger_id = found.ledger_id;
+    let mut stored = found;
+    for _ in 0..8 {
+        let intended = stored.closed_by_recovery(base, &ensembles, last_entry_id, length);
+        match client.cas(&stored, &intended).await? {
+            Ok(closed) => {
+                tracing::info!(ledger_id, last_entry_id, length, "recovered and closed ledger");
+                return Ok(closed);
             }
-            Ok(stored)
+            Err(now) if now.state == LedgerState::Closed => {
+                if now.last_entry_id != last_entry_id {
+                    tracing::warn!(
+                        ledger_id,
+                        ours = last_entry_id,
+                        theirs = now.last_entry_id,
+                        "another recovery closed the ledger at a different tail"
+                    );
+                }
+                return Ok(now);
+            }
+            Err(now) => match writer_conflict(&stored, &now) {
+                Conflict::Retry(_) => stored = now,
+                Conflict::Fenced => break,
+            },
         }
-        Err(_) => Err(ClientError::MetadataUnavailable(format!(
-            "ledger {} changed during recovery; recover again",
-            meta.ledger_id
-        ))),
     }
+    Err(ClientError::MetadataUnavailable(format!("ledger {ledger_id} changed during recovery; recover again")))
 }

@@ -58,8 +58,8 @@ impl Caller {
 enum MetaOp {
     WriterChange { failed: Vec<usize>, first: u64, deadline: Time },
     RecoveryMark { gen: u64 },
-    RecoveryChange { gen: u64, failed: Vec<usize>, first: u64, deadline: Time },
-    RecoveryClose { gen: u64, last: i64, length: u64, ensembles: BTreeMap<u64, Vec<Member>> },
+    RecoveryReplace { gen: u64, failed: Vec<usize>, first: u64, members: Vec<Member>, deadline: Time },
+    RecoveryClose { gen: u64, base: u64, last: i64, length: u64, ensembles: BTreeMap<u64, Vec<Member>> },
 }
 
 #[derive(Debug, Clone)]
@@ -719,46 +719,47 @@ impl World {
                     }
                 }
             }
-            MetaOp::RecoveryChange { gen, failed, first, deadline } => {
+            MetaOp::RecoveryReplace { gen, failed, first, members, deadline } => {
                 if gen != self.rec_gen || self.rec.is_none() {
                     return Ok(());
                 }
-                let meta = self.rec_meta.clone().expect("recovery meta");
-                let steps = match self.change(meta, &failed, first) {
-                    Ok(Ok(m)) => {
-                        let seg = m.last_segment().clone();
-                        self.rec_meta = Some(m);
-                        self.rec.as_mut().expect("checked").ensemble_changed(seg.first_entry_id, seg.members, now)
+                // As the shell does: replacements chosen from the registry,
+                // held by the recovery, stored only with its close.
+                let seed = self.rng.next_u64();
+                let cands = self.live_candidates();
+                let chosen = match self.meta.get(self.ledger_id) {
+                    Some(Some(_)) => replace_members(&members, &failed, self.scenario.quorums.write, &cands, seed).ok(),
+                    _ => None,
+                };
+                let steps = match chosen {
+                    Some(m) => {
+                        self.note(format!("recovery {gen}: write-back ensemble from {first} is {:?}", ids(&m)));
+                        self.rec.as_mut().expect("checked").replaced(first, m, now)
                     }
-                    Ok(Err(r)) => self.rec.as_mut().expect("checked").write_aborted(r),
-                    Err(()) if self.now < deadline => {
-                        self.after(50 * MS, Ev::Meta(MetaOp::RecoveryChange { gen, failed, first, deadline }));
+                    None if self.now < deadline => {
+                        let op = MetaOp::RecoveryReplace { gen, failed, first, members, deadline };
+                        self.after(50 * MS, Ev::Meta(op));
                         Vec::new()
                     }
-                    Err(()) => self.rec.as_mut().expect("checked").write_aborted(FailReason::NotEnoughBookies),
+                    None => self.rec.as_mut().expect("checked").write_aborted(FailReason::NotEnoughBookies),
                 };
                 self.recovery_steps(gen, steps)?;
             }
-            MetaOp::RecoveryClose { gen, last, length, ensembles } => {
+            MetaOp::RecoveryClose { gen, base, last, length, ensembles } => {
                 if gen != self.rec_gen {
                     return Ok(());
                 }
                 let meta = self.rec_meta.clone().expect("recovery meta");
-                let mut next = meta.clone();
-                next.state = LedgerState::Closed;
-                next.last_entry_id = last;
-                next.length = length;
-                next.segments = ensembles.into_iter().map(|(f, m)| Segment { first_entry_id: f, members: m }).collect();
+                let next = meta.closed_by_recovery(base, &ensembles, last, length);
                 match self.meta.cas(meta.version, next) {
                     Ok(m) => {
                         self.note(format!("recovery {gen}: closed at {last}"));
                         self.stats.last_entry_id = m.last_entry_id;
                         self.finish_recovery();
                     }
-                    Err(CasError::Unavailable) => self.after(
-                        50 * MS,
-                        Ev::Meta(MetaOp::RecoveryClose { gen, last, length, ensembles: meta.ensembles() }),
-                    ),
+                    Err(CasError::Unavailable) => {
+                        self.after(50 * MS, Ev::Meta(MetaOp::RecoveryClose { gen, base, last, length, ensembles }))
+                    }
                     Err(CasError::Conflict(stored)) if stored.state == LedgerState::Closed => self.finish_recovery(),
                     Err(CasError::Conflict(_)) => self.recovery_failed(RecoveryError::WriteBack(FailReason::Fenced)),
                 }
@@ -799,10 +800,11 @@ impl World {
                     let req = BookieReq::Add { entry, expected_instance: member.instance_id.clone(), recovery };
                     self.send(caller, &member.bookie_id, req);
                 }
-                Step::Write(writer::Command::ChangeEnsemble { failed, first_entry_id }) => {
+                Step::Replace { failed, first_entry_id, members } => {
                     let deadline = self.now + 2000 * MS;
                     let d = self.rng.range(500, 3000);
-                    self.after(d, Ev::Meta(MetaOp::RecoveryChange { gen, failed, first: first_entry_id, deadline }));
+                    let op = MetaOp::RecoveryReplace { gen, failed, first: first_entry_id, members, deadline };
+                    self.after(d, Ev::Meta(op));
                 }
                 Step::Write(_) => {}
                 Step::Close { last_entry_id, length, ensembles } => {
@@ -815,7 +817,9 @@ impl World {
                         }
                     }
                     let d = self.rng.range(500, 3000);
-                    self.after(d, Ev::Meta(MetaOp::RecoveryClose { gen, last: last_entry_id, length, ensembles }));
+                    let base = self.rec.as_ref().expect("a recovery closes").base();
+                    let op = MetaOp::RecoveryClose { gen, base, last: last_entry_id, length, ensembles };
+                    self.after(d, Ev::Meta(op));
                 }
                 Step::Failed(e) => self.recovery_failed(e),
             }
