@@ -46,7 +46,9 @@ pub enum CheckMode {
     Never,
 }
 
-fn pending_marker(ledger_dir: &Path) -> PathBuf {
+/// The file that records a pending check (the store writes it too, before
+/// it checkpoints past journal damage).
+pub fn pending_marker(ledger_dir: &Path) -> PathBuf {
     ledger_dir.join("INTEGRITY_CHECK_PENDING")
 }
 

@@ -236,6 +236,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     config.read_cache_bytes = args.read_cache_mib * 1024 * 1024;
     config.max_entry_bytes = args.max_entry_bytes;
     config.max_parked_waits = args.max_parked_waits;
+    // Journal damage is recorded as a pending check before the store
+    // checkpoints past it (issue #19 item 3): a start that dies right after
+    // still runs the check next time.
+    if meta_configured && args.integrity_check != integrity::CheckMode::Never {
+        config.damage_marker = Some(integrity::pending_marker(&ledger_dir));
+    }
     let store = Arc::new(tokio::task::spawn_blocking(move || Store::open(config)).await?.context("open storage")?);
     // Damaged journal records were skipped: acknowledged entries may be gone
     // from this bookie. Same cure as lost data (unless checks are off).

@@ -2,7 +2,7 @@
 //! for the write path).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, RwLock};
@@ -47,6 +47,14 @@ pub struct StoreConfig {
     pub max_entry_bytes: usize,
     /// Long polls parked at once.
     pub max_parked_waits: usize,
+    /// Where to record that replay skipped damaged journal records: this
+    /// file is written and synced (with its directory) before the store
+    /// checkpoints past them, so the record that acknowledged data may be
+    /// missing here outlives the evidence (replay starts at the checkpoint:
+    /// a start that died after it would see no damage). The bookie's
+    /// integrity-check marker. `None`: damage is only reported
+    /// ([`Store::journal_damaged`]).
+    pub damage_marker: Option<PathBuf>,
 }
 
 impl StoreConfig {
@@ -63,6 +71,7 @@ impl StoreConfig {
             read_ahead_bytes: 64 * 1024,
             max_entry_bytes: quire_proto::MAX_ENTRY_BYTES,
             max_parked_waits: 10_000,
+            damage_marker: None,
         }
     }
 }
@@ -242,6 +251,11 @@ impl Store {
             tracing::info!(records = outcome.records, cut = ?outcome.cut, damaged = ?outcome.damaged, "replayed journal");
         }
         let journal_damaged = !outcome.damaged.is_empty();
+        if journal_damaged {
+            if let Some(marker) = &config.damage_marker {
+                write_marker(marker)?;
+            }
+        }
         caches.applied = caches.applied.max(checkpoint);
         let journal = FileJournal::start(config.journal.clone())?;
         let budget_kib = (config.write_cache_bytes / 1024).max(1);
@@ -266,6 +280,8 @@ impl Store {
         // Replayed entries go to the entry log before anything new is accepted,
         // and the checkpoint then lets the journal drop what it replayed.
         inner.flush()?;
+        // (A start that dies here has checkpointed past whatever replay found.)
+        failpoint::hit("store.open_flushed");
         let (tx, rx) = mpsc::channel();
         *inner.flush_tx.lock().expect("flush tx lock") = Some(tx);
         let flusher_inner = inner.clone();
@@ -732,6 +748,16 @@ impl Drop for Store {
     fn drop(&mut self) {
         self.close();
     }
+}
+
+/// Writes `path` durably: the file synced, then its directory.
+fn write_marker(path: &Path) -> Result<(), StorageError> {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).map_err(|e| StorageError::io(path, e))?;
+    f.write_all(b"journal damaged: integrity check pending\n").map_err(|e| StorageError::io(path, e))?;
+    f.sync_all().map_err(|e| StorageError::io(path, e))?;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| StorageError::io(dir, e))
 }
 
 struct Unpark<'a>(&'a AtomicUsize);

@@ -50,6 +50,7 @@ fn journal_suite(start: impl Fn(&Path) -> Box<dyn JournalUnderTest>) {
     journal_checkpoint_drops_old_segments_only(&start);
     journal_torn_tail_is_cut_and_stays_cut(&start);
     journal_damage_with_records_after_it_is_skipped_not_cut(&start);
+    journal_a_zeroed_length_is_damage_not_a_clean_end(&start);
 }
 
 /// What the suite needs beyond the `Journal` trait: a clean stop.
@@ -177,6 +178,38 @@ fn journal_damage_with_records_after_it_is_skipped_not_cut(start: &dyn Fn(&Path)
 #[test]
 fn file_journal_conforms() {
     journal_suite(|dir| Box::new(FileJournal::start(small_config(dir)).unwrap()));
+}
+
+/// Issue #19 item 2: a length field zeroed on the disk looks like the
+/// preallocated end of the written part. With written bytes after it, it is
+/// damage: the records after it are replayed (or, where none decodes, the
+/// damage is reported so that the bookie refills from its peers), never
+/// dropped as if the segment ended there.
+fn journal_a_zeroed_length_is_damage_not_a_clean_end(start: &dyn Fn(&Path) -> Box<dyn JournalUnderTest>) {
+    use std::os::unix::fs::FileExt;
+    for zeroed in [3usize, 9] {
+        let t = tempfile::tempdir().unwrap();
+        let j = start(t.path());
+        let records: Vec<Record> = (0..10).map(|i| entry(6, i, &[6u8; 100])).collect();
+        let pos = append_all(j.as_ref(), records.clone());
+        j.stop();
+        // Record `zeroed` runs from pos[zeroed - 1] to pos[zeroed].
+        let seg = journal::segment::segment_path(t.path(), pos[zeroed].segment);
+        let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+        f.write_all_at(&[0u8; 4], pos[zeroed - 1].offset).unwrap();
+        drop(f);
+        let mut got = Vec::new();
+        let out = journal::replay(t.path(), JournalPos::default(), |_, r| got.push(r)).unwrap();
+        let mut expected = records.clone();
+        expected.remove(zeroed);
+        assert_eq!(got, expected, "record {zeroed} zeroed: every other record replays");
+        assert_eq!(out.damaged.len(), 1, "record {zeroed} zeroed: the damage is reported ({out:?})");
+        assert_eq!(out.damaged[0].0, pos[zeroed - 1], "record {zeroed} zeroed: where it is");
+        assert!(out.cut.is_none(), "record {zeroed} zeroed: nothing is cut");
+        // Nothing was changed on the disk: the next replay finds the same.
+        let again = journal::replay(t.path(), JournalPos::default(), |_, _| {}).unwrap();
+        assert_eq!((again.records, again.damaged.len()), (9, 1), "record {zeroed} zeroed: replayed again");
+    }
 }
 
 // ---- index suite --------------------------------------------------------------

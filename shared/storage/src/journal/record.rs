@@ -7,10 +7,11 @@
 //! +-----------+-------------+---------+-----------------+
 //! ```
 //! `len` counts kind and body; `crc32c` covers kind and body. Journal files are
-//! preallocated with zeros, so a zero `len` is the clean end of the written
-//! part; a `len` past the end of the file, or a CRC mismatch, is a torn write
-//! (the process or the machine died mid-append) and everything from there on
-//! is cut off at replay. A record is never split across files.
+//! preallocated with zeros, so a zero `len` is where the written part may end
+//! ([`RecordEnd::Clean`]; replay checks that only zeros follow, else it is a
+//! damaged length); a `len` past the end of the file, or a CRC mismatch, is a
+//! torn write (the process or the machine died mid-append) or damage, which
+//! replay tells apart by what follows. A record is never split across files.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -58,7 +59,8 @@ pub enum Record {
 /// Why bytes at a position are not a record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordEnd {
-    /// Zero length: the preallocated, never-written part of the file.
+    /// Zero length: the preallocated, never-written part of the file, if
+    /// only zeros follow (replay checks; otherwise a damaged length).
     Clean,
     /// A torn or corrupt record: cut the journal here.
     Torn(&'static str),

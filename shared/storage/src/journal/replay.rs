@@ -27,6 +27,9 @@ pub struct ReplayOutcome {
     pub damaged: Vec<(JournalPos, &'static str)>,
 }
 
+/// Why a zero length with written bytes after it is reported as damage.
+const ZEROED_LENGTH: &str = "zero record length with written bytes after it";
+
 /// After a bad record at `at`: where the next record that decodes starts,
 /// if one does. A torn write is the last thing a segment holds, so a good
 /// record after a bad one means the bad one was damaged after it was written
@@ -93,7 +96,37 @@ pub fn replay(
                     out.end = pos;
                     f(pos, rec);
                 }
-                Err(RecordEnd::Clean) => break,
+                // Zeros to the end: the preallocated part nothing was written to.
+                Err(RecordEnd::Clean) if data[offset..].iter().all(|b| *b == 0) => break,
+                // A zero length with written bytes after it is no end: the
+                // length field itself was damaged (issue #19 item 2), and
+                // what follows was acknowledged. Never a clean end.
+                Err(RecordEnd::Clean) => match next_good_record(&data, offset) {
+                    Some(next) => {
+                        tracing::error!(
+                            segment = id,
+                            offset,
+                            skipped_bytes = next - offset,
+                            "zeroed journal record length, records after it: skipping it (what it held is lost here)"
+                        );
+                        out.damaged.push((JournalPos { segment: id, offset: offset as u64 }, ZEROED_LENGTH));
+                        offset = next;
+                    }
+                    None => {
+                        // Nothing after it decodes: the damaged record was the
+                        // last, or a torn write left its later pages but not
+                        // its first. Which, the bytes cannot tell: report it
+                        // as damage (the bookie refills from its peers), and
+                        // cut nothing, whatever the segment.
+                        tracing::error!(
+                            segment = id,
+                            offset,
+                            "zeroed journal record length with written bytes after it and no record: damage"
+                        );
+                        out.damaged.push((JournalPos { segment: id, offset: offset as u64 }, ZEROED_LENGTH));
+                        break;
+                    }
+                },
                 Err(RecordEnd::Torn(why)) => match next_good_record(&data, offset) {
                     Some(next) => {
                         tracing::error!(
