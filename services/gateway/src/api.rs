@@ -187,6 +187,14 @@ async fn metrics(state: State, m: web::Data<Metrics>) -> HttpResponse {
     );
     quire_metrics::metric(
         &mut text,
+        "quire_gateway_lost_copies_total",
+        "counter",
+        "Copies of acknowledged entries this gateway's writers sent and no write-set member confirmed \
+         (each ledger is marked under-replicated with those bookies).",
+        state.client.lost_copies(),
+    );
+    quire_metrics::metric(
+        &mut text,
         "quire_gateway_lac_lag_entries_max",
         "gauge",
         "The largest LAC lag of one writer held.",
@@ -629,6 +637,7 @@ async fn cluster(state: State) -> Result<HttpResponse, ApiError> {
         },
         "bookies": list.bookies.iter().chain(&list.retired).map(bookie_json).collect::<Vec<_>>(),
         "under_replicated_ledgers": status.under_replicated_ledgers,
+        "lost_copies": state.client.lost_copies(),
         "auditor": auditor,
         "audit": status.audit.as_ref().map(|a| serde_json::json!({
             "auditor": a.auditor,

@@ -125,7 +125,7 @@ pub fn schemas() -> Map<String, Value> {
     m.insert(
         "Cluster".into(),
         object(
-            &["metadata", "bookies", "under_replicated_ledgers", "auditor"],
+            &["metadata", "bookies", "under_replicated_ledgers", "lost_copies", "auditor"],
             json!({
                 "metadata": object(&["leader_id", "leader_address", "term", "voters"], json!({
                     "leader_id": { "type": "integer", "format": "uint64", "nullable": true },
@@ -135,6 +135,10 @@ pub fn schemas() -> Map<String, Value> {
                 })),
                 "bookies": array_of(reference("Bookie")),
                 "under_replicated_ledgers": uint(),
+                "lost_copies": {
+                    "type": "integer", "format": "uint64",
+                    "description": "copies of acknowledged entries this gateway's writers sent and no bookie confirmed (their ledgers are marked under-replicated)",
+                },
                 "auditor": { "type": "string", "nullable": true },
                 "audit": {
                     "type": "object", "nullable": true,

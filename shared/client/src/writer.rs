@@ -97,6 +97,18 @@ pub enum Command {
         /// First entry of the new ensemble.
         first_entry_id: u64,
     },
+    /// A copy of an acknowledged entry sent to this member was not
+    /// confirmed (failed, timed out, another instance, refused): the entry
+    /// has fewer than Qw copies until re-replication restores it (the
+    /// shell reports it: counted, and the ledger marked under-replicated).
+    CopyLost {
+        /// The entry.
+        entry_id: u64,
+        /// Its position in the ensemble that names the member.
+        position: usize,
+        /// The member that did not confirm it.
+        member: Member,
+    },
     /// The ledger can take no more adds: every pending add failed with this.
     Fail {
         /// Why.
@@ -168,6 +180,21 @@ impl Default for WriterOptions {
     }
 }
 
+/// An acknowledged entry whose other copies are still on their way: a
+/// close, or a fence answered to one of them, never cancels them (issue
+/// #19 item 6). Holds a clone of the entry (its payload shares the bytes of
+/// the requests in flight).
+#[derive(Debug)]
+struct Copies {
+    entry: Entry,
+    /// Members (with their positions) whose answer is awaited, and whether
+    /// that copy went as a recovery add (a re-send: never sent again).
+    awaited: Vec<(usize, Member, bool)>,
+    /// Members that refused it as fenced while this writer's own close was
+    /// under way: re-sent as recovery adds once the close succeeded.
+    refused: Vec<(usize, Member)>,
+}
+
 #[derive(Debug)]
 struct Pending {
     /// Sealed once, at add: resends carry the same bytes, LAC and digest.
@@ -199,6 +226,16 @@ pub struct Writer {
     failed: BTreeSet<usize>,
     changing: bool,
     done: Option<FailReason>,
+    /// Acknowledged entries with copies still awaited, by entry id.
+    copies: BTreeMap<u64, Copies>,
+    /// The shell is closing the ledger (no add pending, none accepted): a
+    /// fence answered now may be the bookies' own guard meeting our close,
+    /// so it decides nothing; the close's CAS does.
+    closing: bool,
+    /// Our own close succeeded.
+    closed_ok: bool,
+    /// Copies of acknowledged entries that were not confirmed.
+    lost_copies: u64,
 }
 
 impl Writer {
@@ -236,6 +273,10 @@ impl Writer {
             failed: BTreeSet::new(),
             changing: false,
             done: None,
+            copies: BTreeMap::new(),
+            closing: false,
+            closed_ok: false,
+            lost_copies: 0,
         }
     }
 
@@ -269,6 +310,17 @@ impl Writer {
         self.done.as_ref()
     }
 
+    /// Copies of acknowledged entries still awaited (a close waits for
+    /// none of them, but must not cancel them).
+    pub fn copies_in_flight(&self) -> usize {
+        self.copies.values().map(|c| c.awaited.len()).sum()
+    }
+
+    /// Copies of acknowledged entries that were sent and never confirmed.
+    pub fn lost_copies(&self) -> u64 {
+        self.lost_copies
+    }
+
     fn current(&self) -> (u64, &Vec<Member>) {
         let (first, members) = self.ensembles.iter().next_back().expect("a writer always has an ensemble");
         (*first, members)
@@ -292,6 +344,9 @@ impl Writer {
     fn admit(&self) -> Result<(), AddError> {
         if let Some(r) = &self.done {
             return Err(AddError::Done(r.clone()));
+        }
+        if self.closing {
+            return Err(AddError::Done(FailReason::Closed));
         }
         if self.pending.len() >= self.opts.max_pending {
             return Err(AddError::Backpressure(self.pending.len()));
@@ -333,9 +388,46 @@ impl Writer {
 
     /// A bookie answered an add of `entry_id` sent to `position`.
     pub fn answer(&mut self, entry_id: u64, position: usize, member: &Member, answer: Answer) -> Vec<Command> {
-        if self.done.is_some() {
-            return Vec::new();
+        let mut out = self.copy_answered(entry_id, position, member, &answer);
+        if self.done.is_some() || self.closing {
+            return out;
         }
+        out.extend(self.judge(entry_id, position, member, answer));
+        out
+    }
+
+    /// The copy bookkeeping of an answer about an acknowledged entry.
+    fn copy_answered(&mut self, entry_id: u64, position: usize, member: &Member, answer: &Answer) -> Vec<Command> {
+        let Some(c) = self.copies.get_mut(&entry_id) else { return Vec::new() };
+        let Some(i) = c.awaited.iter().position(|(p, m, _)| *p == position && m == member) else {
+            return Vec::new();
+        };
+        let (p, m, resent) = c.awaited.remove(i);
+        let mut out = Vec::new();
+        match answer {
+            Answer::Stored { instance_id } if *instance_id == m.instance_id || m.instance_id.is_empty() => {}
+            // Our own close met a bookie that had not seen the ledger yet
+            // (its guard found it closed): the copy goes again as a recovery
+            // add once the close has succeeded (at once if it has).
+            Answer::Fenced if self.closing && !resent => c.refused.push((p, m)),
+            Answer::Fenced if self.closed_ok && !resent => {
+                out.push(Command::Send { position: p, member: m.clone(), entry: c.entry.clone(), recovery: true });
+                c.awaited.push((p, m, true));
+            }
+            _ => {
+                self.lost_copies += 1;
+                out.push(Command::CopyLost { entry_id, position: p, member: m });
+            }
+        }
+        let c = &self.copies[&entry_id];
+        if c.awaited.is_empty() && c.refused.is_empty() {
+            self.copies.remove(&entry_id);
+        }
+        out
+    }
+
+    /// What an answer means for the pending adds and the ensemble.
+    fn judge(&mut self, entry_id: u64, position: usize, member: &Member, answer: Answer) -> Vec<Command> {
         // A fence is a fact about the ledger, whichever entry reported it, even
         // one already acknowledged: nothing may be acknowledged after it.
         if answer == Answer::Fenced {
@@ -396,6 +488,17 @@ impl Writer {
             let p = self.pending.remove(&id).expect("first pending");
             self.lac = id as i64;
             self.length = p.entry.ledger_length;
+            let (_, members) = self.current();
+            let awaited: Vec<(usize, Member, bool)> = self
+                .quorums
+                .write_set(id)
+                .into_iter()
+                .filter(|pos| p.confirmed & (1 << pos) == 0)
+                .map(|pos| (pos, members[pos].clone(), false))
+                .collect();
+            if !awaited.is_empty() {
+                self.copies.insert(id, Copies { entry: p.entry, awaited, refused: Vec::new() });
+            }
             acked.push(id);
         }
         if acked.is_empty() {
@@ -494,14 +597,65 @@ impl Writer {
     }
 
     /// The ledger was fenced or closed under us (a bookie said so, or the
-    /// metadata CAS found it): every pending and later add fails.
+    /// metadata CAS found it): every pending and later add fails. While our
+    /// own close is under way a bookie's fence decides nothing (its guard
+    /// may have met our close): the close's outcome does.
     pub fn fenced(&mut self) -> Vec<Command> {
+        if self.closing {
+            return Vec::new();
+        }
+        self.lose_refused();
+        self.copies.clear();
         self.finish(FailReason::Fenced)
     }
 
-    /// Closes the writer: pending adds fail with `Closed`.
+    /// The shell starts closing the ledger by CAS (no add is pending; none
+    /// is taken from now on). Until [`Writer::closed`] or
+    /// [`Writer::close`], fences answered to copies are held, not judged.
+    pub fn start_closing(&mut self) {
+        debug_assert!(self.pending.is_empty(), "a close waits for every pending add");
+        self.closing = true;
+    }
+
+    /// Our close succeeded: the writer is done. Copies refused as fenced
+    /// meanwhile (bookies that met the ledger first after the close) go
+    /// again as recovery adds, which a closed ledger takes (issue #19 item
+    /// 5/6): the close cancels no copy of an acknowledged entry.
+    pub fn closed(&mut self) -> Vec<Command> {
+        self.closing = false;
+        self.closed_ok = true;
+        let mut out = self.finish(FailReason::Closed);
+        for (&id, c) in self.copies.iter_mut() {
+            for (position, member) in std::mem::take(&mut c.refused) {
+                out.push(Command::Send { position, member: member.clone(), entry: c.entry.clone(), recovery: true });
+                c.awaited.push((position, member, true));
+            }
+            debug_assert!(id as i64 <= self.lac);
+        }
+        out
+    }
+
+    /// Closes the writer without a successful close of the ledger (it
+    /// failed, or was never tried): pending adds fail with `Closed`; copies
+    /// refused as fenced are lost.
     pub fn close(&mut self) -> Vec<Command> {
-        self.finish(FailReason::Closed)
+        self.closing = false;
+        let mut out = self.lose_refused();
+        out.extend(self.finish(FailReason::Closed));
+        out
+    }
+
+    /// Counts the refused copies as lost.
+    fn lose_refused(&mut self) -> Vec<Command> {
+        let mut out = Vec::new();
+        for (&entry_id, c) in self.copies.iter_mut() {
+            for (position, member) in std::mem::take(&mut c.refused) {
+                self.lost_copies += 1;
+                out.push(Command::CopyLost { entry_id, position, member });
+            }
+        }
+        self.copies.retain(|_, c| !c.awaited.is_empty());
+        out
     }
 
     /// The writer cannot go on (no replacement bookie, metadata unreachable):
@@ -549,6 +703,73 @@ mod tests {
                 _ => vec![],
             })
             .collect()
+    }
+
+    /// Issue #19 items 5 and 6: the slowest member meets the ledger first
+    /// after our close; its guard finds it closed and refuses the copy as
+    /// fenced. That fence is no failure of the close, and the copy is not
+    /// dropped: it goes again as a recovery add once the close succeeded.
+    #[test]
+    fn a_fence_met_by_our_own_close_fails_nothing_and_the_copy_goes_again() {
+        let t = Instant::now();
+        let mut w = writer(3, 3, 2);
+        let ms = members(3);
+        for i in 0..3u64 {
+            w.add(Bytes::from(format!("e{i}")), t).unwrap();
+        }
+        let mut acks = Vec::new();
+        for i in 0..3u64 {
+            acks.extend(acked(&w.answer(i, 0, &ms[0], stored(&ms[0]))));
+            acks.extend(acked(&w.answer(i, 1, &ms[1], stored(&ms[1]))));
+        }
+        assert_eq!(acks, vec![0, 1, 2]);
+        assert_eq!(w.copies_in_flight(), 3, "the third copies are still on their way");
+        w.start_closing();
+        // b3 refuses entry 0 as fenced while the close's CAS is in flight.
+        assert_eq!(w.answer(0, 2, &ms[2], Answer::Fenced), vec![], "no failure, no ensemble change");
+        assert_eq!(w.fenced(), vec![], "an explicit-LAC fence answer decides nothing either");
+        assert!(w.done().is_none());
+        let out = w.closed();
+        assert_eq!(out.iter().filter(|c| matches!(c, Command::Fail { reason: FailReason::Closed, .. })).count(), 1);
+        let resent: Vec<(u64, usize, bool)> = out
+            .iter()
+            .filter_map(|c| match c {
+                Command::Send { entry, position, recovery, .. } => Some((entry.entry_id, *position, *recovery)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(resent, vec![(0, 2, true)], "the refused copy goes again as a recovery add");
+        // Entry 1's copy meets the guard after the close: sent again at once.
+        let out = w.answer(1, 2, &ms[2], Answer::Fenced);
+        assert!(matches!(&out[..], [Command::Send { entry, recovery: true, .. }] if entry.entry_id == 1), "{out:?}");
+        assert!(w.answer(0, 2, &ms[2], stored(&ms[2])).is_empty());
+        assert!(w.answer(1, 2, &ms[2], stored(&ms[2])).is_empty());
+        // Entry 2's copy fails outright: lost, and said so.
+        let out = w.answer(2, 2, &ms[2], Answer::Failed);
+        assert_eq!(out, vec![Command::CopyLost { entry_id: 2, position: 2, member: ms[2].clone() }]);
+        assert_eq!((w.copies_in_flight(), w.lost_copies()), (0, 1));
+    }
+
+    /// A fence from someone else's recovery still ends the writer, and a
+    /// copy of an acknowledged entry that fails while the ledger is open is
+    /// counted lost (and its member replaced).
+    #[test]
+    fn a_fence_outside_a_close_ends_the_writer_and_a_failed_copy_is_lost() {
+        let t = Instant::now();
+        let mut w = writer(3, 3, 2);
+        let ms = members(3);
+        w.add(Bytes::from_static(b"a"), t).unwrap();
+        w.add(Bytes::from_static(b"b"), t).unwrap();
+        for i in 0..2u64 {
+            w.answer(i, 0, &ms[0], stored(&ms[0]));
+            w.answer(i, 1, &ms[1], stored(&ms[1]));
+        }
+        let out = w.answer(0, 2, &ms[2], Answer::Failed);
+        assert!(out.contains(&Command::CopyLost { entry_id: 0, position: 2, member: ms[2].clone() }), "{out:?}");
+        assert!(out.iter().any(|c| matches!(c, Command::ChangeEnsemble { .. })), "{out:?}");
+        let out = w.answer(1, 2, &ms[2], Answer::Fenced);
+        assert!(out.iter().any(|c| matches!(c, Command::Fail { reason: FailReason::Fenced, .. })), "{out:?}");
+        assert_eq!(w.done(), Some(&FailReason::Fenced));
     }
 
     #[test]
@@ -706,7 +927,13 @@ mod tests {
         w.answer(0, 0, &ms[0], stored(&ms[0]));
         assert_eq!(acked(&w.answer(0, 1, &ms[1], stored(&ms[1]))), vec![0]);
         let out = w.answer(0, 2, &ms[2], Answer::Failed);
-        assert_eq!(out, vec![Command::ChangeEnsemble { failed: vec![2], first_entry_id: 1 }]);
+        assert_eq!(
+            out,
+            vec![
+                Command::CopyLost { entry_id: 0, position: 2, member: ms[2].clone() },
+                Command::ChangeEnsemble { failed: vec![2], first_entry_id: 1 }
+            ]
+        );
     }
 
     #[test]

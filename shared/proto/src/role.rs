@@ -129,8 +129,10 @@ pub fn allowed(role: Role, method: Method) -> bool {
         // Bookies read ledger state (first add of an unknown ledger, GC) and the registry.
         GetLedger | ListLedgers | WatchLedger | ListBookies | WatchBookies => true,
         RegisterBookie | RenewLease => role == Bookie,
-        // Autorecovery's bookkeeping: the auditor marks, workers repair and clear.
-        MarkUnderReplicated | ClearUnderReplicated => matches!(role, Auditor | ReplicationWorker | Admin),
+        // Autorecovery's bookkeeping: the auditor marks, workers repair and
+        // clear; a writer marks the copies it sent that no bookie confirmed.
+        MarkUnderReplicated => matches!(role, Auditor | ReplicationWorker | Gateway | Client | Admin),
+        ClearUnderReplicated => matches!(role, Auditor | ReplicationWorker | Admin),
         ListUnderReplicated | GetLock => matches!(role, Auditor | ReplicationWorker | Gateway | Admin),
         // Bookies take a ledger's re-replication lock before dropping copies
         // no ensemble names them for, so no worker is copying to them meanwhile.

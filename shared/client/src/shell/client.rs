@@ -92,6 +92,9 @@ pub(crate) struct Inner {
     pub(crate) bookies: Arc<Bookies>,
     pub(crate) opts: ClientOptions,
     seed: AtomicU64,
+    /// Copies of acknowledged entries this client's writers sent and no
+    /// member confirmed.
+    lost_copies: AtomicU64,
 }
 
 /// A handle on the cluster; cheap to clone.
@@ -106,7 +109,12 @@ impl Client {
         let seed =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         Client {
-            inner: Arc::new(Inner { bookies: Arc::new(Bookies::new(rpc, meta)), opts, seed: AtomicU64::new(seed) }),
+            inner: Arc::new(Inner {
+                bookies: Arc::new(Bookies::new(rpc, meta)),
+                opts,
+                seed: AtomicU64::new(seed),
+                lost_copies: AtomicU64::new(0),
+            }),
         }
     }
 
@@ -123,6 +131,17 @@ impl Client {
     /// The metadata client.
     pub fn meta(&self) -> &Arc<MetaClient> {
         self.inner.bookies.meta()
+    }
+
+    /// Copies of acknowledged entries that this client's writers sent and
+    /// no write-set member confirmed, since it started (each ledger is
+    /// marked under-replicated with those bookies: GET /v1/cluster).
+    pub fn lost_copies(&self) -> u64 {
+        self.inner.lost_copies.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_lost_copy(&self) {
+        self.inner.lost_copies.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn next_seed(&self) -> u64 {

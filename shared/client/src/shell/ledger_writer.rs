@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -57,12 +57,15 @@ enum Event {
     LacPublished(Answer),
     EnsembleChanged(Result<LedgerMeta, ClientError>),
     Closed(Result<LedgerMeta, ClientError>),
+    Marked,
 }
 
 type Task = Pin<Box<dyn Future<Output = Event> + Send>>;
 
 struct Shared {
     lac: AtomicI64,
+    /// Copies of acknowledged entries that were sent and never confirmed.
+    lost_copies: AtomicU64,
     /// The highest entry id given to an add (-1: none yet).
     last_entry: AtomicI64,
     meta: Mutex<LedgerMeta>,
@@ -89,6 +92,7 @@ impl LedgerWriter {
         let (tx, rx) = mpsc::channel(256);
         let shared = Arc::new(Shared {
             lac: AtomicI64::new(-1),
+            lost_copies: AtomicU64::new(0),
             last_entry: AtomicI64::new(-1),
             meta: Mutex::new(meta.clone()),
         });
@@ -104,6 +108,8 @@ impl LedgerWriter {
             closing: false,
             close_sent: false,
             finished: false,
+            close_result: None,
+            lost_on: std::collections::BTreeSet::new(),
             shared: shared.clone(),
             tasks: FuturesUnordered::new(),
             outbox: Vec::new(),
@@ -126,6 +132,15 @@ impl LedgerWriter {
     /// The metadata as this writer last wrote or read it.
     pub fn metadata(&self) -> LedgerMeta {
         self.shared.meta.lock().expect("meta lock").clone()
+    }
+
+    /// Copies of acknowledged entries this writer sent and no write-set
+    /// member confirmed (failed, timed out, refused): each leaves its entry
+    /// below Qw copies until re-replication restores it. The ledger is
+    /// marked under-replicated with those bookies once they no longer hold
+    /// its last segment (an ensemble change, or its close).
+    pub fn lost_copies(&self) -> u64 {
+        self.shared.lost_copies.load(Ordering::Acquire)
     }
 
     /// The highest entry id given to an add (-1: none). Less the LAC, how
@@ -191,7 +206,13 @@ struct Actor {
     closers: Vec<Reply<LedgerMeta>>,
     closing: bool,
     close_sent: bool,
+    /// The close was answered; the actor stays until the copies it sent
+    /// before (and re-sent after) are answered: a close cancels none.
     finished: bool,
+    close_result: Option<Result<LedgerMeta, ClientError>>,
+    /// Bookies that did not confirm a copy of an acknowledged entry, not
+    /// yet reported to the metadata service.
+    lost_on: std::collections::BTreeSet<String>,
     shared: Arc<Shared>,
     tasks: FuturesUnordered<Task>,
     /// Sends decided during this turn of the loop, flushed at its end: the
@@ -235,10 +256,15 @@ impl Actor {
                     for taken in 1..=BATCH_MAX_ADDS {
                         match next {
                             Some(Msg::Add(payload, reply, span)) => self.on_add(payload, reply, span),
-                            Some(Msg::Close(reply)) => {
-                                self.closers.push(reply);
-                                self.closing = true;
-                            }
+                            Some(Msg::Close(reply)) => match &self.close_result {
+                                Some(res) => {
+                                    let _ = reply.send(res.clone());
+                                }
+                                None => {
+                                    self.closers.push(reply);
+                                    self.closing = true;
+                                }
+                            },
                             None => {
                                 self.rx_open = false;
                                 break;
@@ -266,7 +292,7 @@ impl Actor {
             if self.closing && !self.close_sent && self.w.pending() == 0 && !self.w.changing() {
                 self.start_close();
             }
-            if self.finished || (!self.rx_open && self.w.pending() == 0 && self.tasks.is_empty()) {
+            if (self.finished || (!self.rx_open && self.w.pending() == 0)) && self.tasks.is_empty() {
                 break;
             }
         }
@@ -316,6 +342,7 @@ impl Actor {
                 self.set_meta(meta);
                 let cmds = self.w.ensemble_changed(seg.first_entry_id, seg.members, now);
                 self.execute(cmds);
+                self.report_lost_copies();
             }
             Event::EnsembleChanged(Err(e)) => {
                 tracing::warn!(ledger_id = self.meta.ledger_id, error = %e, "ensemble change failed");
@@ -334,10 +361,15 @@ impl Actor {
                 for c in self.closers.drain(..) {
                     let _ = c.send(res.clone());
                 }
-                let cmds = self.w.close();
+                // Closed by us: copies refused meanwhile go again as
+                // recovery adds. Otherwise the writer just stops.
+                let cmds = if res.is_ok() { self.w.closed() } else { self.w.close() };
+                self.close_result = Some(res);
                 self.execute(cmds);
                 self.finished = true;
+                self.report_lost_copies();
             }
+            Event::Marked => {}
         }
     }
 
@@ -376,6 +408,20 @@ impl Actor {
                     self.tasks.push(Box::pin(async move {
                         Event::EnsembleChanged(change_ensemble(&client, meta, &failed, first_entry_id).await)
                     }));
+                }
+                Command::CopyLost { entry_id, member, .. } => {
+                    self.shared.lost_copies.fetch_add(1, Ordering::AcqRel);
+                    self.client.count_lost_copy();
+                    tracing::warn!(
+                        ledger_id,
+                        entry_id,
+                        bookie_id = %member.bookie_id,
+                        "a copy of an acknowledged entry was not confirmed: the entry is below Qw copies"
+                    );
+                    self.lost_on.insert(member.bookie_id);
+                    if self.finished {
+                        self.report_lost_copies();
+                    }
                 }
                 Command::Fail { reason, entry_ids } => {
                     let e = fail_error(&reason, ledger_id);
@@ -468,8 +514,36 @@ impl Actor {
         }
     }
 
+    /// Marks the ledger under-replicated with the bookies that lost copies,
+    /// once they no longer hold its last segment (a worker would otherwise
+    /// wait for this writer, then recover the open ledger under it).
+    fn report_lost_copies(&mut self) {
+        let done = self.finished;
+        let last = &self.meta.last_segment().members;
+        let ready: Vec<String> =
+            self.lost_on.iter().filter(|b| done || !last.iter().any(|m| &m.bookie_id == *b)).cloned().collect();
+        if ready.is_empty() {
+            return;
+        }
+        self.lost_on.retain(|b| !ready.contains(b));
+        let (client, ledger_id) = (self.client.clone(), self.meta.ledger_id);
+        self.tasks.push(Box::pin(async move {
+            let req = quire_proto::v1::MarkUnderReplicatedRequest {
+                ledger_id,
+                missing_bookie_ids: ready.clone(),
+                reason: "writer: copies of acknowledged entries not confirmed".into(),
+            };
+            if let Err(e) = client.meta().call(req).await {
+                // The auditor's replica check finds the holes all the same.
+                tracing::warn!(ledger_id, error = %e, bookies = ?ready, "could not mark the ledger under-replicated");
+            }
+            Event::Marked
+        }));
+    }
+
     fn start_close(&mut self) {
         self.close_sent = true;
+        self.w.start_closing();
         if let Some(r) = self.w.done().cloned() {
             let e = fail_error(&r, self.meta.ledger_id);
             for c in self.closers.drain(..) {

@@ -134,6 +134,8 @@ pub struct Stats {
     pub faults: u64,
     /// The writer ended fenced.
     pub writer_fenced: bool,
+    /// Copies of acknowledged entries the writer sent and no member confirmed.
+    pub lost_copies: u64,
 }
 
 /// The world.
@@ -604,6 +606,10 @@ impl World {
                     let deadline = self.now + 2000 * MS;
                     let d = self.rng.range(500, 3000);
                     self.after(d, Ev::Meta(MetaOp::WriterChange { failed, first: first_entry_id, deadline }));
+                }
+                writer::Command::CopyLost { entry_id, member, .. } => {
+                    self.stats.lost_copies += 1;
+                    self.note(format!("writer: copy of {entry_id} on {} not confirmed", member.bookie_id));
                 }
                 writer::Command::Fail { reason, entry_ids } => {
                     self.note(format!("writer failed {reason:?} ({} pending)", entry_ids.len()));
