@@ -7,7 +7,7 @@ BENCH_SECS ?= 5
 FUZZ_SECS ?= 60
 DATA ?= $(CURDIR)/data
 
-.PHONY: all build test jepsen verify fmt fmt-check clippy lint bench loadtest-build loadtest bench-rpc bench-bookie bench-metadata bench-client bench-gateway bench-rereplicate bench-compaction sim fuzz run images up down e2e-compose clean
+.PHONY: check-model all build test jepsen verify fmt fmt-check clippy lint bench loadtest-build loadtest bench-rpc bench-bookie bench-metadata bench-client bench-gateway bench-rereplicate bench-compaction sim fuzz run images up down e2e-compose clean
 
 all: build
 
@@ -44,6 +44,19 @@ clippy:
 lint: fmt-check clippy
 
 verify: lint test
+
+# The protocol model checker (shared/model, stateright) on configurations
+# larger than make test's: the writer with two recoverers, crashes, lost
+# messages, a bookie replacement. Depth first, one fingerprint per state;
+# MODEL_MAX_STATES bounds each run (0: until exhausted) and the report says
+# when a bound cut it short. `make check-model PRE_FIX=1` checks the shell as
+# it was before issue #19's fix.
+MODEL_MAX_STATES ?= 50000000
+MODEL_ENTRIES ?= 1
+check-model:
+	$(CARGO) run --release -p quire-model --bin quire-model -- --entries $(MODEL_ENTRIES) \
+		--recoverers 2 --runs 1 --crashes 1 --timeouts 1 --replacements 1 \
+		--max-states $(MODEL_MAX_STATES) $(if $(PRE_FIX),--pre-fix)
 
 # The protocol simulator over many seeds (make test runs 500 and every seed
 # that once failed): `make sim SEEDS=100000 START=0`.

@@ -410,13 +410,10 @@ async fn autorecovery_bookkeeping_marks_locks_and_watches() {
     assert_eq!(m.missing_bookie_ids, vec!["b2"]);
     let list = auditor.call(v1::ListUnderReplicatedRequest { start_after: None, limit: 10 }).await.unwrap();
     assert_eq!(list.marks.len(), 1);
-    // A gateway may not mark (role table).
+    // A gateway may mark (its writers report copies no bookie confirmed)
+    // but never clear a mark: only a repair does (role table).
     let err = gw
-        .call(v1::MarkUnderReplicatedRequest {
-            ledger_id: l.ledger_id,
-            missing_bookie_ids: vec!["b1".into()],
-            reason: String::new(),
-        })
+        .call(v1::ClearUnderReplicatedRequest { ledger_id: l.ledger_id, bookie_ids: vec!["b2".into()] })
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::PermissionDenied));

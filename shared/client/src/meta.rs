@@ -10,7 +10,7 @@ use quire_proto::v1;
 use crate::writer::{Member, Quorums};
 
 /// A ledger's lifecycle state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LedgerState {
     /// A writer may add.
     Open,
@@ -33,7 +33,7 @@ impl LedgerState {
 
 /// One ensemble: the members holding entries from `first_entry_id` until the
 /// next segment's first entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Segment {
     /// First entry id it stores.
     pub first_entry_id: u64,
@@ -42,7 +42,7 @@ pub struct Segment {
 }
 
 /// A ledger's metadata.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LedgerMeta {
     /// Never reused.
     pub ledger_id: u64,

@@ -40,7 +40,7 @@ use crate::meta::LedgerMeta;
 use crate::writer::{self, Answer, FailReason, Member, Quorums, Writer, WriterOptions};
 
 /// One bookie's answer to a recovery read.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ReadAnswer {
     /// The entry (its digest is checked here, not trusted).
     Entry(Entry),
@@ -105,7 +105,7 @@ pub fn fence_covers_every_write_set(q: Quorums, fenced: &BTreeSet<usize>) -> boo
 }
 
 /// How a bookie answered a fence.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum FenceAnswer {
     /// Fenced; the bookie's LAC for the ledger.
     Fenced {
@@ -215,7 +215,7 @@ pub enum RecoveryError {
 }
 
 /// Recovery options.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RecoveryOptions {
     /// Entries read ahead in parallel.
     pub read_window: usize,
@@ -229,7 +229,7 @@ impl Default for RecoveryOptions {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Phase {
     Fencing,
     Reading,
@@ -245,7 +245,7 @@ enum Phase {
 /// Entries before the last ensemble's first entry need neither reading nor
 /// writing back: an ensemble change starts at the first unacknowledged entry,
 /// so everything before it had Qa copies.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Recovery {
     ledger_id: u64,
     quorums: Quorums,

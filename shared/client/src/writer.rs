@@ -20,7 +20,7 @@ use bytes::Bytes;
 use quire_proto::v1::Entry;
 
 /// Quorum sizes of a ledger.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Quorums {
     /// E: bookies in the ensemble.
     pub ensemble: usize,
@@ -50,7 +50,7 @@ impl Quorums {
 }
 
 /// A member of an ensemble, as the writer knows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Member {
     /// Bookie id.
     pub bookie_id: String,
@@ -119,7 +119,7 @@ pub enum Command {
 }
 
 /// Why adds failed for good.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum FailReason {
     /// The ledger was fenced or closed by someone else (recovery): this writer is done.
     Fenced,
@@ -143,7 +143,7 @@ pub enum AddError {
 }
 
 /// How a bookie answered an add.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Answer {
     /// Stored; `instance_id` answered.
     Stored {
@@ -157,7 +157,7 @@ pub enum Answer {
 }
 
 /// How a writer behaves.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct WriterOptions {
     /// Adds in flight before [`AddError::Backpressure`].
     pub max_pending: usize,
@@ -184,7 +184,7 @@ impl Default for WriterOptions {
 /// close, or a fence answered to one of them, never cancels them (issue
 /// #19 item 6). Holds a clone of the entry (its payload shares the bytes of
 /// the requests in flight).
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Copies {
     entry: Entry,
     /// Members (with their positions) whose answer is awaited, and whether
@@ -195,7 +195,7 @@ struct Copies {
     refused: Vec<(usize, Member)>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Pending {
     /// Sealed once, at add: resends carry the same bytes, LAC and digest.
     entry: Entry,
@@ -205,7 +205,7 @@ struct Pending {
 }
 
 /// The writer of one ledger.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Writer {
     ledger_id: u64,
     quorums: Quorums,

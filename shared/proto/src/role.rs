@@ -170,6 +170,10 @@ mod tests {
         assert!(!allowed(Role::Gateway, Method::RegisterBookie));
         assert!(allowed(Role::Bookie, Method::RegisterBookie));
         assert!(allowed(Role::ReplicationWorker, Method::AddEntry));
+        // Writers report copies no bookie confirmed; only repairs clear marks.
+        assert!(allowed(Role::Client, Method::MarkUnderReplicated));
+        assert!(!allowed(Role::Client, Method::ClearUnderReplicated));
+        assert!(!allowed(Role::Gateway, Method::ClearUnderReplicated));
     }
 
     /// ARCHITECTURE.md carries this table; on a mismatch the test prints the

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use quire_proto::v1::Entry;
 
 /// A request to a bookie.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum BookieReq {
     /// AddEntry.
     Add {
@@ -48,7 +48,7 @@ pub enum BookieReq {
 }
 
 /// A bookie's answer.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum BookieResp {
     /// Added, by this instance.
     Added {
@@ -79,7 +79,7 @@ pub enum BookieResp {
     Refused,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 struct Ledger {
     entries: BTreeMap<u64, Entry>,
     fenced: bool,
@@ -87,7 +87,7 @@ struct Ledger {
 }
 
 /// One bookie.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SimBookie {
     /// Id (stable across replacements).
     pub id: String,
@@ -134,6 +134,11 @@ impl SimBookie {
             }
             None => false,
         }
+    }
+
+    /// The stored copy of an entry, if any.
+    pub fn entry(&self, ledger_id: u64, entry_id: u64) -> Option<&Entry> {
+        self.ledgers.get(&ledger_id).and_then(|l| l.entries.get(&entry_id))
     }
 
     /// Entry ids stored for a ledger.

@@ -1,0 +1,81 @@
+//! `make check-model`: the protocol model checker over the configurations
+//! `make test` runs and larger ones; prints states explored, time, and any
+//! counterexample trace.
+
+use clap::Parser;
+use quire_model::{check, Config};
+
+#[derive(Parser)]
+#[command(about = "Exhaustive model checking of quire's ledger protocol (stateright)")]
+struct Args {
+    /// Entries the writer adds.
+    #[arg(long, default_value_t = 2)]
+    entries: u64,
+    /// Write quorums to check (E=3, Qa=2).
+    #[arg(long, value_delimiter = ',', default_value = "2,3")]
+    write_quorums: Vec<usize>,
+    /// Lost messages allowed.
+    #[arg(long, default_value_t = 2)]
+    timeouts: u8,
+    /// Recoverers racing the writer.
+    #[arg(long, default_value_t = 2)]
+    recoverers: usize,
+    /// Recovery runs each recoverer may start.
+    #[arg(long, default_value_t = 1)]
+    runs: u8,
+    /// Recoverer crashes allowed.
+    #[arg(long, default_value_t = 1)]
+    crashes: u8,
+    /// Bookie replacements allowed.
+    #[arg(long, default_value_t = 1)]
+    replacements: u8,
+    /// The writer never crashes (it may still close or idle).
+    #[arg(long)]
+    no_writer_crash: bool,
+    /// Recovery's read window.
+    #[arg(long, default_value_t = 1)]
+    read_window: usize,
+    /// Check the shell as it was before issue #19's fix (recovery's
+    /// replacements stored at once): it must find the overlapping-recovery loss.
+    #[arg(long)]
+    pre_fix: bool,
+    /// Checker threads.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Stop after this many distinct states (0: explore everything).
+    #[arg(long, default_value_t = 0)]
+    max_states: usize,
+}
+
+fn main() -> anyhow::Result<()> {
+    let a = Args::parse();
+    let mut failed = false;
+    for w in &a.write_quorums {
+        let mut c = Config::small(*w, 2, a.entries);
+        c.timeouts = a.timeouts;
+        c.recoverers = a.recoverers;
+        c.runs_per_recoverer = a.runs;
+        c.recoverer_crashes = a.crashes;
+        c.replacements = a.replacements;
+        c.read_window = a.read_window;
+        c.writer_crash = !a.no_writer_crash;
+        c.store_replacements_eagerly = a.pre_fix;
+        let r = check(c, a.threads, a.max_states);
+        println!("{}", r.summary());
+        if !r.complete {
+            println!("  (stopped at the state bound: not exhaustive)");
+        }
+        for (name, actions, last) in &r.violations {
+            failed = true;
+            println!("  counterexample for \"{name}\" ({} steps):", actions.len());
+            for (i, act) in actions.iter().enumerate() {
+                println!("    {:>3}. {act:?}", i + 1);
+            }
+            println!("  final state:\n{last}");
+        }
+    }
+    if failed && !a.pre_fix {
+        anyhow::bail!("a property was violated");
+    }
+    Ok(())
+}

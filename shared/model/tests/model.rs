@@ -1,0 +1,82 @@
+//! The model checker in `make test`: the configurations small enough to
+//! explore exhaustively within the suite's budget, and proof that each
+//! invariant can fail.
+
+use quire_model::{check, Config};
+
+/// The writer racing one recoverer (which may fence it at any point), one
+/// entry, E=3 Qa=2 with Qw 2 and 3, the writer free to crash at any step:
+/// every reachable state holds every invariant.
+#[test]
+fn the_writer_racing_a_recovery_holds_every_invariant_in_every_state() {
+    for write in [2, 3] {
+        let mut c = Config::small(write, 2, 1);
+        c.recoverers = 1;
+        c.runs_per_recoverer = 1;
+        c.timeouts = 0;
+        c.replacements = 0;
+        c.recoverer_crashes = 0;
+        c.read_window = 1;
+        let r = check(c, 2, 0);
+        println!("{}", r.summary());
+        assert!(r.complete, "not explored to the end: {}", r.summary());
+        assert!(r.unique_states > 10_000, "suspiciously few states: {}", r.summary());
+        assert!(r.violations.is_empty(), "{}\n{:#?}", r.summary(), r.violations);
+    }
+}
+
+/// The same with one message lost anywhere (a timeout: the writer changes
+/// its ensemble, recovery meets a silent bookie).
+#[test]
+fn a_lost_message_anywhere_breaks_no_invariant() {
+    let mut c = Config::small(2, 2, 1);
+    c.recoverers = 1;
+    c.runs_per_recoverer = 1;
+    c.timeouts = 1;
+    c.replacements = 0;
+    c.recoverer_crashes = 0;
+    c.read_window = 1;
+    let r = check(c, 2, 0);
+    println!("{}", r.summary());
+    assert!(r.complete, "not explored to the end: {}", r.summary());
+    assert!(r.violations.is_empty(), "{}\n{:#?}", r.summary(), r.violations);
+}
+
+/// Each invariant can fail: a state that breaks it is judged broken.
+#[test]
+fn every_invariant_can_fail() {
+    use quire_model::model::LedgerModel;
+    use stateright::Model;
+    let model = LedgerModel::new(Config::small(2, 2, 1));
+    let init = model.init_states().remove(0);
+    let props = model.properties();
+    let holds = |s: &quire_model::state::State, name: &str| {
+        let p = props.iter().find(|p| p.name == name).expect("a property of that name");
+        (p.condition)(&model, s)
+    };
+    for p in &props {
+        assert!((p.condition)(&model, &init), "{} fails in the initial state", p.name);
+    }
+    // An acknowledged entry on no bookie.
+    let mut s = init.clone();
+    s.acked.insert(0, bytes::Bytes::from_static(b"a"));
+    s.submitted.insert(0, bytes::Bytes::from_static(b"a"));
+    assert!(!holds(&s, "every acknowledged entry is readable"));
+    // ... and past the close.
+    s.meta.state = quire_client::meta::LedgerState::Closed;
+    assert!(!holds(&s, "no divergence between the client and the metadata"));
+    // A closed entry that never reached Qa copies.
+    s.meta.last_entry_id = 0;
+    assert!(!holds(&s, "every committed entry reached Qa"));
+    // A rule broken in a transition.
+    let mut b = init.clone();
+    b.broken = Some("test".into());
+    assert!(!holds(&b, "no out-of-order or premature decisions"));
+    // A copy with other bytes than the writer's.
+    let mut d = init;
+    d.submitted.insert(0, bytes::Bytes::from_static(b"a"));
+    let entry = quire_proto::v1::Entry::sealed(quire_model::model::LEDGER, 0, -1, bytes::Bytes::from_static(b"z"));
+    let add = quire_client::sim::bookie::BookieReq::Add { entry, expected_instance: String::new(), recovery: true };
+    d.bookies[0].handle(add, |_| Some(true));
+    assert!(!holds(&d, "one value per entry"));
+}
