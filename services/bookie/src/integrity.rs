@@ -94,6 +94,10 @@ struct LimboState {
     /// Every ledger (until the checker knows which ones matter).
     all: bool,
     ledgers: BTreeSet<u64>,
+    /// Ledgers in limbo the metadata service has said are open since this
+    /// start: a fence this bookie lost with its data cannot matter for them
+    /// (a recovery from now on fences this bookie too).
+    vouched: BTreeSet<u64>,
 }
 
 impl Limbo {
@@ -104,7 +108,7 @@ impl Limbo {
 
     /// Everything in limbo (an unclean start, before the checker lists).
     pub fn everything() -> Limbo {
-        Limbo { state: RwLock::new(LimboState { all: true, ledgers: BTreeSet::new() }) }
+        Limbo { state: RwLock::new(LimboState { all: true, ..LimboState::default() }) }
     }
 
     /// Whether `ledger_id` is in limbo.
@@ -113,13 +117,37 @@ impl Limbo {
         s.all || s.ledgers.contains(&ledger_id)
     }
 
+    /// Whether a normal add for `ledger_id` must first ask the metadata
+    /// service, as for a ledger this bookie never saw (issue #19 item 4): in
+    /// limbo, a ledger known here may have lost its fence with the index
+    /// (its fence record in a journal segment deleted before, its entries
+    /// replayed from a later one), and nothing here says it is still open.
+    /// Once the service said it is open, no more.
+    pub fn needs_open_check(&self, ledger_id: u64) -> bool {
+        let s = self.state.read().expect("limbo lock");
+        (s.all || s.ledgers.contains(&ledger_id)) && !s.vouched.contains(&ledger_id)
+    }
+
+    /// The metadata service said `ledger_id` is open (after this start).
+    pub fn vouch(&self, ledger_id: u64) {
+        let mut s = self.state.write().expect("limbo lock");
+        if s.all || s.ledgers.contains(&ledger_id) {
+            s.vouched.insert(ledger_id);
+        }
+    }
+
     /// Limbo is exactly `ledgers` now.
     fn narrow(&self, ledgers: BTreeSet<u64>) {
-        *self.state.write().expect("limbo lock") = LimboState { all: false, ledgers };
+        let mut s = self.state.write().expect("limbo lock");
+        s.vouched.retain(|l| ledgers.contains(l));
+        s.all = false;
+        s.ledgers = ledgers;
     }
 
     fn release(&self, ledger_id: u64) {
-        self.state.write().expect("limbo lock").ledgers.remove(&ledger_id);
+        let mut s = self.state.write().expect("limbo lock");
+        s.ledgers.remove(&ledger_id);
+        s.vouched.remove(&ledger_id);
     }
 
     /// Ledgers still in limbo (none while `all`: the list is not known yet).
@@ -238,4 +266,24 @@ async fn refill(client: &Client, store: &Arc<Store>, ledger_id: u64, bookie_id: 
         tracing::info!(ledger_id, entries = copied, "integrity check: entries copied back from peers");
     }
     Ok(!in_writers_segment || meta.state == LedgerState::Closed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ledger_in_limbo_needs_the_open_check_until_vouched_or_released() {
+        let l = Limbo::everything();
+        assert!(l.needs_open_check(7), "before the list, every ledger");
+        l.vouch(7);
+        assert!(!l.needs_open_check(7));
+        l.narrow(BTreeSet::from([7, 8]));
+        assert!(!l.needs_open_check(7), "a vouch outlives narrowing to it");
+        assert!(l.needs_open_check(8));
+        assert!(!l.needs_open_check(9), "outside limbo: the store's own state decides");
+        l.release(8);
+        assert!(!l.needs_open_check(8));
+        assert!(!Limbo::none().needs_open_check(7));
+    }
 }

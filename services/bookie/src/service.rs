@@ -175,7 +175,7 @@ impl BookieService {
                 let l = entry.ledger_id;
                 if a.recovery && !self.store.is_fenced(l) {
                     to_fence.insert(l);
-                } else if !a.recovery && self.meta.is_some() && !self.store.knows_ledger(l) {
+                } else if !a.recovery && self.meta.is_some() && self.unvouched(l) {
                     unknown.insert(l);
                 }
             }
@@ -195,8 +195,11 @@ impl BookieService {
             let mut refused = std::collections::BTreeMap::new();
             if let Some(meta) = &this.meta {
                 for l in unknown {
-                    if let Err(e) = check_unknown_ledger(&this.store, meta, l).await {
-                        refused.insert(l, e);
+                    match check_unknown_ledger(&this.store, meta, l).await {
+                        Ok(()) => this.limbo.vouch(l),
+                        Err(e) => {
+                            refused.insert(l, e);
+                        }
                     }
                 }
             }
@@ -229,6 +232,13 @@ impl BookieService {
             }
             Ok(v1::AddEntriesResponse { outcomes }.into())
         })
+    }
+
+    /// Whether a normal add for `ledger_id` must ask the metadata service
+    /// first: a ledger never seen here, or one in limbo (its fence may have
+    /// been lost with the index) not yet said open since this start.
+    fn unvouched(&self, ledger_id: u64) -> bool {
+        !self.store.knows_ledger(ledger_id) || self.limbo.needs_open_check(ledger_id)
     }
 
     fn clone_parts(&self) -> BookieService {
@@ -409,11 +419,13 @@ impl quire_rpc::Service for BookieService {
                     return ready(Err(e));
                 }
                 let (l, e) = (entry.ledger_id, entry.entry_id);
-                if let Some(meta) = self.meta.clone().filter(|_| !a.recovery && !self.store.knows_ledger(l)) {
+                if let Some(meta) = self.meta.clone().filter(|_| !a.recovery && self.unvouched(l)) {
                     let store = self.store.clone();
+                    let limbo = self.limbo.clone();
                     let span = journal_span(l, e);
                     return Box::pin(async move {
                         check_unknown_ledger(&store, &meta, l).await?;
+                        limbo.vouch(l);
                         tracing::Instrument::instrument(store.add(entry, false), span)
                             .await
                             .map_err(to_service_error)?;

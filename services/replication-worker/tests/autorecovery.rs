@@ -608,3 +608,57 @@ async fn journal_damage_is_recorded_before_the_store_checkpoints_past_it() {
         panic!("{e}\n{}", s.cluster.logs());
     }
 }
+
+/// Issue #19 item 4: a fence lost with the index. After its index is lost a
+/// bookie replays what its journal still holds: a ledger whose fence
+/// record sat in a journal segment already deleted comes back known and
+/// unfenced, and the unknown-ledger check (ask the metadata service before
+/// a normal add) never ran for it, so a zombie writer's add was taken. The
+/// same state, made plainly: ledger 2 known and unfenced here, closed in
+/// the metadata service, the bookie restarted in limbo
+/// (`--integrity-check always`), its check held up on ledger 1 (its peers
+/// are frozen, so its refill cannot copy). A normal add for ledger 2 past
+/// its close must be refused as fenced, never stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_in_limbo_is_checked_with_the_metadata_service_before_a_normal_add() {
+    let mut s = Setup::start(3);
+    let client = ready(&s, 3).await;
+    let ids: Vec<String> = s.cluster.bookies.iter().map(|b| b.id.clone()).collect();
+    let l1 = client.create_on(ids.clone(), spec()).await.unwrap();
+    let l2 = client.create_on(ids.clone(), spec()).await.unwrap();
+    assert!(l1.ledger_id() < l2.ledger_id(), "the check refills in ledger order");
+    for e in 0..3 {
+        l2.add(payload(2, e)).await.unwrap();
+    }
+    let closed = l2.close().await.unwrap();
+    // Ledger 1 is written while bookie 1 is frozen: it never gets a copy.
+    s.cluster.signal_bookie(0, "STOP").unwrap();
+    for e in 0..3 {
+        l1.add(payload(1, e)).await.unwrap();
+    }
+    l1.close().await.unwrap();
+    s.cluster.kill_bookie(0).unwrap();
+    // Its peers freeze: the integrity check's refill of ledger 1 waits on them.
+    s.cluster.signal_bookie(1, "STOP").unwrap();
+    s.cluster.signal_bookie(2, "STOP").unwrap();
+    s.cluster.bookies[0].args = vec!["--integrity-check".into(), "always".into()];
+    let restarted = s.cluster.start_bookie(0);
+    let me = s.cluster.bookies[0].id.clone();
+    let result = async {
+        restarted?;
+        let member = closed.segments[0].members.iter().find(|m| m.bookie_id == me).expect("a member").clone();
+        let late = v1::Entry::sealed_at(l2.ledger_id(), 3, 2, closed.length + 10, payload(2, 3));
+        // A client of its own: not the connections to the killed process.
+        let zombie = s.client();
+        Ok::<_, anyhow::Error>(zombie.bookies().add(&member, late, closed.version, false, Duration::from_secs(5)).await)
+    }
+    .await;
+    s.cluster.signal_bookie(1, "CONT").unwrap();
+    s.cluster.signal_bookie(2, "CONT").unwrap();
+    match result.unwrap() {
+        quire_client::writer::Answer::Fenced => {}
+        other => {
+            panic!("a normal add past ledger 2's close got {other:?} from a bookie in limbo\n{}", s.cluster.logs())
+        }
+    }
+}

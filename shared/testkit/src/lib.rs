@@ -296,6 +296,8 @@ pub struct LocalBookie {
     pub proc: Option<Process>,
     /// Environment variables for its next start.
     pub env: Vec<(String, String)>,
+    /// Flags for its next starts, after the cluster's own.
+    pub args: Vec<String>,
     generation: u32,
 }
 
@@ -383,6 +385,7 @@ impl TestCluster {
                 rack: rack.to_string(),
                 proc: None,
                 env: Vec::new(),
+                args: Vec::new(),
                 generation: 0,
             });
             c.start_bookie(i)?;
@@ -421,6 +424,7 @@ impl TestCluster {
         .map(|s| s.to_string())
         .collect();
         args.extend(self.extra.iter().cloned());
+        args.extend(b.args.iter().cloned());
         if self.with_metrics {
             let addr = free_tcp_addr();
             args.extend(["--metrics-listen".to_string(), addr.clone()]);
