@@ -87,6 +87,9 @@ fn clear_pending(ledger_dir: &Path) -> std::io::Result<()> {
 #[derive(Debug, Default)]
 pub struct Limbo {
     state: RwLock<LimboState>,
+    /// Whether anything may be in limbo: the add path's check costs one
+    /// atomic load, not a lock, on a bookie that started clean.
+    active: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -108,7 +111,10 @@ impl Limbo {
 
     /// Everything in limbo (an unclean start, before the checker lists).
     pub fn everything() -> Limbo {
-        Limbo { state: RwLock::new(LimboState { all: true, ..LimboState::default() }) }
+        Limbo {
+            state: RwLock::new(LimboState { all: true, ..LimboState::default() }),
+            active: std::sync::atomic::AtomicBool::new(true),
+        }
     }
 
     /// Whether `ledger_id` is in limbo.
@@ -124,6 +130,9 @@ impl Limbo {
     /// replayed from a later one), and nothing here says it is still open.
     /// Once the service said it is open, no more.
     pub fn needs_open_check(&self, ledger_id: u64) -> bool {
+        if !self.active.load(std::sync::atomic::Ordering::Acquire) {
+            return false;
+        }
         let s = self.state.read().expect("limbo lock");
         (s.all || s.ledgers.contains(&ledger_id)) && !s.vouched.contains(&ledger_id)
     }
@@ -142,12 +151,14 @@ impl Limbo {
         s.vouched.retain(|l| ledgers.contains(l));
         s.all = false;
         s.ledgers = ledgers;
+        self.active.store(!s.ledgers.is_empty(), std::sync::atomic::Ordering::Release);
     }
 
     fn release(&self, ledger_id: u64) {
         let mut s = self.state.write().expect("limbo lock");
         s.ledgers.remove(&ledger_id);
         s.vouched.remove(&ledger_id);
+        self.active.store(!s.ledgers.is_empty(), std::sync::atomic::Ordering::Release);
     }
 
     /// Ledgers still in limbo (none while `all`: the list is not known yet).

@@ -246,8 +246,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // Damaged journal records were skipped: acknowledged entries may be gone
     // from this bookie. Same cure as lost data (unless checks are off).
     if store.journal_damaged() && meta_configured && args.integrity_check != integrity::CheckMode::Never && !check {
+        // (The store wrote the pending marker before it checkpointed past the damage.)
         tracing::warn!("the journal was damaged: running the data-integrity check");
-        integrity::mark_pending(&ledger_dir).context("record the pending integrity check")?;
         check = true;
     }
 

@@ -50,7 +50,7 @@ impl Quorums {
 }
 
 /// A member of an ensemble, as the writer knows it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Member {
     /// Bookie id.
     pub bookie_id: String,
@@ -183,16 +183,18 @@ impl Default for WriterOptions {
 /// An acknowledged entry whose other copies are still on their way: a
 /// close, or a fence answered to one of them, never cancels them (issue
 /// #19 item 6). Holds a clone of the entry (its payload shares the bytes of
-/// the requests in flight).
+/// the requests in flight); positions are bits, and the member at each is
+/// the one the entry's segment names (ensembles only change after it).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Copies {
     entry: Entry,
-    /// Members (with their positions) whose answer is awaited, and whether
-    /// that copy went as a recovery add (a re-send: never sent again).
-    awaited: Vec<(usize, Member, bool)>,
-    /// Members that refused it as fenced while this writer's own close was
-    /// under way: re-sent as recovery adds once the close succeeded.
-    refused: Vec<(usize, Member)>,
+    /// Positions whose answer is awaited.
+    awaited: u64,
+    /// Positions whose copy went again as a recovery add (never re-sent twice).
+    resent: u64,
+    /// Positions that refused it as fenced while this writer's own close
+    /// was under way: re-sent as recovery adds once the close succeeded.
+    refused: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -313,7 +315,13 @@ impl Writer {
     /// Copies of acknowledged entries still awaited (a close waits for
     /// none of them, but must not cancel them).
     pub fn copies_in_flight(&self) -> usize {
-        self.copies.values().map(|c| c.awaited.len()).sum()
+        self.copies.values().map(|c| c.awaited.count_ones() as usize).sum()
+    }
+
+    /// The member at `position` of the segment holding `entry_id`.
+    fn member_of(&self, entry_id: u64, position: usize) -> &Member {
+        let (_, members) = self.ensembles.range(..=entry_id).next_back().expect("segment 0 holds every entry");
+        &members[position]
     }
 
     /// Copies of acknowledged entries that were sent and never confirmed.
@@ -398,29 +406,34 @@ impl Writer {
 
     /// The copy bookkeeping of an answer about an acknowledged entry.
     fn copy_answered(&mut self, entry_id: u64, position: usize, member: &Member, answer: &Answer) -> Vec<Command> {
-        let Some(c) = self.copies.get_mut(&entry_id) else { return Vec::new() };
-        let Some(i) = c.awaited.iter().position(|(p, m, _)| *p == position && m == member) else {
+        let bit = 1u64 << position;
+        let awaited = self.copies.get(&entry_id).is_some_and(|c| c.awaited & bit != 0);
+        if !awaited || self.member_of(entry_id, position) != member {
             return Vec::new();
-        };
-        let (p, m, resent) = c.awaited.remove(i);
+        }
+        let (closing, closed_ok) = (self.closing, self.closed_ok);
+        let c = self.copies.get_mut(&entry_id).expect("checked");
+        c.awaited &= !bit;
+        let resent = c.resent & bit != 0;
         let mut out = Vec::new();
         match answer {
-            Answer::Stored { instance_id } if *instance_id == m.instance_id || m.instance_id.is_empty() => {}
+            Answer::Stored { instance_id } if *instance_id == member.instance_id || member.instance_id.is_empty() => {}
             // Our own close met a bookie that had not seen the ledger yet
             // (its guard found it closed): the copy goes again as a recovery
             // add once the close has succeeded (at once if it has).
-            Answer::Fenced if self.closing && !resent => c.refused.push((p, m)),
-            Answer::Fenced if self.closed_ok && !resent => {
-                out.push(Command::Send { position: p, member: m.clone(), entry: c.entry.clone(), recovery: true });
-                c.awaited.push((p, m, true));
+            Answer::Fenced if closing && !resent => c.refused |= bit,
+            Answer::Fenced if closed_ok && !resent => {
+                out.push(Command::Send { position, member: member.clone(), entry: c.entry.clone(), recovery: true });
+                c.awaited |= bit;
+                c.resent |= bit;
             }
             _ => {
                 self.lost_copies += 1;
-                out.push(Command::CopyLost { entry_id, position: p, member: m });
+                out.push(Command::CopyLost { entry_id, position, member: member.clone() });
             }
         }
         let c = &self.copies[&entry_id];
-        if c.awaited.is_empty() && c.refused.is_empty() {
+        if c.awaited == 0 && c.refused == 0 {
             self.copies.remove(&entry_id);
         }
         out
@@ -488,16 +501,9 @@ impl Writer {
             let p = self.pending.remove(&id).expect("first pending");
             self.lac = id as i64;
             self.length = p.entry.ledger_length;
-            let (_, members) = self.current();
-            let awaited: Vec<(usize, Member, bool)> = self
-                .quorums
-                .write_set(id)
-                .into_iter()
-                .filter(|pos| p.confirmed & (1 << pos) == 0)
-                .map(|pos| (pos, members[pos].clone(), false))
-                .collect();
-            if !awaited.is_empty() {
-                self.copies.insert(id, Copies { entry: p.entry, awaited, refused: Vec::new() });
+            let awaited = self.quorums.write_mask(id) & !p.confirmed;
+            if awaited != 0 {
+                self.copies.insert(id, Copies { entry: p.entry, awaited, resent: 0, refused: 0 });
             }
             acked.push(id);
         }
@@ -604,7 +610,7 @@ impl Writer {
         if self.closing {
             return Vec::new();
         }
-        self.lose_refused();
+        // (Refused copies exist only while closing: nothing to count here.)
         self.copies.clear();
         self.finish(FailReason::Fenced)
     }
@@ -625,12 +631,17 @@ impl Writer {
         self.closing = false;
         self.closed_ok = true;
         let mut out = self.finish(FailReason::Closed);
-        for (&id, c) in self.copies.iter_mut() {
-            for (position, member) in std::mem::take(&mut c.refused) {
-                out.push(Command::Send { position, member: member.clone(), entry: c.entry.clone(), recovery: true });
-                c.awaited.push((position, member, true));
+        let refused: Vec<(u64, u64)> =
+            self.copies.iter().map(|(id, c)| (*id, c.refused)).filter(|(_, r)| *r != 0).collect();
+        for (id, bits) in refused {
+            for position in (0..self.quorums.ensemble).filter(|p| bits & (1 << p) != 0) {
+                let member = self.member_of(id, position).clone();
+                let c = self.copies.get_mut(&id).expect("listed");
+                out.push(Command::Send { position, member, entry: c.entry.clone(), recovery: true });
+                c.awaited |= 1 << position;
+                c.resent |= 1 << position;
             }
-            debug_assert!(id as i64 <= self.lac);
+            self.copies.get_mut(&id).expect("listed").refused = 0;
         }
         out
     }
@@ -648,13 +659,16 @@ impl Writer {
     /// Counts the refused copies as lost.
     fn lose_refused(&mut self) -> Vec<Command> {
         let mut out = Vec::new();
-        for (&entry_id, c) in self.copies.iter_mut() {
-            for (position, member) in std::mem::take(&mut c.refused) {
-                self.lost_copies += 1;
-                out.push(Command::CopyLost { entry_id, position, member });
+        for (&entry_id, c) in &self.copies {
+            for position in (0..self.quorums.ensemble).filter(|p| c.refused & (1 << p) != 0) {
+                out.push(Command::CopyLost { entry_id, position, member: self.member_of(entry_id, position).clone() });
             }
         }
-        self.copies.retain(|_, c| !c.awaited.is_empty());
+        self.lost_copies += out.len() as u64;
+        self.copies.retain(|_, c| c.awaited != 0);
+        for c in self.copies.values_mut() {
+            c.refused = 0;
+        }
         out
     }
 

@@ -39,6 +39,7 @@ fn a_lost_message_anywhere_breaks_no_invariant() {
     let r = check(c, 2, 0);
     println!("{}", r.summary());
     assert!(r.complete, "not explored to the end: {}", r.summary());
+    assert!(r.unique_states > 1_000_000, "suspiciously few states: {}", r.summary());
     assert!(r.violations.is_empty(), "{}\n{:#?}", r.summary(), r.violations);
 }
 
