@@ -487,6 +487,18 @@ async fn an_open_ledger_on_a_bookie_replaced_by_an_empty_one_is_recovered_and_re
     let data: Vec<Bytes> = (0..30).map(|e| payload(4, e)).collect();
     w.add_batch(data.clone()).await.unwrap();
     let id = w.ledger_id();
+    // The idle writer must never meet the new instance: its third copies
+    // (acknowledged at Qa without them) land on bookie 2 first. Replaced
+    // with one in flight, the writer would see the copy fail, move off the
+    // bookie by ensemble change, and no recovery would be due.
+    eventually(Duration::from_secs(20), "every copy on bookie 2 before it is replaced", || async {
+        for e in 0..data.len() as u64 {
+            let r = client.bookies().read("2", id, e, false, Duration::from_secs(2)).await.ok()?;
+            r.body.entry.filter(|x| x.payload == data[e as usize])?;
+        }
+        Some(())
+    })
+    .await;
     s.cluster.replace_bookie(1).unwrap();
     let client = s.client();
     let auditor = s.auditor_with(&["--replica-check-interval-ms", "0"]);
