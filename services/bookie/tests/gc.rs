@@ -301,16 +301,25 @@ async fn copies_of_a_closed_ledger_moved_off_a_bookie_are_dropped_there_but_not_
     let gone = client.bookies().read(&from, id, 0, false, Duration::from_secs(5)).await;
     assert_eq!(gone.err().and_then(|e| e.code()), Some(ErrorCode::NoSuchEntry), "entries gone, ledger still known");
     // Its fence stays: the old writer's add is refused there.
+    // (The bookie learns that it is no longer draining from its next lease
+    // answer; until then it refuses normal adds as read-only, which says
+    // nothing about the fence: ask again until it answers on the fence.)
     let b = &s.cluster.bookies[from_i];
-    let zombie = s
-        .rpc()
-        .peer(&b.addr, Role::Bookie, Some(&b.id))
-        .call(v1::AddEntryRequest {
-            entry: Some(v1::Entry::sealed(id, 300, 299, payload(id, 300))),
-            ..Default::default()
-        })
-        .await;
-    assert_eq!(zombie.err().and_then(|e| e.code()), Some(ErrorCode::LedgerFenced));
+    let rpc = s.rpc();
+    let zombie = quire_testkit::eventually(Duration::from_secs(20), "the bookie to stop draining", || async {
+        let r = rpc
+            .peer(&b.addr, Role::Bookie, Some(&b.id))
+            .call(v1::AddEntryRequest {
+                entry: Some(v1::Entry::sealed(id, 300, 299, payload(id, 300))),
+                ..Default::default()
+            })
+            .await;
+        let code = r.err().and_then(|e| e.code());
+        (code != Some(ErrorCode::BookieReadOnly)).then_some(code)
+    })
+    .await
+    .unwrap();
+    assert_eq!(zombie, Some(ErrorCode::LedgerFenced));
     // The members keep theirs: GC on them drops nothing, and the ledger reads back.
     for (i, b) in s.cluster.bookies.iter().enumerate().filter(|(_, b)| b.id != from) {
         let r = s.run_gc(i, false).await.unwrap();
