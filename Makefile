@@ -7,7 +7,7 @@ BENCH_SECS ?= 5
 FUZZ_SECS ?= 60
 DATA ?= $(CURDIR)/data
 
-.PHONY: check-model all build test jepsen verify fmt fmt-check clippy lint bench loadtest-build loadtest bench-rpc bench-bookie bench-metadata bench-client bench-gateway bench-rereplicate bench-compaction sim fuzz run images up down e2e-compose clean
+.PHONY: check-model all build test jepsen verify fmt fmt-check clippy lint bench loadtest-build loadtest bench-rpc bench-bookie bench-metadata bench-client bench-failover bench-gateway bench-rereplicate bench-compaction sim fuzz run images up down e2e-compose clean
 
 all: build
 
@@ -99,6 +99,12 @@ bench-bookie: build
 # NATS cases (writers:window): see docs/benchmarks.md.
 bench-client: build
 	BENCH_SECS=$(BENCH_SECS) $(CARGO) bench -p quire-client --bench client
+
+# The metadata leader SIGKILLed under load, five times: election, the
+# longest stretch without an acknowledged append, creations under way
+# (docs/benchmarks.md, "Metadata failover").
+bench-failover: build
+	$(CARGO) bench -p quire-client --bench failover
 
 # HTTP appends through the gateway (64 keep-alive connections) next to
 # direct client appends, in one run: see docs/benchmarks.md.

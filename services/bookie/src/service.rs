@@ -95,6 +95,14 @@ impl BookieService {
     }
 }
 
+/// Longest a bookie waits on the metadata service to check a ledger it has
+/// not seen (or one in limbo) before answering METADATA_UNAVAILABLE: well
+/// within a writer's add timeout (5 s by default), so that an election
+/// reaches the writer as an answer, asked again, and never as the silence
+/// of a failed bookie (issue #19 item 7). A failover takes about 1.5 s
+/// (docs/benchmarks.md), so most checks simply wait it out.
+pub const METADATA_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Most adds one AddEntries request may carry.
 pub const MAX_ADDS_PER_REQUEST: usize = 1024;
 
@@ -325,7 +333,8 @@ async fn fence_unless_open(
     meta: &quire_metaclient::MetaClient,
     ledger_id: u64,
 ) -> Result<bool, ServiceError> {
-    let resp = meta.call(v1::GetLedgerRequest { ledger_id, stale_ok: false }).await.map_err(|e| match e.code() {
+    let req = v1::GetLedgerRequest { ledger_id, stale_ok: false };
+    let resp = meta.call_within(req, METADATA_CHECK_TIMEOUT).await.map_err(|e| match e.code() {
         Some(ErrorCode::NoSuchLedger) => {
             ServiceError::new(ErrorCode::NoSuchLedger, format!("ledger {ledger_id} is unknown to the metadata service"))
         }

@@ -108,6 +108,7 @@ async fn a_bookie_refuses_adds_to_a_ledger_the_metadata_service_closed() {
         bookie_ids: vec!["1".into()],
         instance_ids: vec![],
         custom: Default::default(),
+        request_id: String::new(),
     };
     let open = meta.call(create()).await.unwrap().ledger.unwrap();
     let mut closed = meta.call(create()).await.unwrap().ledger.unwrap();

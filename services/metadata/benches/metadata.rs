@@ -44,6 +44,7 @@ fn main() {
                 bookie_ids: vec!["1".into(), "2".into(), "3".into()],
                 instance_ids: vec![],
                 custom: Default::default(),
+                request_id: String::new(),
             };
             ledgers.push(meta.call(req).await.unwrap().ledger.unwrap());
         }

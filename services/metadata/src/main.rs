@@ -43,11 +43,16 @@ struct Args {
     peers: Vec<String>,
 
     /// Raft heartbeat, in milliseconds.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 100)]
     heartbeat_ms: u64,
 
-    /// Shortest election timeout, in milliseconds (the longest is twice this).
-    #[arg(long, default_value_t = 1000)]
+    /// Shortest election timeout, in milliseconds (the longest is twice
+    /// this). Followers of a leader that died wait out its lease (the
+    /// longest timeout) and then their own: 1.2 to 1.6 s at 400
+    /// (`make bench-failover`, docs/benchmarks.md: median 1.6 s under load;
+    /// at 300 the same load changed leaders with no replica down, at 1000 a
+    /// failover took 3.2 to 3.6 s).
+    #[arg(long, default_value_t = 400)]
     election_timeout_ms: u64,
 
     /// Snapshot (and compact the log) every this many entries.

@@ -100,7 +100,25 @@ impl Node {
         let raft = MetaRaft::new(id, Arc::new(config), Network::new(rpc), log, sm)
             .await
             .map_err(|e| anyhow::anyhow!("start raft: {e}"))?;
-        if Some(&id) == members.keys().next() && !raft.is_initialized().await.map_err(|e| anyhow::anyhow!("{e}"))? {
+        let restarted = raft.is_initialized().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        if restarted {
+            // A replica started again after a crash elects only once it has
+            // heard no leader for a while: with no vote remembered as fresh,
+            // it would stand at its first election timeout (0.4-0.8 s), before
+            // the leader's reconnect backoff lets it through, and its higher
+            // term would depose a healthy leader (openraft 0.9 has no
+            // pre-vote; `make bench-failover` saw it after restarts).
+            raft.runtime_config().elect(false);
+            let grace = Duration::from_millis(timing.election_max_ms * 3);
+            let r = raft.clone();
+            tokio::spawn(async move {
+                let mut m = r.metrics();
+                let heard = tokio::time::timeout(grace, m.wait_for(|m| m.current_leader.is_some())).await;
+                tracing::info!(leader_heard = heard.is_ok(), "elections enabled after the restart grace");
+                r.runtime_config().elect(true);
+            });
+        }
+        if Some(&id) == members.keys().next() && !restarted {
             let nodes: BTreeMap<u64, BasicNode> = members.iter().map(|(i, a)| (*i, BasicNode::new(a))).collect();
             match raft.initialize(nodes).await {
                 Ok(()) => tracing::info!(members = ?members, "initialised the metadata cluster"),

@@ -284,6 +284,27 @@ pub enum Command {
     /// concurrent writes: one Raft round and one fsync for all of them).
     /// Applied in order; each has its own outcome.
     Batch(Vec<Command>),
+    /// CreateLedger at most once per `request_id`: a creator that retries
+    /// after an unknown outcome (the leader died with the request) gets the
+    /// ledger its first attempt created, not a second one (issue #19 item 7).
+    CreateLedgerOnce {
+        /// Chosen by the creator, unique per creation.
+        request_id: String,
+        /// E.
+        ensemble_size: u32,
+        /// Qw.
+        write_quorum: u32,
+        /// Qa.
+        ack_quorum: u32,
+        /// The first ensemble (E bookies).
+        bookie_ids: Vec<String>,
+        /// Their instance ids (empty, or one per bookie).
+        instance_ids: Vec<String>,
+        /// Application metadata.
+        custom: BTreeMap<String, Vec<u8>>,
+        /// Leader clock.
+        now_ms: u64,
+    },
 }
 
 /// Why a command was refused: maps one to one to wire error codes.
@@ -375,7 +396,17 @@ pub struct MetaState {
     pub retirements: BTreeMap<String, Retirement>,
     /// The active auditor's last report (encoded `AuditReport`; empty: none).
     pub audit_report: Vec<u8>,
+    /// Recent creations by request id: the ledger each created. The
+    /// oldest half is dropped past [`CREATES_KEPT`] (a retry comes within
+    /// seconds).
+    pub creates: BTreeMap<String, u64>,
 }
+
+/// Request ids of creations remembered, at most.
+pub const CREATES_KEPT: usize = 65_536;
+
+/// Longest request id of a creation.
+pub const REQUEST_ID_MAX_BYTES: usize = 64;
 
 /// What a command touched (for persisting it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -396,6 +427,8 @@ pub enum Touched {
     AuditReport,
     /// The counters.
     Counters,
+    /// A creation's request id (absent now if forgotten).
+    Create(String),
 }
 
 fn validate_custom(custom: &BTreeMap<String, Vec<u8>>) -> Result<(), Refusal> {
@@ -447,6 +480,21 @@ impl MetaState {
         }
     }
 
+    /// Past [`CREATES_KEPT`] request ids, the older half is forgotten (by
+    /// ledger id: creation order). Returns the ids forgotten.
+    fn forget_old_creates(&mut self) -> Vec<String> {
+        if self.creates.len() <= CREATES_KEPT {
+            return Vec::new();
+        }
+        let mut by_age: Vec<(u64, String)> = self.creates.iter().map(|(r, l)| (*l, r.clone())).collect();
+        by_age.sort_unstable();
+        let old: Vec<String> = by_age.into_iter().take(CREATES_KEPT / 2).map(|(_, r)| r).collect();
+        for r in &old {
+            self.creates.remove(r);
+        }
+        old
+    }
+
     fn try_apply(&mut self, cmd: Command) -> Result<(Outcome, Vec<Touched>), Refusal> {
         match cmd {
             Command::Batch(cmds) => {
@@ -496,6 +544,44 @@ impl MetaState {
                 };
                 self.ledgers.insert(id, ledger.clone());
                 Ok((Outcome::Ledger(ledger), vec![Touched::Ledger(id), Touched::Counters]))
+            }
+            Command::CreateLedgerOnce {
+                request_id,
+                ensemble_size,
+                write_quorum,
+                ack_quorum,
+                bookie_ids,
+                instance_ids,
+                custom,
+                now_ms,
+            } => {
+                if request_id.is_empty() || request_id.len() > REQUEST_ID_MAX_BYTES {
+                    return Err(Refusal::BadRequest(format!(
+                        "a creation's request id has 1 to {REQUEST_ID_MAX_BYTES} bytes, not {}",
+                        request_id.len()
+                    )));
+                }
+                if let Some(&id) = self.creates.get(&request_id) {
+                    // Created by an earlier attempt; deleted since, it is gone.
+                    let l = self.ledgers.get(&id).ok_or(Refusal::NoSuchLedger(id))?;
+                    return Ok((Outcome::Ledger(l.clone()), Vec::new()));
+                }
+                let create = Command::CreateLedger {
+                    ensemble_size,
+                    write_quorum,
+                    ack_quorum,
+                    bookie_ids,
+                    instance_ids,
+                    custom,
+                    now_ms,
+                };
+                let (outcome, mut touched) = self.try_apply(create)?;
+                if let Outcome::Ledger(l) = &outcome {
+                    self.creates.insert(request_id.clone(), l.ledger_id);
+                    touched.push(Touched::Create(request_id));
+                    touched.extend(self.forget_old_creates().into_iter().map(Touched::Create));
+                }
+                Ok((outcome, touched))
             }
             Command::UpdateLedger { mut ledger, expected_version } => {
                 let id = ledger.ledger_id;
@@ -963,6 +1049,62 @@ mod tests {
 
     fn set(s: &mut MetaState, id: &str, state: BookieState) -> Outcome {
         s.apply(Command::SetBookieState { bookie_id: id.into(), state, now_ms: 5000 }).0
+    }
+
+    fn create_once(request_id: &str) -> Command {
+        let Command::CreateLedger { ensemble_size, write_quorum, ack_quorum, bookie_ids, instance_ids, custom, now_ms } =
+            create(3, 3, 2)
+        else {
+            unreachable!()
+        };
+        Command::CreateLedgerOnce {
+            request_id: request_id.into(),
+            ensemble_size,
+            write_quorum,
+            ack_quorum,
+            bookie_ids,
+            instance_ids,
+            custom,
+            now_ms,
+        }
+    }
+
+    /// Issue #19 item 7: a creation retried after an unknown outcome (its
+    /// leader died) gets the ledger its first attempt made, never a second.
+    #[test]
+    fn a_creation_retried_with_its_request_id_creates_one_ledger() {
+        let mut s = MetaState::default();
+        let (first, touched) = s.apply(create_once("r-1"));
+        let first = ledger(first);
+        assert!(touched.contains(&Touched::Create("r-1".into())));
+        let (again, touched) = s.apply(create_once("r-1"));
+        assert_eq!(ledger(again), first, "the retry answers the same ledger");
+        assert!(touched.is_empty(), "and changes nothing");
+        let other = ledger(s.apply(create_once("r-2")).0);
+        assert_eq!(other.ledger_id, first.ledger_id + 1);
+        assert_eq!(s.ledgers.len(), 2);
+        // Deleted since: the retry is told so, and nothing is created.
+        s.apply(Command::DeleteLedger { ledger_id: first.ledger_id });
+        assert_eq!(s.apply(create_once("r-1")).0, Outcome::Refused(Refusal::NoSuchLedger(first.ledger_id)));
+        assert_eq!(s.ledgers.len(), 1);
+        for bad in ["", &"x".repeat(REQUEST_ID_MAX_BYTES + 1)] {
+            assert!(matches!(s.apply(create_once(bad)).0, Outcome::Refused(Refusal::BadRequest(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn request_ids_are_forgotten_oldest_first_past_the_bound() {
+        let mut s = MetaState::default();
+        let mut forgotten = Vec::new();
+        for i in 0..=CREATES_KEPT {
+            let (o, touched) = s.apply(create_once(&format!("r-{i}")));
+            ledger(o);
+            forgotten
+                .extend(touched.into_iter().filter(|t| matches!(t, Touched::Create(r) if !s.creates.contains_key(r))));
+        }
+        assert_eq!(s.creates.len(), CREATES_KEPT + 1 - CREATES_KEPT / 2);
+        assert_eq!(forgotten.len(), CREATES_KEPT / 2, "each forgotten id is persisted as removed");
+        assert!(!s.creates.contains_key("r-0") && s.creates.contains_key(&format!("r-{CREATES_KEPT}")));
     }
 
     #[test]

@@ -112,6 +112,7 @@ fn create(e: u32, qw: u32, qa: u32) -> v1::CreateLedgerRequest {
         bookie_ids: (1..=e).map(|i| format!("b{i}")).collect(),
         instance_ids: vec![],
         custom: Default::default(),
+        request_id: String::new(),
     }
 }
 

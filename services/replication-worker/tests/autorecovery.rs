@@ -236,6 +236,17 @@ async fn a_corrupt_copy_on_disk_is_found_and_repaired_in_place() {
     let data: Vec<Bytes> = (0..20).map(|e| payload(7, e)).collect();
     w.add_batch(data.clone()).await.unwrap();
     let meta = w.close().await.unwrap();
+    // The close returns at its CAS; the third copies (acknowledged at Qa=2)
+    // may still be on their way to bookie 2. Seen once under make test: the
+    // bookie stopped before entry 13's copy reached it, and no entry log held
+    // it. Wait until it holds them all.
+    let ids: Vec<u64> = (0..20).collect();
+    eventually(Duration::from_secs(20), "bookie 2 holds every copy", || async {
+        let (missing, corrupt, _) =
+            client.bookies().check_entries("2", meta.ledger_id, ids.clone(), Duration::from_secs(2)).await.ok()?;
+        (missing.is_empty() && corrupt.is_empty()).then_some(())
+    })
+    .await;
     // Stop bookie 2 cleanly (it flushes its entry log), flip a payload byte of
     // entry 13 there, start it again: its copy now fails its CRC.
     s.cluster.terminate_bookie(1).unwrap();

@@ -152,6 +152,12 @@ pub enum Answer {
     },
     /// The ledger is fenced on that bookie.
     Fenced,
+    /// The bookie is up but could not take the add yet: it could not ask
+    /// the metadata service about the ledger (a leader election). Not a
+    /// failure of the bookie: the add goes to it again at the next tick, and
+    /// its add timeout runs from then (issue #19 item 7: a metadata
+    /// failover must never cost a bookie).
+    Unavailable,
     /// Any other failure (unreachable, timeout, read-only, corrupt...).
     Failed,
 }
@@ -195,6 +201,9 @@ struct Copies {
     /// Positions that refused it as fenced while this writer's own close
     /// was under way: re-sent as recovery adds once the close succeeded.
     refused: u64,
+    /// Positions that answered [`Answer::Unavailable`]: sent again at the
+    /// next tick (still awaited).
+    deferred: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -204,6 +213,13 @@ struct Pending {
     /// Positions that stored it, a bit each.
     confirmed: u64,
     sent_at: Instant,
+    /// Positions that answered [`Answer::Unavailable`], to send again at
+    /// the next tick; no add timeout runs for them meanwhile.
+    deferred: u64,
+    /// Positions sent again after such an answer: their add timeout runs
+    /// from `resent_at`, not `sent_at`.
+    resent: u64,
+    resent_at: Instant,
 }
 
 /// The writer of one ledger.
@@ -369,7 +385,7 @@ impl Writer {
         self.length_added = entry.ledger_length;
         self.lac_published = self.lac_published.max(entry.last_add_confirmed);
         self.last_activity = Some(now);
-        self.pending.insert(id, Pending { entry, confirmed: 0, sent_at: now });
+        self.pending.insert(id, Pending { entry, confirmed: 0, sent_at: now, deferred: 0, resent: 0, resent_at: now });
         // During an ensemble change, sends go out when the new ensemble is known.
         let cmds = if self.changing { Vec::new() } else { self.sends(id, self.quorums.write_set(id)) };
         (id, cmds)
@@ -418,10 +434,18 @@ impl Writer {
         let mut out = Vec::new();
         match answer {
             Answer::Stored { instance_id } if *instance_id == member.instance_id || member.instance_id.is_empty() => {}
+            // Sent again at the next tick while the writer runs; a writer
+            // that is closing or done sends nothing more (lost below).
+            Answer::Unavailable if !closing && !closed_ok && self.done.is_none() => {
+                c.awaited |= bit;
+                c.deferred |= bit;
+                return out;
+            }
             // Our own close met a bookie that had not seen the ledger yet
             // (its guard found it closed): the copy goes again as a recovery
             // add once the close has succeeded (at once if it has).
-            Answer::Fenced if closing && !resent => c.refused |= bit,
+            // (Unavailable alike: the guard could not ask the metadata service.)
+            Answer::Fenced | Answer::Unavailable if closing && !resent => c.refused |= bit,
             Answer::Fenced if closed_ok && !resent => {
                 out.push(Command::Send { position, member: member.clone(), entry: c.entry.clone(), recovery: true });
                 c.awaited |= bit;
@@ -455,7 +479,7 @@ impl Writer {
         let failure = match &answer {
             Answer::Stored { instance_id } => !(instance_id == &member.instance_id || member.instance_id.is_empty()),
             Answer::Failed => true,
-            Answer::Fenced => false,
+            Answer::Fenced | Answer::Unavailable => false,
         };
         if !self.pending.contains_key(&entry_id) {
             // Acknowledged at Qa without this bookie, which has now failed it:
@@ -478,6 +502,13 @@ impl Writer {
             // Seed 003: another process at the old address is a failed bookie.
             Answer::Stored { .. } | Answer::Failed => self.bookie_failed(position),
             Answer::Fenced => self.fenced(),
+            Answer::Unavailable if self.failed.contains(&position) => Vec::new(),
+            Answer::Unavailable => {
+                let p = self.pending.get_mut(&entry_id).expect("checked");
+                p.deferred |= 1 << position;
+                p.resent &= !(1 << position);
+                Vec::new()
+            }
         }
     }
 
@@ -503,7 +534,7 @@ impl Writer {
             self.length = p.entry.ledger_length;
             let awaited = self.quorums.write_mask(id) & !p.confirmed;
             if awaited != 0 {
-                self.copies.insert(id, Copies { entry: p.entry, awaited, resent: 0, refused: 0 });
+                self.copies.insert(id, Copies { entry: p.entry, awaited, resent: 0, refused: 0, deferred: 0 });
             }
             acked.push(id);
         }
@@ -526,26 +557,85 @@ impl Writer {
     /// Time passes: adds older than the add timeout count their silent bookies
     /// as failed; an idle writer publishes its LAC explicitly.
     pub fn tick(&mut self, now: Instant) -> Vec<Command> {
+        let mut out = self.resend_deferred_copies();
         if self.done.is_some() || self.changing {
-            return Vec::new();
+            return out;
         }
+        let timeout = self.opts.add_timeout;
         let mut late = BTreeSet::new();
         for (&id, p) in &self.pending {
-            if now.saturating_duration_since(p.sent_at) >= self.opts.add_timeout {
-                for pos in self.quorums.write_set(id) {
-                    if p.confirmed & (1 << pos) == 0 {
-                        late.insert(pos);
-                    }
+            for pos in self.quorums.write_set(id) {
+                let bit = 1u64 << pos;
+                if p.confirmed & bit != 0 || p.deferred & bit != 0 {
+                    continue;
+                }
+                let since = if p.resent & bit != 0 { p.resent_at } else { p.sent_at };
+                if now.saturating_duration_since(since) >= timeout {
+                    late.insert(pos);
                 }
             }
         }
         if late.is_empty() {
-            return self.publish_lac(now);
+            out.extend(self.resend_deferred(now));
+            out.extend(self.publish_lac(now));
+            return out;
         }
         self.failed.extend(late);
         self.changing = true;
         let first = self.pending.keys().next().copied().unwrap_or(self.next_entry_id);
-        vec![Command::ChangeEnsemble { failed: self.failed.iter().copied().collect(), first_entry_id: first }]
+        out.push(Command::ChangeEnsemble { failed: self.failed.iter().copied().collect(), first_entry_id: first });
+        out
+    }
+
+    /// Pending adds a member answered [`Answer::Unavailable`] go to it
+    /// again; their add timeout starts over.
+    fn resend_deferred(&mut self, now: Instant) -> Vec<Command> {
+        let ids: Vec<(u64, u64)> =
+            self.pending.iter().filter(|(_, p)| p.deferred != 0).map(|(id, p)| (*id, p.deferred)).collect();
+        let mut out = Vec::new();
+        for (id, bits) in ids {
+            let p = self.pending.get_mut(&id).expect("listed");
+            p.deferred = 0;
+            p.resent |= bits;
+            p.resent_at = now;
+            out.extend(self.sends(id, (0..self.quorums.ensemble).filter(|pos| bits & (1 << pos) != 0)));
+        }
+        out
+    }
+
+    /// Copies of acknowledged entries a member answered
+    /// [`Answer::Unavailable`] go to it again while the writer runs; once it
+    /// is done they are lost (counted, and marked for repair); a close that
+    /// succeeds sends them as recovery adds instead.
+    fn resend_deferred_copies(&mut self) -> Vec<Command> {
+        // While our close is under way, its outcome decides (`closed`, `close`).
+        if self.closing {
+            return Vec::new();
+        }
+        let stopping = self.done.is_some();
+        let ids: Vec<(u64, u64)> =
+            self.copies.iter().filter(|(_, c)| c.deferred != 0).map(|(id, c)| (*id, c.deferred)).collect();
+        let mut out = Vec::new();
+        for (id, bits) in ids {
+            for position in (0..self.quorums.ensemble).filter(|p| bits & (1 << p) != 0) {
+                let member = self.member_of(id, position).clone();
+                let c = self.copies.get_mut(&id).expect("listed");
+                c.deferred &= !(1 << position);
+                if stopping {
+                    c.awaited &= !(1 << position);
+                    self.lost_copies += 1;
+                    out.push(Command::CopyLost { entry_id: id, position, member });
+                } else {
+                    let recovery = self.opts.recovery;
+                    out.push(Command::Send { position, member, entry: c.entry.clone(), recovery });
+                }
+            }
+            let c = &self.copies[&id];
+            if c.awaited == 0 && c.refused == 0 {
+                self.copies.remove(&id);
+            }
+        }
+        out
     }
 
     /// Readers learn the LAC from the entries that carry it, so after the last
@@ -589,6 +679,9 @@ impl Writer {
             // Confirmations from replaced members no longer count.
             p.confirmed &= !changed.iter().fold(0u64, |m, c| m | 1 << c);
             p.sent_at = now;
+            // Every unconfirmed position is sent now (deferred ones too).
+            p.deferred = 0;
+            p.resent = 0;
             let missing: Vec<usize> = self
                 .quorums
                 .write_set(id)
@@ -632,7 +725,7 @@ impl Writer {
         self.closed_ok = true;
         let mut out = self.finish(FailReason::Closed);
         let refused: Vec<(u64, u64)> =
-            self.copies.iter().map(|(id, c)| (*id, c.refused)).filter(|(_, r)| *r != 0).collect();
+            self.copies.iter().map(|(id, c)| (*id, c.refused | c.deferred)).filter(|(_, r)| *r != 0).collect();
         for (id, bits) in refused {
             for position in (0..self.quorums.ensemble).filter(|p| bits & (1 << p) != 0) {
                 let member = self.member_of(id, position).clone();
@@ -641,7 +734,9 @@ impl Writer {
                 c.awaited |= 1 << position;
                 c.resent |= 1 << position;
             }
-            self.copies.get_mut(&id).expect("listed").refused = 0;
+            let c = self.copies.get_mut(&id).expect("listed");
+            c.refused = 0;
+            c.deferred = 0;
         }
         out
     }
@@ -660,15 +755,17 @@ impl Writer {
     fn lose_refused(&mut self) -> Vec<Command> {
         let mut out = Vec::new();
         for (&entry_id, c) in &self.copies {
-            for position in (0..self.quorums.ensemble).filter(|p| c.refused & (1 << p) != 0) {
+            for position in (0..self.quorums.ensemble).filter(|p| (c.refused | c.deferred) & (1 << p) != 0) {
                 out.push(Command::CopyLost { entry_id, position, member: self.member_of(entry_id, position).clone() });
             }
         }
         self.lost_copies += out.len() as u64;
-        self.copies.retain(|_, c| c.awaited != 0);
         for c in self.copies.values_mut() {
+            c.awaited &= !c.deferred;
             c.refused = 0;
+            c.deferred = 0;
         }
+        self.copies.retain(|_, c| c.awaited != 0);
         out
     }
 
@@ -784,6 +881,86 @@ mod tests {
         let out = w.answer(1, 2, &ms[2], Answer::Fenced);
         assert!(out.iter().any(|c| matches!(c, Command::Fail { reason: FailReason::Fenced, .. })), "{out:?}");
         assert_eq!(w.done(), Some(&FailReason::Fenced));
+    }
+
+    fn sent_to(cmds: &[Command]) -> Vec<(u64, usize)> {
+        cmds.iter()
+            .filter_map(|c| match c {
+                Command::Send { entry, position, .. } => Some((entry.entry_id, *position)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Issue #19 item 7: a bookie that could not ask the metadata service
+    /// about a new ledger (a leader election) is up; it is asked again, and
+    /// never replaced for it, however long the election takes.
+    #[test]
+    fn a_bookie_that_cannot_reach_the_metadata_service_is_asked_again_not_replaced() {
+        let t = Instant::now();
+        let mut w = writer(3, 3, 2);
+        let ms = members(3);
+        w.add(Bytes::from_static(b"e0"), t).unwrap();
+        for (i, m) in ms.iter().enumerate() {
+            assert_eq!(w.answer(0, i, m, Answer::Unavailable), vec![]);
+        }
+        // Long past the add timeout (1 s): every member answered, so none is failed.
+        let mut at = t;
+        for round in 1..=10 {
+            at = t + Duration::from_millis(900 * round);
+            let out = w.tick(at);
+            assert!(!out.iter().any(|c| matches!(c, Command::ChangeEnsemble { .. })), "round {round}: {out:?}");
+            assert_eq!(sent_to(&out), vec![(0, 0), (0, 1), (0, 2)], "round {round}: asked again");
+            for (i, m) in ms.iter().enumerate() {
+                w.answer(0, i, m, Answer::Unavailable);
+            }
+        }
+        // The election ends: two store it, the third stays silent.
+        assert!(sent_to(&w.tick(at + Duration::from_millis(50))).len() == 3);
+        let resent_at = at + Duration::from_millis(50);
+        w.answer(0, 0, &ms[0], stored(&ms[0]));
+        assert_eq!(acked(&w.answer(0, 1, &ms[1], stored(&ms[1]))), vec![0]);
+        // An add pending behind it waits on the silent third member: its
+        // timeout runs from the resend, and then it is a failure after all.
+        w.add(Bytes::from_static(b"e1"), resent_at).unwrap();
+        w.answer(1, 0, &ms[0], stored(&ms[0]));
+        w.answer(1, 1, &ms[1], Answer::Unavailable);
+        assert!(!w
+            .tick(resent_at + Duration::from_millis(999))
+            .iter()
+            .any(|c| matches!(c, Command::ChangeEnsemble { .. })));
+        let out = w.tick(resent_at + Duration::from_millis(1000));
+        assert!(
+            out.iter().any(|c| matches!(c, Command::ChangeEnsemble { failed, .. } if failed == &vec![2])),
+            "the silent member, and only it, is failed: {out:?}"
+        );
+        assert_eq!(w.lost_copies(), 0);
+    }
+
+    /// The copy of an acknowledged entry that met an election is sent again
+    /// while the writer runs, and as a recovery add after its own close.
+    #[test]
+    fn a_copy_that_met_an_election_goes_again_and_is_not_lost() {
+        let t = Instant::now();
+        let mut w = writer(3, 3, 2);
+        let ms = members(3);
+        w.add(Bytes::from_static(b"e0"), t).unwrap();
+        w.answer(0, 0, &ms[0], stored(&ms[0]));
+        assert_eq!(acked(&w.answer(0, 1, &ms[1], stored(&ms[1]))), vec![0]);
+        assert!(w.answer(0, 2, &ms[2], Answer::Unavailable).is_empty());
+        assert_eq!(w.copies_in_flight(), 1);
+        assert_eq!(sent_to(&w.tick(t + Duration::from_millis(50))), vec![(0, 2)]);
+        // Again unavailable, now while our close is under way.
+        w.start_closing();
+        assert!(w.answer(0, 2, &ms[2], Answer::Unavailable).is_empty());
+        assert!(sent_to(&w.tick(t + Duration::from_millis(100))).is_empty(), "the close decides");
+        let out = w.closed();
+        assert!(
+            matches!(&out[..], [Command::Fail { .. }, Command::Send { entry, position: 2, recovery: true, .. }] if entry.entry_id == 0),
+            "{out:?}"
+        );
+        assert!(w.answer(0, 2, &ms[2], stored(&ms[2])).is_empty());
+        assert_eq!((w.copies_in_flight(), w.lost_copies()), (0, 0));
     }
 
     #[test]

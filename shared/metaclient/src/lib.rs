@@ -29,14 +29,26 @@ pub struct MetaClientOptions {
     pub attempt_timeout: Duration,
     /// Pause before trying the next replica after an unavailable one.
     pub retry_pause: Duration,
+    /// How long a replica that stopped answering (timed out, unreachable)
+    /// is passed over, and a follower's hint naming it ignored: followers go
+    /// on naming a killed leader until their election timers fire, and
+    /// following that hint cost an attempt timeout each time. About one
+    /// election: a new leader slow to answer its first call is passed over
+    /// no longer than that.
+    pub suspect_for: Duration,
 }
 
 impl Default for MetaClientOptions {
     fn default() -> Self {
         MetaClientOptions {
             deadline: Duration::from_secs(15),
-            attempt_timeout: Duration::from_secs(3),
-            retry_pause: Duration::from_millis(100),
+            // About a failover (docs/benchmarks.md, "Metadata failover"): a
+            // killed leader costs a call no more than the election does. A
+            // metadata call takes milliseconds; a write that outlives this
+            // is answered as of unknown outcome, which every caller settles.
+            attempt_timeout: Duration::from_secs(1),
+            retry_pause: Duration::from_millis(50),
+            suspect_for: Duration::from_millis(1500),
         }
     }
 }
@@ -47,6 +59,8 @@ pub struct MetaClient {
     replicas: Vec<String>,
     leader: Mutex<Option<String>>,
     next: Mutex<usize>,
+    /// Replicas that stopped answering, and since when.
+    suspects: Mutex<Vec<(String, Instant)>>,
     opts: MetaClientOptions,
 }
 
@@ -59,7 +73,14 @@ impl MetaClient {
     /// A client of the replicas at `replicas` (host:port each).
     pub fn new(rpc: RpcClient, replicas: Vec<String>, opts: MetaClientOptions) -> MetaClient {
         assert!(!replicas.is_empty(), "a metadata client needs at least one replica address");
-        MetaClient { rpc, replicas, leader: Mutex::new(None), next: Mutex::new(0), opts }
+        MetaClient {
+            rpc,
+            replicas,
+            leader: Mutex::new(None),
+            next: Mutex::new(0),
+            suspects: Mutex::new(Vec::new()),
+            opts,
+        }
     }
 
     /// The address last seen answering as leader.
@@ -72,9 +93,20 @@ impl MetaClient {
             return l;
         }
         let mut n = self.next.lock().expect("next lock");
-        let addr = self.replicas[*n % self.replicas.len()].clone();
-        *n += 1;
-        addr
+        // Round robin, passing over suspects unless every replica is one.
+        let len = self.replicas.len();
+        let start = *n;
+        let i = (0..len).map(|k| (start + k) % len).find(|i| !self.suspect(&self.replicas[*i])).unwrap_or(start % len);
+        *n = i + 1;
+        self.replicas[i].clone()
+    }
+
+    /// Whether `addr` stopped answering within `suspect_for`.
+    fn suspect(&self, addr: &str) -> bool {
+        let now = Instant::now();
+        let mut s = self.suspects.lock().expect("suspects lock");
+        s.retain(|(_, since)| now.saturating_duration_since(*since) < self.opts.suspect_for);
+        s.iter().any(|(a, _)| a == addr)
     }
 
     /// Stops preferring `addr`; the next pick starts after it, so a replica
@@ -86,6 +118,24 @@ impl MetaClient {
         }
         if let Some(i) = self.replicas.iter().position(|r| r == addr) {
             *self.next.lock().expect("next lock") = i + 1;
+        }
+    }
+
+    /// As [`MetaClient::forget`], and `addr` is passed over for a while: it
+    /// did not answer at all (killed, cut off), as opposed to answering
+    /// that it is not the leader.
+    fn suspect_now(&self, addr: &str) {
+        self.forget(addr);
+        let mut s = self.suspects.lock().expect("suspects lock");
+        s.retain(|(a, _)| a != addr);
+        s.push((addr.to_string(), Instant::now()));
+    }
+
+    /// `addr` answered: it is no suspect.
+    fn answered(&self, addr: &str) {
+        let mut s = self.suspects.lock().expect("suspects lock");
+        if !s.is_empty() {
+            s.retain(|(a, _)| a != addr);
         }
     }
 
@@ -120,12 +170,28 @@ impl MetaClient {
         self.call_waiting(req, Duration::ZERO).await
     }
 
+    /// As [`MetaClient::call`], giving up after `deadline` (retries
+    /// included) rather than the client's own: for callers that must answer
+    /// their own caller sooner (a bookie's check of a new ledger).
+    pub async fn call_within<C: Call + Clone>(&self, req: C, deadline: Duration) -> Result<C::Response, RpcError> {
+        self.call_until(req, Duration::ZERO, deadline).await
+    }
+
     /// As [`MetaClient::call`], for a long poll that may legitimately take `wait`
     /// on the server before answering.
     pub async fn call_waiting<C: Call + Clone>(&self, req: C, wait: Duration) -> Result<C::Response, RpcError> {
+        self.call_until(req, wait, self.opts.deadline).await
+    }
+
+    async fn call_until<C: Call + Clone>(
+        &self,
+        req: C,
+        wait: Duration,
+        deadline: Duration,
+    ) -> Result<C::Response, RpcError> {
         debug_assert_eq!(C::METHOD.service(), ServiceKind::Metadata);
         let start = Instant::now();
-        let deadline = start + self.opts.deadline + wait;
+        let deadline = start + deadline + wait;
         let idempotent = reads(C::METHOD);
         loop {
             let addr = self.pick();
@@ -141,27 +207,36 @@ impl MetaClient {
             let peer = self.rpc.peer(&addr, Role::Metadata, None);
             match peer.call_full(req.clone(), CallOptions::timeout(attempt)).await {
                 Ok(r) => {
+                    self.answered(&addr);
                     *self.leader.lock().expect("leader lock") = Some(addr);
                     return Ok(r.body);
                 }
                 Err(RpcError::Remote { code: ErrorCode::NotLeader, leader_hint, .. }) => {
-                    *self.leader.lock().expect("leader lock") = leader_hint.filter(|h| *h != addr);
-                    if self.leader().is_none() {
+                    self.answered(&addr);
+                    // A hint naming a replica that just stopped answering is
+                    // the follower's memory of a dead leader: ask around
+                    // until someone names the new one.
+                    let hint = leader_hint.filter(|h| *h != addr && !self.suspect(h));
+                    let known = hint.is_some();
+                    *self.leader.lock().expect("leader lock") = hint;
+                    if !known {
+                        self.forget(&addr);
                         tokio::time::sleep(self.opts.retry_pause.min(left)).await;
                     }
                 }
                 Err(RpcError::Remote { code: ErrorCode::MetadataUnavailable, .. }) => {
+                    self.answered(&addr);
                     self.forget(&addr);
                     tokio::time::sleep(self.opts.retry_pause.min(left)).await;
                 }
                 Err(e @ (RpcError::Unavailable { .. } | RpcError::WrongPeer { .. })) => {
                     tracing::debug!(replica = %addr, error = %e, "metadata replica unavailable");
-                    self.forget(&addr);
+                    self.suspect_now(&addr);
                     tokio::time::sleep(self.opts.retry_pause.min(left)).await;
                 }
                 Err(e @ (RpcError::ConnectionLost { .. } | RpcError::Timeout { .. })) if idempotent => {
                     tracing::debug!(replica = %addr, error = %e, "retrying a read elsewhere");
-                    self.forget(&addr);
+                    self.suspect_now(&addr);
                 }
                 Err(e @ (RpcError::ConnectionLost { .. } | RpcError::Timeout { .. })) => {
                     // A write may have happened: the caller decides whether to
@@ -169,7 +244,7 @@ impl MetaClient {
                     // that stopped answering (killed, cut off): a bookie's
                     // lease renewals did so until its lease ran out (fault
                     // suite, seed 3).
-                    self.forget(&addr);
+                    self.suspect_now(&addr);
                     return Err(e);
                 }
                 Err(e) => return Err(e),

@@ -214,6 +214,10 @@ pub struct MetadataCluster {
     pub procs: Vec<Process>,
     /// Each replica's metrics address, when started with metrics.
     pub metrics: Vec<String>,
+    /// Each replica's arguments and ready file, to start it again.
+    launches: Vec<(Vec<String>, PathBuf)>,
+    env: Vec<(String, String)>,
+    dir: PathBuf,
 }
 
 impl MetadataCluster {
@@ -229,7 +233,7 @@ impl MetadataCluster {
         n: usize,
         env: &[(String, String)],
     ) -> anyhow::Result<MetadataCluster> {
-        Self::start_inner(certs, dir, n, env, false)
+        Self::start_inner(certs, dir, n, env, false, Some(RaftTiming::FAST))
     }
 
     fn start_inner(
@@ -238,17 +242,25 @@ impl MetadataCluster {
         n: usize,
         env: &[(String, String)],
         with_metrics: bool,
+        timing: Option<RaftTiming>,
     ) -> anyhow::Result<MetadataCluster> {
         let ports = free_udp_ports(n);
         let mut metrics = Vec::new();
         let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let peers = addrs.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect::<Vec<_>>().join(",");
-        let mut procs = Vec::new();
+        let mut c = MetadataCluster {
+            addrs: addrs.clone(),
+            procs: Vec::new(),
+            metrics: Vec::new(),
+            launches: Vec::new(),
+            env: env.to_vec(),
+            dir: dir.to_path_buf(),
+        };
         for (i, addr) in addrs.iter().enumerate() {
             let id = (i + 1).to_string();
             let ready = dir.join(format!("metadata-{id}.ready"));
             let data = dir.join(format!("metadata-{id}"));
-            let args = [
+            let mut args: Vec<String> = [
                 "--certs-dir",
                 certs.to_str().context("certs path")?,
                 "--id",
@@ -261,24 +273,63 @@ impl MetadataCluster {
                 data.to_str().context("data path")?,
                 "--peers",
                 &peers,
-                "--heartbeat-ms",
-                "100",
-                "--election-timeout-ms",
-                "500",
-            ];
-            let metrics_addr = free_tcp_addr();
-            let mut args: Vec<&str> = args.to_vec();
-            if with_metrics {
-                args.extend(["--metrics-listen", &metrics_addr]);
-                metrics.push(metrics_addr.clone());
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            if let Some(t) = timing {
+                args.extend([
+                    "--heartbeat-ms".into(),
+                    t.heartbeat_ms.to_string(),
+                    "--election-timeout-ms".into(),
+                    t.election_timeout_ms.to_string(),
+                ]);
             }
-            let mut p =
-                Process::spawn_with_env(&format!("metadata-{id}"), &bin_path("quire-metadata"), &args, env, dir)?;
-            p.wait_ready(&ready, Duration::from_secs(30))?;
-            procs.push(p);
+            if with_metrics {
+                let metrics_addr = free_tcp_addr();
+                args.extend(["--metrics-listen".into(), metrics_addr.clone()]);
+                metrics.push(metrics_addr);
+            }
+            c.launches.push((args, ready));
+            let p = c.launch(i)?;
+            c.procs.push(p);
         }
-        Ok(MetadataCluster { addrs, procs, metrics })
+        c.metrics = metrics;
+        Ok(c)
     }
+
+    fn launch(&self, i: usize) -> anyhow::Result<Process> {
+        let (args, ready) = &self.launches[i];
+        let _ = std::fs::remove_file(ready);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let name = format!("metadata-{}", i + 1);
+        let mut p = Process::spawn_with_env(&name, &bin_path("quire-metadata"), &args, &self.env, &self.dir)?;
+        p.wait_ready(ready, Duration::from_secs(30))?;
+        Ok(p)
+    }
+
+    /// Kills replica `i` (0-based; SIGKILL, if it runs) and starts it again
+    /// on its data and address.
+    pub fn restart(&mut self, i: usize) -> anyhow::Result<()> {
+        let _ = self.procs[i].kill();
+        self.procs[i] = self.launch(i)?;
+        Ok(())
+    }
+}
+
+/// The metadata replicas' Raft timing (`--heartbeat-ms`,
+/// `--election-timeout-ms`).
+#[derive(Debug, Clone, Copy)]
+pub struct RaftTiming {
+    /// Heartbeat interval.
+    pub heartbeat_ms: u64,
+    /// Shortest election timeout (the longest is twice this).
+    pub election_timeout_ms: u64,
+}
+
+impl RaftTiming {
+    /// Short timeouts, so that tests of leader changes finish quickly.
+    pub const FAST: RaftTiming = RaftTiming { heartbeat_ms: 100, election_timeout_ms: 500 };
 }
 
 /// One bookie process of a [`TestCluster`], at a fixed address so that it can
@@ -339,7 +390,19 @@ impl TestCluster {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> anyhow::Result<TestCluster> {
-        Self::start_inner(dir, certs, racks, extra, env, false)
+        Self::start_inner(dir, certs, racks, extra, env, false, Some(RaftTiming::FAST))
+    }
+
+    /// As [`TestCluster::start`], the metadata replicas with `timing`
+    /// (`None`: the binary's own defaults, as deployed).
+    pub fn start_with_raft_timing(
+        dir: &Path,
+        certs: &Path,
+        racks: &[&str],
+        extra: &[&str],
+        timing: Option<RaftTiming>,
+    ) -> anyhow::Result<TestCluster> {
+        Self::start_inner(dir, certs, racks, extra, &[], false, timing)
     }
 
     /// As [`TestCluster::start_with_env`], every process also serving
@@ -351,7 +414,7 @@ impl TestCluster {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> anyhow::Result<TestCluster> {
-        Self::start_inner(dir, certs, racks, extra, env, true)
+        Self::start_inner(dir, certs, racks, extra, env, true, Some(RaftTiming::FAST))
     }
 
     fn start_inner(
@@ -361,9 +424,10 @@ impl TestCluster {
         extra: &[&str],
         env: &[(&str, &str)],
         with_metrics: bool,
+        timing: Option<RaftTiming>,
     ) -> anyhow::Result<TestCluster> {
         let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let metadata = MetadataCluster::start_inner(certs, dir, 3, &env, with_metrics)?;
+        let metadata = MetadataCluster::start_inner(certs, dir, 3, &env, with_metrics, timing)?;
         let metrics = metadata.metrics.iter().map(|a| ("metadata".to_string(), a.clone())).collect();
         let ports = free_udp_ports(racks.len());
         let mut c = TestCluster {

@@ -81,6 +81,10 @@ fn key_retirement(id: &str) -> Vec<u8> {
     [b"r/".as_slice(), id.as_bytes()].concat()
 }
 
+fn key_create(request_id: &str) -> Vec<u8> {
+    [b"q/".as_slice(), request_id.as_bytes()].concat()
+}
+
 fn key_lock(name: &str) -> Vec<u8> {
     [b"k/".as_slice(), name.as_bytes()].concat()
 }
@@ -125,6 +129,10 @@ impl StateMachineStore {
                 Some(b"r/") => {
                     let r: crate::state::Retirement = unjson(&v)?;
                     state.retirements.insert(r.bookie_id.clone(), r);
+                }
+                Some(b"q/") => {
+                    let id = String::from_utf8_lossy(&k[2..]).into_owned();
+                    state.creates.insert(id, unjson(&v)?);
                 }
                 _ => {}
             }
@@ -186,6 +194,10 @@ impl StateMachineStore {
                 Touched::Retirement(id) => match state.retirements.get(id) {
                     Some(r) => batch.insert(key_retirement(id), json(r)?),
                     None => batch.remove(key_retirement(id)),
+                },
+                Touched::Create(r) => match state.creates.get(r) {
+                    Some(l) => batch.insert(key_create(r), json(l)?),
+                    None => batch.remove(key_create(r)),
                 },
                 Touched::AuditReport => batch.insert(b"m/audit".to_vec(), state.audit_report.clone()),
                 Touched::Counters => batch.insert(
@@ -314,6 +326,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         touched.extend(new_state.marks.keys().map(|id| Touched::Mark(*id)));
         touched.extend(new_state.locks.keys().cloned().map(Touched::Lock));
         touched.extend(new_state.retirements.keys().cloned().map(Touched::Retirement));
+        touched.extend(new_state.creates.keys().cloned().map(Touched::Create));
         touched.push(Touched::AuditReport);
         touched.push(Touched::Counters);
         self.persist(&new_state, &touched, &mut batch)?;

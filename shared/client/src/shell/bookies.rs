@@ -124,6 +124,7 @@ impl Bookies {
             Ok(r) => Answer::Stored { instance_id: r.instance_id },
             Err(e) => match e.code() {
                 Some(ErrorCode::LedgerFenced | ErrorCode::LedgerClosed) => Answer::Fenced,
+                Some(ErrorCode::MetadataUnavailable) => Answer::Unavailable,
                 _ => {
                     tracing::debug!(ledger_id, bookie_id = %member.bookie_id, error = %e, "add failed");
                     Answer::Failed
@@ -169,6 +170,7 @@ impl Bookies {
                 .map(|o| match ErrorCode::try_from(o.code) {
                     Ok(ErrorCode::Ok) => Answer::Stored { instance_id: r.instance_id.clone() },
                     Ok(ErrorCode::LedgerFenced | ErrorCode::LedgerClosed) => Answer::Fenced,
+                    Ok(ErrorCode::MetadataUnavailable) => Answer::Unavailable,
                     _ => Answer::Failed,
                 })
                 .collect(),
@@ -179,6 +181,7 @@ impl Bookies {
             Err(e) => {
                 let a = match e.code() {
                     Some(ErrorCode::LedgerFenced | ErrorCode::LedgerClosed) => Answer::Fenced,
+                    Some(ErrorCode::MetadataUnavailable) => Answer::Unavailable,
                     _ => Answer::Failed,
                 };
                 tracing::debug!(ledger_id, bookie_id = %member.bookie_id, error = %e, "batched add failed");

@@ -31,7 +31,8 @@ pub struct ClientOptions {
     pub read_timeout: Duration,
     /// A read unanswered this long is also sent to the next replica.
     pub speculative_read_after: Duration,
-    /// Longest an ensemble change may keep trying (no bookie, no metadata).
+    /// Longest an ensemble change, or a creation, may keep trying (no
+    /// bookie, no metadata leader).
     pub ensemble_change_deadline: Duration,
     /// Entries recovery reads ahead in parallel.
     pub recovery_read_window: usize,
@@ -178,6 +179,11 @@ impl Client {
         members: Vec<Member>,
         custom: BTreeMap<String, Bytes>,
     ) -> Result<LedgerWriter, ClientError> {
+        // One request id for every attempt: an attempt whose outcome is
+        // unknown (the leader died with it) is sent again, and answers the
+        // ledger it created if it did (issue #19 item 7).
+        let now_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let request_id = format!("{:x}-{:x}-{:x}", std::process::id(), now_ns as u64, self.next_seed());
         let req = v1::CreateLedgerRequest {
             ensemble_size: q.ensemble as u32,
             write_quorum: q.write as u32,
@@ -185,8 +191,20 @@ impl Client {
             bookie_ids: members.iter().map(|m| m.bookie_id.clone()).collect(),
             instance_ids: members.iter().map(|m| m.instance_id.clone()).collect(),
             custom: custom.into_iter().collect(),
+            request_id,
         };
-        let created = self.meta().call(req).await.map_err(|e| ClientError::from_metadata(e, None))?;
+        let deadline = tokio::time::Instant::now() + self.inner.opts.ensemble_change_deadline;
+        let created = loop {
+            match self.meta().call(req.clone()).await {
+                Ok(c) => break c,
+                Err(e @ (RpcError::Timeout { .. } | RpcError::ConnectionLost { .. }))
+                    if tokio::time::Instant::now() < deadline =>
+                {
+                    tracing::debug!(error = %e, "creation of unknown outcome; asking again");
+                }
+                Err(e) => return Err(ClientError::from_metadata(e, None)),
+            }
+        };
         let meta = LedgerMeta::from_proto(created.ledger.ok_or_else(|| missing_ledger(None))?)?;
         tracing::info!(ledger_id = meta.ledger_id, ensemble = ?members.iter().map(|m| &m.bookie_id).collect::<Vec<_>>(), "created ledger");
         Ok(LedgerWriter::spawn(self.clone(), meta))

@@ -29,6 +29,18 @@ impl Setup {
         Setup { _dir: dir, cluster }
     }
 
+    /// As [`Setup::start`], the metadata replicas with `timing`.
+    pub fn start_with_raft_timing(racks: &[&str], timing: quire_testkit::RaftTiming) -> Setup {
+        let timing = Some(timing);
+        let dir = tempfile::tempdir().unwrap();
+        let certs = dir.path().join("certs");
+        init_dir(&certs, "test", &LocalCluster { metadata: 3, bookies: racks.len() as u32 }, &IssueOptions::default())
+            .unwrap();
+        let cluster =
+            TestCluster::start_with_raft_timing(dir.path(), &certs, racks, &["--lease-ms", "3000"], timing).unwrap();
+        Setup { _dir: dir, cluster }
+    }
+
     pub fn rpc(&self, role: Role) -> RpcClient {
         let creds = Credentials::load(&TlsFiles::in_dir(&self.cluster.certs, role, "1")).unwrap();
         RpcClient::new(&creds, quire_rpc::ClientOptions::default()).unwrap()
