@@ -273,6 +273,7 @@ impl LedgerModel {
                 let answer = match resp {
                     Some(BookieResp::Added { instance_id }) => Answer::Stored { instance_id },
                     Some(BookieResp::LedgerFenced) => Answer::Fenced,
+                    Some(BookieResp::MetadataUnavailable) => Answer::Unavailable,
                     _ => Answer::Failed,
                 };
                 self.writer_answer(s, entry_id, position, &member, answer);
@@ -303,6 +304,7 @@ impl LedgerModel {
                 let answer = match resp {
                     Some(BookieResp::Added { instance_id }) => Answer::Stored { instance_id },
                     Some(BookieResp::LedgerFenced) => Answer::Fenced,
+                    Some(BookieResp::MetadataUnavailable) => Answer::Unavailable,
                     _ => Answer::Failed,
                 };
                 self.with_rec(s, rec, run, |r, now| r.write_answered(entry_id, position, &member, answer, now));

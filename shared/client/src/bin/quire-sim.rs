@@ -27,7 +27,7 @@ fn main() {
         None => (value("--start").unwrap_or(0), value("--seeds").unwrap_or(1000)),
     };
     let t = Instant::now();
-    let (mut failed, mut acked, mut changes, mut faults) = (0u64, 0u64, 0u64, 0u64);
+    let (mut failed, mut acked, mut changes, mut faults, mut unavailable) = (0u64, 0u64, 0u64, 0u64, 0u64);
     for seed in start..start + count {
         let lines = if count == 1 { usize::MAX } else { 60 };
         match quire_client::sim::run_with_log(seed, lines) {
@@ -35,6 +35,7 @@ fn main() {
                 acked += s.acked;
                 changes += s.ensemble_changes;
                 faults += s.faults;
+                unavailable += s.unavailable;
                 if count == 1 {
                     println!("seed {seed}: {s:?}");
                 }
@@ -46,7 +47,7 @@ fn main() {
         }
     }
     println!(
-        "{count} seeds from {start}: {failed} failed; {acked} adds acknowledged, {changes} ensemble changes, {faults} faults; {:.1} s",
+        "{count} seeds from {start}: {failed} failed; {acked} adds acknowledged, {changes} ensemble changes, {faults} faults, {unavailable} adds answered METADATA_UNAVAILABLE; {:.1} s",
         t.elapsed().as_secs_f64()
     );
     if failed > 0 {

@@ -75,7 +75,10 @@ pub enum BookieResp {
     LedgerFenced,
     /// The add named another instance.
     WrongInstance,
-    /// Any other refusal (metadata unreachable for the unknown-ledger check...).
+    /// The unknown-ledger check could not reach the metadata service: the
+    /// bookie is up, the add may be sent again (`Answer::Unavailable`).
+    MetadataUnavailable,
+    /// Any other refusal (a damaged entry...).
     Refused,
 }
 
@@ -159,7 +162,7 @@ impl SimBookie {
                 let l = entry.ledger_id;
                 if !recovery && !self.knows(l) {
                     match ledger_open(l) {
-                        None => return BookieResp::Refused,
+                        None => return BookieResp::MetadataUnavailable,
                         Some(false) => {
                             self.ledgers.entry(l).or_insert_with(|| Ledger { lac: -1, ..Ledger::default() }).fenced =
                                 true;

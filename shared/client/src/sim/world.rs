@@ -122,6 +122,9 @@ pub struct Stats {
     pub acked: u64,
     /// Ensemble changes by the writer.
     pub ensemble_changes: u64,
+    /// Adds a bookie answered METADATA_UNAVAILABLE (its unknown-ledger
+    /// check met a metadata outage): asked again, never a failure.
+    pub unavailable: u64,
     /// Recovery attempts that failed (and were retried).
     pub recovery_failures: u64,
     /// The closed ledger's last entry.
@@ -843,6 +846,10 @@ impl World {
                 let a = match resp {
                     Some(BookieResp::Added { instance_id }) => Answer::Stored { instance_id },
                     Some(BookieResp::LedgerFenced) => Answer::Fenced,
+                    Some(BookieResp::MetadataUnavailable) => {
+                        self.stats.unavailable += 1;
+                        Answer::Unavailable
+                    }
                     _ => Answer::Failed,
                 };
                 let cmds = self.writer.as_mut().expect("writer").answer(entry_id, position, &member, a);
@@ -881,6 +888,7 @@ impl World {
                     let a = match resp {
                         Some(BookieResp::Added { instance_id }) => Answer::Stored { instance_id },
                         Some(BookieResp::LedgerFenced) => Answer::Fenced,
+                        Some(BookieResp::MetadataUnavailable) => Answer::Unavailable,
                         _ => Answer::Failed,
                     };
                     let steps = self.rec.as_mut().expect("checked").write_answered(entry_id, position, &member, a, now);
