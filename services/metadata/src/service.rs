@@ -20,7 +20,7 @@ use crate::convert::{
 use crate::raft::network::kind;
 use crate::raft::state_machine::Shared;
 use crate::raft::MetaRaft;
-use crate::state::{Command, MetaState, Outcome, Refusal};
+use crate::state::{Command, MetaState, NewLedger, Outcome, Refusal};
 
 /// Ids per ListLedgers page, at most.
 pub const LIST_LIMIT_MAX: usize = 1000;
@@ -196,28 +196,18 @@ impl quire_rpc::Service for MetaService {
             match body {
                 Req::Raft(r) => raft_rpc(&raft, r).await,
                 Req::CreateLedger(c) => {
-                    let custom = c.custom.into_iter().map(|(k, v)| (k, v.to_vec())).collect();
-                    let cmd = if c.request_id.is_empty() {
-                        Command::CreateLedger {
-                            ensemble_size: c.ensemble_size,
-                            write_quorum: c.write_quorum,
-                            ack_quorum: c.ack_quorum,
-                            bookie_ids: c.bookie_ids,
-                            instance_ids: c.instance_ids,
-                            custom,
-                            now_ms: now_ms(),
-                        }
-                    } else {
-                        Command::CreateLedgerOnce {
-                            request_id: c.request_id,
-                            ensemble_size: c.ensemble_size,
-                            write_quorum: c.write_quorum,
-                            ack_quorum: c.ack_quorum,
-                            bookie_ids: c.bookie_ids,
-                            instance_ids: c.instance_ids,
-                            custom,
-                            now_ms: now_ms(),
-                        }
+                    let ledger = NewLedger {
+                        ensemble_size: c.ensemble_size,
+                        write_quorum: c.write_quorum,
+                        ack_quorum: c.ack_quorum,
+                        bookie_ids: c.bookie_ids,
+                        instance_ids: c.instance_ids,
+                        custom: c.custom.into_iter().map(|(k, v)| (k, v.to_vec())).collect(),
+                        now_ms: now_ms(),
+                    };
+                    let cmd = match c.request_id {
+                        r if r.is_empty() => Command::CreateLedger(ledger),
+                        request_id => Command::CreateLedgerOnce { request_id, ledger },
                     };
                     let l = ledger_outcome(proposer.propose(cmd).await?)?;
                     Ok(v1::CreateLedgerResponse { ledger: Some(l) }.into())

@@ -231,7 +231,7 @@ fn main() {
             .lock()
             .unwrap()
             .iter()
-            .filter(|(t, g)| *t > killed && *t < window_end && *t - *g < window_end)
+            .filter(|(t, _)| *t > killed && *t < window_end)
             .map(|(_, g)| *g)
             .max()
             .unwrap_or_default();

@@ -436,7 +436,7 @@ impl Writer {
             Answer::Stored { instance_id } if *instance_id == member.instance_id || member.instance_id.is_empty() => {}
             // Sent again at the next tick while the writer runs; a writer
             // that is closing or done sends nothing more (lost below).
-            Answer::Unavailable if !closing && !closed_ok && self.done.is_none() => {
+            Answer::Unavailable if !closing && self.done.is_none() => {
                 c.awaited |= bit;
                 c.deferred |= bit;
                 return out;
@@ -564,16 +564,17 @@ impl Writer {
         let timeout = self.opts.add_timeout;
         let mut late = BTreeSet::new();
         for (&id, p) in &self.pending {
-            for pos in self.quorums.write_set(id) {
-                let bit = 1u64 << pos;
-                if p.confirmed & bit != 0 || p.deferred & bit != 0 {
-                    continue;
-                }
-                let since = if p.resent & bit != 0 { p.resent_at } else { p.sent_at };
-                if now.saturating_duration_since(since) >= timeout {
-                    late.insert(pos);
-                }
+            // resent_at >= sent_at: an entry sent less than a timeout ago has
+            // no late position (the common case: one comparison).
+            if now.saturating_duration_since(p.sent_at) < timeout {
+                continue;
             }
+            let unheard = self.quorums.write_mask(id) & !p.confirmed & !p.deferred;
+            let mut late_bits = unheard & !p.resent;
+            if now.saturating_duration_since(p.resent_at) >= timeout {
+                late_bits |= unheard & p.resent;
+            }
+            late.extend((0..self.quorums.ensemble).filter(|pos| late_bits & (1 << pos) != 0));
         }
         if late.is_empty() {
             out.extend(self.resend_deferred(now));

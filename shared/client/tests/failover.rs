@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::Setup;
@@ -73,6 +73,10 @@ async fn a_killed_metadata_leader_costs_appends_the_failover_and_never_a_bookie(
         first.1, in_use.1, created.1
     );
     let logs = || s.cluster.logs();
+    // A floor on what the test saw: no leader can be elected within 4 s
+    // of the kill (the followers wait out the 4 s lease first), so a first
+    // add that took less never met the outage.
+    assert!(first.1 >= Duration::from_secs(4), "the first add did not wait for a new leader: {:?}", first.1);
     assert_eq!(first.0.as_ref().ok(), Some(&0), "first add: {:?}\n{}", first.0, logs());
     assert_eq!(in_use.0.as_ref().ok(), Some(&5), "add in use: {:?}\n{}", in_use.0, logs());
     assert_eq!(created.0.as_ref().ok(), Some(&0), "create: {:?}\n{}", created.0, logs());
