@@ -140,12 +140,46 @@ impl Node {
 }
 
 /// On the leader: propose the expiry of leases that ran out. Leases are
-/// removed within one tick of their end.
+/// removed within one tick of their end. A new leader first gives every
+/// lease one more full term ([`Command::PromoteLeases`]), and expires
+/// nothing in its term until that is committed: while there was no leader
+/// nobody could renew.
 async fn reap_leases(raft: MetaRaft, shared: Arc<Shared>, id: u64) {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let mut metrics = raft.metrics();
+    // The term in which this replica, as leader, promoted the leases.
+    let mut promoted: Option<u64> = None;
     loop {
-        tick.tick().await;
-        if raft.metrics().borrow().current_leader != Some(id) {
+        // A leadership change is acted on at once (renewals are arriving),
+        // the expiry check once a tick.
+        let ticked = tokio::select! {
+            _ = tick.tick() => true,
+            changed = metrics.changed() => {
+                if changed.is_err() {
+                    return; // Raft stopped.
+                }
+                false
+            }
+        };
+        let (leader, term) = {
+            let m = metrics.borrow_and_update();
+            (m.current_leader, m.current_term)
+        };
+        if leader != Some(id) {
+            promoted = None;
+            continue;
+        }
+        if promoted != Some(term) {
+            match raft.client_write(Command::PromoteLeases { now_ms: now_ms() }).await {
+                Ok(_) => {
+                    tracing::info!(term, "leader: every lease extended by one term");
+                    promoted = Some(term);
+                }
+                Err(e) => tracing::debug!(error = %e, "lease promotion not proposed"),
+            }
+            continue;
+        }
+        if !ticked {
             continue;
         }
         let now = now_ms();

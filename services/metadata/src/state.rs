@@ -299,6 +299,16 @@ pub enum Command {
         /// The creation.
         ledger: NewLedger,
     },
+    /// A new leader's first command in its term: every lease (bookie
+    /// registrations, locks) lasts at least one more full lease from
+    /// `now_ms`. Nobody could renew while there was no leader, so an
+    /// election slower than a lease would otherwise expire them all at the
+    /// new leader's first reaper tick (etcd's lessor promotes its leases so;
+    /// ZooKeeper's new leader restarts every session's timeout).
+    PromoteLeases {
+        /// Leader clock.
+        now_ms: u64,
+    },
 }
 
 /// Why a command was refused: maps one to one to wire error codes.
@@ -653,6 +663,24 @@ impl MetaState {
                     touched.push(Touched::Counters);
                 }
                 Ok((Outcome::Expired(gone), touched))
+            }
+            Command::PromoteLeases { now_ms } => {
+                let mut touched = Vec::new();
+                for b in self.bookies.values_mut() {
+                    let until = now_ms.saturating_add(b.lease_ms);
+                    if b.expires_at_ms < until {
+                        b.expires_at_ms = until;
+                        touched.push(Touched::Bookie(b.bookie_id.clone()));
+                    }
+                }
+                for l in self.locks.values_mut() {
+                    let until = now_ms.saturating_add(l.lease_ms);
+                    if l.expires_at_ms < until {
+                        l.expires_at_ms = until;
+                        touched.push(Touched::Lock(l.name.clone()));
+                    }
+                }
+                Ok((Outcome::Nothing, touched))
             }
             Command::MarkUnderReplicated { ledger_id, missing, reason, now_ms } => {
                 if missing.is_empty() || missing.iter().any(|b| b.is_empty()) {
@@ -1329,6 +1357,52 @@ mod tests {
         // After expiry a new instance registers, and the cookie records it.
         assert!(matches!(s.apply(reg("i2", 20_000)).0, Outcome::Registered { .. }));
         assert_eq!(s.cookies["b1"], "i2");
+    }
+
+    #[test]
+    fn a_new_leader_gives_every_lease_one_more_term() {
+        let mut s = MetaState::default();
+        let bookie = Bookie {
+            bookie_id: "b1".into(),
+            address: "127.0.0.1:3181".into(),
+            rack: "r".into(),
+            instance_id: "i1".into(),
+            state: BookieState::Available,
+            total_disk_bytes: 0,
+            free_disk_bytes: 0,
+            lease_id: 0,
+            lease_ms: 0,
+            expires_at_ms: 0,
+        };
+        let Outcome::Registered { lease_id } =
+            s.apply(Command::RegisterBookie { bookie, lease_ms: 1_000, now_ms: 0 }).0
+        else {
+            panic!()
+        };
+        let acq = |owner: &str, now| Command::AcquireLock {
+            name: "auditor".into(),
+            owner: owner.into(),
+            lease_ms: 1_000,
+            now_ms: now,
+        };
+        let Outcome::Lock(lock) = s.apply(acq("a1", 0)).0 else { panic!() };
+        // No leader from 500 to 5 000: both leases ran out meanwhile.
+        assert_eq!(s.apply(Command::PromoteLeases { now_ms: 5_000 }).0, Outcome::Nothing);
+        assert_eq!(s.apply(Command::ExpireLeases { now_ms: 5_999 }).0, Outcome::Expired(vec![]));
+        assert!(matches!(s.apply(acq("a2", 5_999)).0, Outcome::Refused(Refusal::LockHeld(_))));
+        assert_eq!(
+            s.apply(Command::RenewLease { bookie_id: "b1".into(), lease_id, now_ms: 5_500 }).0,
+            Outcome::Renewed
+        );
+        assert!(matches!(
+            s.apply(Command::RenewLock { name: "auditor".into(), lock_id: lock.lock_id, now_ms: 5_500 }).0,
+            Outcome::Lock(_)
+        ));
+        // A promotion never shortens a lease, and unrenewed leases still end.
+        s.apply(Command::PromoteLeases { now_ms: 5_100 });
+        assert_eq!(s.apply(Command::ExpireLeases { now_ms: 6_499 }).0, Outcome::Expired(vec![]));
+        assert_eq!(s.apply(Command::ExpireLeases { now_ms: 6_500 }).0, Outcome::Expired(vec!["b1".into()]));
+        assert!(matches!(s.apply(acq("a2", 6_500)).0, Outcome::Lock(_)));
     }
 
     #[test]

@@ -564,3 +564,89 @@ async fn a_restarted_replica_resets_its_predecessors_connections() {
         Err(e) => panic!("the old connection was not reset: {e:?}"),
     }
 }
+
+/// Issue #19 item 7, met by the client's failover test: a metadata outage
+/// longer than a lease (no leader, so nobody can renew) must not expire
+/// every registration and lock the moment a new leader is elected. Each
+/// lease gets a full term from the new leader (etcd's lessor promotes its
+/// leases so; ZooKeeper's new leader restarts session timeouts), and a
+/// holder's renewal of a lease nobody took over succeeds. Before, the new
+/// leader's first reaper tick removed every bookie, and a creation in that
+/// window found no bookie at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_longer_than_a_lease_expires_no_registration_and_no_lock() {
+    let mut cluster = Cluster::start(&[]);
+    let lease_ms = 1500;
+    let as_bookie = MetaClient::new(cluster.rpc(Role::Bookie, "1"), cluster.addrs(), MetaClientOptions::default());
+    let record = v1::BookieRecord {
+        bookie_id: "1".into(),
+        address: "127.0.0.1:3181".into(),
+        rack: "r1".into(),
+        instance_id: "inst-a".into(),
+        ..Default::default()
+    };
+    let lease = as_bookie.call(v1::RegisterBookieRequest { bookie: Some(record), lease_ms }).await.unwrap().lease_id;
+    let worker =
+        MetaClient::new(cluster.rpc(Role::ReplicationWorker, "1"), cluster.addrs(), MetaClientOptions::default());
+    let name = "replicate/7".to_string();
+    let lock = worker
+        .call(v1::AcquireLockRequest { name: name.clone(), owner: "worker-1".into(), lease_ms })
+        .await
+        .unwrap()
+        .lock
+        .unwrap();
+
+    // No quorum: the leader and one follower die.
+    let leader = cluster.id_of(&as_bookie.leader().unwrap());
+    let follower = (1..=3).find(|i| *i != leader).unwrap();
+    cluster.procs.get_mut(&leader).unwrap().kill().unwrap();
+    cluster.procs.get_mut(&follower).unwrap().kill().unwrap();
+    // The fault itself: the outage lasts twice the leases (this waits out
+    // time, it synchronises nothing).
+    tokio::time::sleep(Duration::from_millis(2 * u64::from(lease_ms))).await;
+    cluster.launch(follower);
+    let admin = cluster.rpc(Role::Admin, "1");
+    let live: Vec<String> = (1..=3).filter(|i| *i != leader).map(|i| cluster.addr(i)).collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    'elected: loop {
+        assert!(std::time::Instant::now() < deadline, "no leader elected after the outage");
+        for a in &live {
+            let s = admin.peer(a, Role::Metadata, None).call(v1::MetadataStatusRequest {}).await;
+            if s.is_ok_and(|s| s.raft_state == "leader") {
+                break 'elected;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // (Clients that know no dead replica: a wasted attempt on one would
+    // cost a second of the lease being checked.)
+    let as_bookie = MetaClient::new(cluster.rpc(Role::Bookie, "1"), live.clone(), MetaClientOptions::default());
+    let worker = MetaClient::new(cluster.rpc(Role::ReplicationWorker, "1"), live.clone(), MetaClientOptions::default());
+    // Still registered, and nothing is removed for two reaper ticks of the
+    // new leader.
+    let list = as_bookie.call(v1::ListBookiesRequest {}).await.unwrap();
+    assert_eq!(list.bookies.len(), 1, "the registration expired with the election: {list:?}");
+    let version = list.version;
+    let w = as_bookie
+        .call_waiting(v1::WatchBookiesRequest { after_version: version, timeout_ms: 500 }, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let logs = || cluster.procs.values().map(|p| p.log()).collect::<Vec<_>>().join("\n----\n");
+    assert!(w.timed_out, "registrations changed right after the election: {w:?}\n{}", logs());
+    // The holders renew what they held.
+    as_bookie.call(v1::RenewLeaseRequest { bookie_id: "1".into(), lease_id: lease }).await.unwrap();
+    worker.call(v1::RenewLockRequest { name: name.clone(), lock_id: lock.lock_id }).await.unwrap();
+    let err = worker
+        .call(v1::AcquireLockRequest { name: name.clone(), owner: "worker-2".into(), lease_ms })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::LockHeld), "{err}");
+    // And a lease no longer renewed still ends.
+    let version = as_bookie.call(v1::ListBookiesRequest {}).await.unwrap().version;
+    let w = as_bookie
+        .call_waiting(v1::WatchBookiesRequest { after_version: version, timeout_ms: 5000 }, Duration::from_secs(6))
+        .await
+        .unwrap();
+    assert!(!w.timed_out && w.bookies.is_empty(), "{w:?}");
+}

@@ -546,7 +546,10 @@ impl Writer {
     }
 
     fn bookie_failed(&mut self, position: usize) -> Vec<Command> {
-        if !self.failed.insert(position) || self.changing {
+        // A closing writer has no add pending and takes none: a new
+        // ensemble would serve nothing, and its CAS would race the close's.
+        // The copies the member missed are already counted lost.
+        if self.closing || !self.failed.insert(position) || self.changing {
             return Vec::new();
         }
         self.changing = true;
@@ -725,6 +728,8 @@ impl Writer {
         self.closing = false;
         self.closed_ok = true;
         let mut out = self.finish(FailReason::Closed);
+        // (A writer that had stopped for want of a bookie is closed now.)
+        self.done = Some(FailReason::Closed);
         let refused: Vec<(u64, u64)> =
             self.copies.iter().map(|(id, c)| (*id, c.refused | c.deferred)).filter(|(_, r)| *r != 0).collect();
         for (id, bits) in refused {
@@ -771,9 +776,29 @@ impl Writer {
     }
 
     /// The writer cannot go on (no replacement bookie, metadata unreachable):
-    /// pending adds fail with `reason`.
+    /// pending adds fail with `reason`. The ensemble change is over.
     pub fn abort(&mut self, reason: FailReason) -> Vec<Command> {
+        self.changing = false;
         self.finish(reason)
+    }
+
+    /// Whether the shell may still close the ledger at [`Writer::lac`]:
+    /// yes unless someone else holds it (fenced) or it is closed already.
+    /// A writer that stopped for want of a bookie or of the metadata
+    /// service still owns the ledger, and every entry it acknowledged is
+    /// at or below its LAC: closing there loses nothing (BookKeeper's
+    /// handle closes itself on an unrecoverable add error), where leaving
+    /// it open would wait for a recovery.
+    pub fn may_close(&self) -> Result<(), FailReason> {
+        match &self.done {
+            None | Some(FailReason::NotEnoughBookies | FailReason::MetadataUnavailable) => Ok(()),
+            Some(r) => Err(r.clone()),
+        }
+    }
+
+    /// A close was started ([`Writer::start_closing`]) and not yet settled.
+    pub fn is_closing(&self) -> bool {
+        self.closing
     }
 
     fn finish(&mut self, reason: FailReason) -> Vec<Command> {
@@ -1126,6 +1151,47 @@ mod tests {
                 Command::ChangeEnsemble { failed: vec![2], first_entry_id: 1 }
             ]
         );
+    }
+
+    #[test]
+    fn a_writer_that_found_no_replacement_still_closes_at_its_lac() {
+        let t = Instant::now();
+        let mut w = writer(3, 3, 2);
+        let ms = members(3);
+        w.add(Bytes::from_static(b"x"), t).unwrap();
+        w.answer(0, 0, &ms[0], stored(&ms[0]));
+        assert_eq!(acked(&w.answer(0, 1, &ms[1], stored(&ms[1]))), vec![0]);
+        w.add(Bytes::from_static(b"y"), t).unwrap();
+        assert!(!w.answer(0, 2, &ms[2], Answer::Failed).is_empty(), "a change starts");
+        assert!(w.changing());
+        let out = w.abort(FailReason::NotEnoughBookies);
+        assert_eq!(out, vec![Command::Fail { reason: FailReason::NotEnoughBookies, entry_ids: vec![1] }]);
+        // The change is over (a close waits for none), and the ledger is still ours.
+        assert!(!w.changing());
+        assert_eq!((w.may_close(), w.pending(), w.lac()), (Ok(()), 0, 0));
+        w.start_closing();
+        assert!(w.is_closing());
+        assert!(w.closed().is_empty());
+        assert!(!w.is_closing());
+        assert_eq!(w.may_close(), Err(FailReason::Closed), "closed once");
+        // A fenced writer may not close.
+        let mut f = writer(3, 3, 2);
+        f.fenced();
+        assert_eq!(f.may_close(), Err(FailReason::Fenced));
+    }
+
+    #[test]
+    fn a_bookie_failing_a_copy_during_the_close_starts_no_ensemble_change() {
+        let t = Instant::now();
+        let mut w = writer(3, 3, 2);
+        let ms = members(3);
+        w.add(Bytes::from_static(b"x"), t).unwrap();
+        w.answer(0, 0, &ms[0], stored(&ms[0]));
+        assert_eq!(acked(&w.answer(0, 1, &ms[1], stored(&ms[1]))), vec![0]);
+        w.start_closing();
+        let out = w.answer(0, 2, &ms[2], Answer::Failed);
+        assert_eq!(out, vec![Command::CopyLost { entry_id: 0, position: 2, member: ms[2].clone() }]);
+        assert!(!w.changing());
     }
 
     #[test]

@@ -225,3 +225,52 @@ async fn a_batch_larger_than_one_take_is_acknowledged_whole() {
     let closed = w.close().await.unwrap();
     assert_eq!(closed.last_entry_id, 2099);
 }
+
+/// A bookie failed and no other can replace it: the adds it held fail,
+/// and the writer still closes the ledger at its LAC, as BookKeeper's
+/// handle does on an unrecoverable add error. Every acknowledged entry is
+/// in the close, and the missing copies are the auditor's to restore. The
+/// close used to fail with NotEnoughBookies and leave the ledger open for
+/// a recovery (the replication worker's limbo test met it whenever a copy
+/// was still on its way to the bookie it killed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_without_a_replacement_for_a_failed_bookie_still_closes_at_its_lac() {
+    let mut s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let opts = quire_client::ClientOptions {
+        ensemble_change_deadline: Duration::from_secs(1),
+        ..s.client().options().clone()
+    };
+    let rpc = s.rpc(quire_proto::Role::Client);
+    let client = quire_client::Client::new(rpc.clone(), s.meta(&rpc), opts);
+    let w = client.create(spec(3, 3, 2)).await.unwrap();
+    let id = w.ledger_id();
+    for i in 0..10 {
+        w.add(payload(i)).await.unwrap();
+    }
+    s.cluster.kill_bookie(1).unwrap();
+    // Adds go on at Qa = 2 until the writer notices the dead member (a
+    // failed add or a failed copy of an acknowledged one) and finds no
+    // replacement: from then on every add fails.
+    let killed = std::time::Instant::now();
+    let mut acked = 10u64;
+    loop {
+        assert!(killed.elapsed() < Duration::from_secs(30), "the writer never noticed the dead bookie");
+        match w.add(payload(acked)).await {
+            Ok(a) => {
+                assert_eq!(a.entry_id, acked);
+                acked += 1;
+            }
+            Err(ClientError::NotEnoughBookies(_)) => break,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert!(w.add(payload(acked)).await.is_err(), "a writer that could not go on takes no more adds");
+    let closed = w.close().await.unwrap();
+    assert_eq!((closed.state, closed.last_entry_id), (LedgerState::Closed, acked as i64 - 1));
+    assert_eq!(closed.segments.len(), 1, "no ensemble change was recorded");
+    let r = client.open(id).await.unwrap();
+    let all = r.read_range(0, acked + 10, usize::MAX).await.unwrap();
+    assert_eq!(all.len() as u64, acked, "cut at the close");
+    assert!(all.iter().enumerate().all(|(i, e)| e.payload == payload(i as u64)), "every acknowledged entry reads back");
+}

@@ -400,7 +400,7 @@ impl LedgerModel {
                 if *adds_left > 0 || closing.is_some() || change.is_some() || w.pending() > 0 || w.changing() {
                     return false;
                 }
-                if w.done().is_some() {
+                if w.may_close().is_err() {
                     return false;
                 }
                 w.start_closing();
@@ -431,7 +431,7 @@ impl LedgerModel {
             Action::WriterCloseAnswered => {
                 let WriterSide::Running { w, meta, closing, .. } = &mut s.writer else { return false };
                 let Some(outcome) = closing.clone() else { return false };
-                if w.done().is_some() {
+                if !w.is_closing() {
                     return false;
                 }
                 let cmds = match outcome {
@@ -654,7 +654,7 @@ impl stateright::Model for LedgerModel {
             }
             match closing {
                 None => out.push(Action::WriterClose),
-                Some(_) if w.done().is_none() => out.push(Action::WriterCloseAnswered),
+                Some(_) if w.is_closing() => out.push(Action::WriterCloseAnswered),
                 Some(_) => {}
             }
             if self.config.writer_crash && w.done().is_none() {

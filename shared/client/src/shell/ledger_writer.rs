@@ -434,8 +434,9 @@ impl Actor {
                             let _ = r.send(Err(e.clone()));
                         }
                     }
-                    if reason != FailReason::Closed {
-                        // Nothing can be closed by a writer that lost the ledger.
+                    if self.w.may_close().is_err() && reason != FailReason::Closed {
+                        // Nothing can be closed by a writer that lost the ledger
+                        // (one that only could not go on still closes it).
                         for c in self.closers.drain(..) {
                             let _ = c.send(Err(e.clone()));
                         }
@@ -544,7 +545,7 @@ impl Actor {
     fn start_close(&mut self) {
         self.close_sent = true;
         self.w.start_closing();
-        if let Some(r) = self.w.done().cloned() {
+        if let Err(r) = self.w.may_close() {
             let e = fail_error(&r, self.meta.ledger_id);
             for c in self.closers.drain(..) {
                 let _ = c.send(Err(e.clone()));
