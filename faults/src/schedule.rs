@@ -80,11 +80,27 @@ pub enum Fault {
         file: FileKind,
         flips: u32,
     },
+    /// Zero the length field of one journal record that has records after
+    /// it, in a stopped bookie's journal, then start it again. A journal is
+    /// preallocated with zeros, so a zero length looks like the written
+    /// end: replay must see the records after it as damage (issue #19 item
+    /// 2), never as a clean end that drops them silently.
+    ZeroJournalLength {
+        bookie: u32,
+    },
     /// Move a process's clock (its lease and timeout arithmetic) by an offset.
     ClockJump {
         target: Target,
         offset_ms: i64,
     },
+}
+
+impl Fault {
+    /// Whether it destroys data a bookie acknowledged (the harness waits for
+    /// the last such fault to be repaired before the next).
+    pub fn destroys_data(&self) -> bool {
+        matches!(self, Fault::ReplaceBookie { .. } | Fault::FlipBits { .. } | Fault::ZeroJournalLength { .. })
+    }
 }
 
 /// A fault at a time, in milliseconds from the start of the run.
@@ -112,11 +128,16 @@ pub struct Timing {
     pub episode_ms: (u64, u64),
     pub pause_ms: (u64, u64),
     pub destructive_gap_ms: u64,
+    /// Whether journal damage may also zero a record's length (a quarter of
+    /// it), not only flip bits. Off by default until the finding it makes
+    /// (docs/faults.md: open ledgers held in limbo) is fixed; off, the
+    /// schedule of every seed is what it was without it.
+    pub zeroed_lengths: bool,
 }
 
 impl Default for Timing {
     fn default() -> Timing {
-        Timing { episode_ms: (1_000, 6_000), pause_ms: (500, 3_000), destructive_gap_ms: 20_000 }
+        Timing { episode_ms: (1_000, 6_000), pause_ms: (500, 3_000), destructive_gap_ms: 20_000, zeroed_lengths: false }
     }
 }
 
@@ -209,8 +230,15 @@ pub fn schedule(seed: u64, duration_ms: u64, topo: Topology, timing: Timing) -> 
             }
             6 => {
                 last_destructive = Some(t);
-                let file = if rng.chance(0.5) { FileKind::EntryLog } else { FileKind::Journal };
-                (Fault::FlipBits { bookie: *rng.pick(&bookies), file, flips: rng.range(1, 9) as u32 }, None)
+                if rng.chance(0.5) {
+                    let file = FileKind::EntryLog;
+                    (Fault::FlipBits { bookie: *rng.pick(&bookies), file, flips: rng.range(1, 9) as u32 }, None)
+                } else if !timing.zeroed_lengths || rng.chance(0.5) {
+                    let file = FileKind::Journal;
+                    (Fault::FlipBits { bookie: *rng.pick(&bookies), file, flips: rng.range(1, 9) as u32 }, None)
+                } else {
+                    (Fault::ZeroJournalLength { bookie: *rng.pick(&bookies) }, None)
+                }
             }
             7 => {
                 // Wall-clock readers: the metadata leader stamps lease and
@@ -311,11 +339,7 @@ mod tests {
                 .sum();
             assert_eq!(jumps, 0, "seed {seed}");
             // Data-destroying faults far enough apart for repair.
-            let destructive: Vec<u64> = steps
-                .iter()
-                .filter(|s| matches!(s.fault, Fault::ReplaceBookie { .. } | Fault::FlipBits { .. }))
-                .map(|s| s.at_ms)
-                .collect();
+            let destructive: Vec<u64> = steps.iter().filter(|s| s.fault.destroys_data()).map(|s| s.at_ms).collect();
             assert!(destructive.windows(2).all(|w| w[1] - w[0] >= 20_000), "seed {seed}: {destructive:?}");
         }
     }
@@ -324,7 +348,8 @@ mod tests {
     fn long_runs_use_every_kind_of_fault() {
         let mut seen = std::collections::BTreeSet::new();
         for seed in 0..20 {
-            for s in schedule(seed, 600_000, TOPO, Timing::default()) {
+            let timing = Timing { zeroed_lengths: true, ..Timing::default() };
+            for s in schedule(seed, 600_000, TOPO, timing) {
                 let name = serde_json::to_value(&s.fault).unwrap()["fault"].as_str().unwrap().to_string();
                 seen.insert(name);
             }
@@ -339,6 +364,7 @@ mod tests {
             "fast_disk",
             "replace_bookie",
             "flip_bits",
+            "zero_journal_length",
             "clock_jump",
         ];
         for k in all {

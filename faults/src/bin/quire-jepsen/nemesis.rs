@@ -37,6 +37,8 @@ pub struct Nemesis {
     pub findings: Vec<String>,
 }
 
+/// How far back from a segment's end a zeroed length goes, in records.
+const ZEROED_AMONG_LAST: usize = 32;
 impl Nemesis {
     pub fn new(
         cluster: Cluster,
@@ -130,7 +132,7 @@ impl Nemesis {
     }
 
     fn apply(&mut self, f: &Fault) -> anyhow::Result<String> {
-        if matches!(f, Fault::ReplaceBookie { .. } | Fault::FlipBits { .. }) {
+        if f.destroys_data() {
             let waited = Instant::now();
             if !self.wait_repaired(REPAIR_BOUND) {
                 anyhow::bail!(
@@ -204,6 +206,7 @@ impl Nemesis {
                 format!("replaced bookie-{bookie} by an empty one at its address")
             }
             Fault::FlipBits { bookie, file, flips } => self.flip_bits(*bookie, *file, *flips)?,
+            Fault::ZeroJournalLength { bookie } => self.zero_journal_length(*bookie)?,
             Fault::ClockJump { target, offset_ms } => {
                 if !self.cluster.clocks {
                     return Ok("clock jump skipped: libfaketime is not installed".into());
@@ -215,6 +218,65 @@ impl Nemesis {
                 format!("{}'s wall clock moved {offset_ms:+} ms (now {now:+} ms)", name(t))
             }
         })
+    }
+
+    /// SIGKILL the bookie, zero the length field of a journal record that
+    /// has another record after it, start it again; as
+    /// [`Nemesis::flip_bits`] if it refuses to. The record is one of the
+    /// newest segment's last [`ZEROED_AMONG_LAST`] (the seed picks): replay
+    /// starts at the bookie's checkpoint (taken every second), so a record
+    /// further back is usually behind it and its damage is never read.
+    fn zero_journal_length(&mut self, bookie: u32) -> anyhow::Result<String> {
+        let t = Target::Bookie(bookie);
+        self.cluster.kill(t)?;
+        // Record starts (len: u32 BE, crc: u32, then len bytes) of records
+        // followed by another, per segment that has any.
+        let mut candidates: Vec<(std::path::PathBuf, Vec<usize>)> = Vec::new();
+        for path in self.cluster.bookie_files(bookie, FileKind::Journal) {
+            let bytes = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
+            let len_at = |off: usize| {
+                bytes.get(off..off + 4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize).unwrap_or(0)
+            };
+            let mut starts = Vec::new();
+            let mut off = 0usize;
+            while len_at(off) > 0 {
+                let next = off + 8 + len_at(off);
+                if next > bytes.len() {
+                    break;
+                }
+                if len_at(next) > 0 {
+                    starts.push(off);
+                }
+                off = next;
+            }
+            if !starts.is_empty() {
+                candidates.push((path, starts));
+            }
+        }
+        candidates.sort();
+        let what = match candidates.pop() {
+            None => format!("bookie-{bookie}: no journal record with another after it"),
+            Some((path, starts)) => {
+                let at = *self.rng.pick(&starts[starts.len().saturating_sub(ZEROED_AMONG_LAST)..]);
+                let mut bytes = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
+                bytes[at..at + 4].fill(0);
+                std::fs::write(&path, &bytes).with_context(|| format!("write {}", path.display()))?;
+                format!(
+                    "zeroed the length of the record at {at} of {} ({} records in the segment have another after it)",
+                    path.display(),
+                    starts.len()
+                )
+            }
+        };
+        if let Err(e) = self.cluster.start(t) {
+            let finding = format!("bookie-{bookie} did not start after {what}: {e:#}; replaced by an empty bookie");
+            self.findings.push(finding.clone());
+            self.cluster.kill(t)?;
+            self.cluster.wipe_bookie(bookie)?;
+            self.cluster.start(t)?;
+            return Ok(finding);
+        }
+        Ok(what)
     }
 
     /// SIGKILL the bookie, flip bits at non-zero bytes of one of its files of
