@@ -1036,7 +1036,8 @@ mod tests {
         Command::CreateLedger(new_ledger(e, qw, qa))
     }
 
-    fn register(s: &mut MetaState, id: &str, now_ms: u64) {
+    /// Registers bookie `id` with a 1 s lease; its lease id.
+    fn register(s: &mut MetaState, id: &str, now_ms: u64) -> u64 {
         let b = Bookie {
             bookie_id: id.into(),
             address: format!("{id}:3181"),
@@ -1049,10 +1050,10 @@ mod tests {
             lease_ms: 0,
             expires_at_ms: 0,
         };
-        assert!(matches!(
-            s.apply(Command::RegisterBookie { bookie: b, lease_ms: 1000, now_ms }).0,
-            Outcome::Registered { .. }
-        ));
+        match s.apply(Command::RegisterBookie { bookie: b, lease_ms: 1000, now_ms }).0 {
+            Outcome::Registered { lease_id } => lease_id,
+            o => panic!("{o:?}"),
+        }
     }
 
     fn set(s: &mut MetaState, id: &str, state: BookieState) -> Outcome {
@@ -1362,23 +1363,7 @@ mod tests {
     #[test]
     fn a_new_leader_gives_every_lease_one_more_term() {
         let mut s = MetaState::default();
-        let bookie = Bookie {
-            bookie_id: "b1".into(),
-            address: "127.0.0.1:3181".into(),
-            rack: "r".into(),
-            instance_id: "i1".into(),
-            state: BookieState::Available,
-            total_disk_bytes: 0,
-            free_disk_bytes: 0,
-            lease_id: 0,
-            lease_ms: 0,
-            expires_at_ms: 0,
-        };
-        let Outcome::Registered { lease_id } =
-            s.apply(Command::RegisterBookie { bookie, lease_ms: 1_000, now_ms: 0 }).0
-        else {
-            panic!()
-        };
+        let lease_id = register(&mut s, "b1", 0);
         let acq = |owner: &str, now| Command::AcquireLock {
             name: "auditor".into(),
             owner: owner.into(),

@@ -601,23 +601,29 @@ async fn an_outage_longer_than_a_lease_expires_no_registration_and_no_lock() {
     let follower = (1..=3).find(|i| *i != leader).unwrap();
     cluster.procs.get_mut(&leader).unwrap().kill().unwrap();
     cluster.procs.get_mut(&follower).unwrap().kill().unwrap();
-    // The fault itself: the outage lasts twice the leases (this waits out
-    // time, it synchronises nothing).
-    tokio::time::sleep(Duration::from_millis(2 * u64::from(lease_ms))).await;
+    // The outage lasts until both leases ran out a lease ago (by the
+    // leader clock they were stamped with: this machine's).
+    let now_ms = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let ran_out = lock.expires_at_ms + u64::from(lease_ms);
+    quire_testkit::eventually(Duration::from_secs(10), "every lease ran out during the outage", || async {
+        (now_ms() > ran_out).then_some(())
+    })
+    .await
+    .unwrap();
     cluster.launch(follower);
     let admin = cluster.rpc(Role::Admin, "1");
     let live: Vec<String> = (1..=3).filter(|i| *i != leader).map(|i| cluster.addr(i)).collect();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    'elected: loop {
-        assert!(std::time::Instant::now() < deadline, "no leader elected after the outage");
+    quire_testkit::eventually(Duration::from_secs(20), "a leader elected after the outage", || async {
         for a in &live {
             let s = admin.peer(a, Role::Metadata, None).call(v1::MetadataStatusRequest {}).await;
             if s.is_ok_and(|s| s.raft_state == "leader") {
-                break 'elected;
+                return Some(());
             }
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        None
+    })
+    .await
+    .unwrap();
 
     // (Clients that know no dead replica: a wasted attempt on one would
     // cost a second of the lease being checked.)

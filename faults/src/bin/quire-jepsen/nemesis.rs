@@ -268,6 +268,14 @@ impl Nemesis {
                 )
             }
         };
+        self.start_or_replace(bookie, what)
+    }
+
+    /// Starts a bookie stopped for damage (`what`). One that refuses its
+    /// damaged disk is replaced by an empty one (what an operator does with
+    /// a disk that lost data), and that is reported as a finding.
+    fn start_or_replace(&mut self, bookie: u32, what: String) -> anyhow::Result<String> {
+        let t = Target::Bookie(bookie);
         if let Err(e) = self.cluster.start(t) {
             let finding = format!("bookie-{bookie} did not start after {what}: {e:#}; replaced by an empty bookie");
             self.findings.push(finding.clone());
@@ -304,14 +312,6 @@ impl Nemesis {
             }
             what = format!("flipped {} bits of {} at {at:?}", at.len(), path.display());
         }
-        if let Err(e) = self.cluster.start(t) {
-            let finding = format!("bookie-{bookie} did not start after {what}: {e:#}; replaced by an empty bookie");
-            self.findings.push(finding.clone());
-            self.cluster.kill(t)?;
-            self.cluster.wipe_bookie(bookie)?;
-            self.cluster.start(t)?;
-            return Ok(finding);
-        }
-        Ok(what)
+        self.start_or_replace(bookie, what)
     }
 }
