@@ -129,15 +129,16 @@ pub struct Timing {
     pub pause_ms: (u64, u64),
     pub destructive_gap_ms: u64,
     /// Whether journal damage may also zero a record's length (a quarter of
-    /// it), not only flip bits. Off by default until the finding it makes
-    /// (docs/faults.md: open ledgers held in limbo) is fixed; off, the
-    /// schedule of every seed is what it was without it.
+    /// it), not only flip bits. On by default since its finding (open
+    /// ledgers held in limbo for ever, docs/faults.md) was fixed; off, every
+    /// seed's schedule is what it was before the fault existed (to replay
+    /// the findings recorded then).
     pub zeroed_lengths: bool,
 }
 
 impl Default for Timing {
     fn default() -> Timing {
-        Timing { episode_ms: (1_000, 6_000), pause_ms: (500, 3_000), destructive_gap_ms: 20_000, zeroed_lengths: false }
+        Timing { episode_ms: (1_000, 6_000), pause_ms: (500, 3_000), destructive_gap_ms: 20_000, zeroed_lengths: true }
     }
 }
 
@@ -348,7 +349,7 @@ mod tests {
     fn long_runs_use_every_kind_of_fault() {
         let mut seen = std::collections::BTreeSet::new();
         for seed in 0..20 {
-            let timing = Timing { zeroed_lengths: true, ..Timing::default() };
+            let timing = Timing::default();
             for s in schedule(seed, 600_000, TOPO, timing) {
                 let name = serde_json::to_value(&s.fault).unwrap()["fault"].as_str().unwrap().to_string();
                 seen.insert(name);

@@ -25,7 +25,7 @@
 //! not got). Putting ledgers in limbo without cause costs liveness: recovery
 //! cannot count a limbo answer, and stalls while too many bookies give one.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -33,6 +33,7 @@ use std::time::Duration;
 use quire_client::fragments::repairable;
 use quire_client::meta::LedgerState;
 use quire_client::{Client, ClientError};
+use quire_proto::v1;
 use quire_storage::{StorageError, Store};
 
 /// When the check runs.
@@ -166,6 +167,11 @@ impl Limbo {
         self.state.read().expect("limbo lock").ledgers.iter().copied().collect()
     }
 
+    /// How many ledgers are in limbo (0 while `all`: not listed yet).
+    pub fn len(&self) -> usize {
+        self.state.read().expect("limbo lock").ledgers.len()
+    }
+
     /// Whether anything is in limbo.
     pub fn is_empty(&self) -> bool {
         let s = self.state.read().expect("limbo lock");
@@ -173,7 +179,36 @@ impl Limbo {
     }
 }
 
+/// How the check treats open ledgers.
+#[derive(Debug, Clone)]
+pub struct CheckOptions {
+    /// An open ledger in limbo whose LAC here has not moved for this long is
+    /// marked under-replicated (naming this bookie), so that a replication
+    /// worker recovers it once its own writer grace has passed.
+    pub idle_open_ledger: Duration,
+}
+
+/// An open ledger in limbo, as last seen.
+struct OpenInLimbo {
+    lac: i64,
+    since: tokio::time::Instant,
+    marked: bool,
+}
+
 /// Runs the check until limbo is empty, then clears the pending marker.
+///
+/// An open ledger stays in limbo until it is closed: its last segment is
+/// its writer's, and only a close says where it ends. A live writer closes
+/// it in time. A dead writer's never would, and the ledger would sit in
+/// limbo for ever, one lost copy short: every later recovery of it needs
+/// the other members of each write set to answer, and a second fault
+/// there makes it unrecoverable (the fault suite's seed 44). So an open
+/// ledger whose LAC here has not moved for `idle_open_ledger` is marked
+/// under-replicated naming this bookie; a replication worker waits out its
+/// writer grace, recovers it (fence, close at the true tail) and restores
+/// the copies here, and the refill below then releases it. BookKeeper's
+/// data-integrity check recovers every open ledger in limbo at once; quire
+/// spares the ones still being written.
 pub async fn run(
     client: Client,
     store: Arc<Store>,
@@ -181,6 +216,7 @@ pub async fn run(
     bookie_id: String,
     instance_id: String,
     ledger_dir: PathBuf,
+    opts: CheckOptions,
 ) {
     let pause = Duration::from_secs(1);
     // 1. Which ledgers name this instance.
@@ -196,14 +232,38 @@ pub async fn run(
     tracing::warn!(ledgers = named.len(), "integrity check: ledgers in limbo until their entries are checked");
     limbo.narrow(named.into_iter().collect());
     // 2. Refill each; an open ledger waits until it is closed.
+    let mut open: BTreeMap<u64, OpenInLimbo> = BTreeMap::new();
     while !limbo.is_empty() {
         for ledger_id in limbo.ledgers() {
             match refill(&client, &store, ledger_id, &bookie_id).await {
                 Ok(true) => {
                     limbo.release(ledger_id);
+                    open.remove(&ledger_id);
                     tracing::info!(ledger_id, "integrity check: ledger complete, out of limbo");
                 }
-                Ok(false) => {}
+                Ok(false) => {
+                    let lac = store.lac(ledger_id).unwrap_or(-1);
+                    let now = tokio::time::Instant::now();
+                    let o = open.entry(ledger_id).or_insert(OpenInLimbo { lac, since: now, marked: false });
+                    if o.lac != lac {
+                        (o.lac, o.since) = (lac, now);
+                    }
+                    if !o.marked && now.duration_since(o.since) >= opts.idle_open_ledger {
+                        match mark_for_recovery(&client, ledger_id, &bookie_id).await {
+                            Ok(()) => {
+                                o.marked = true;
+                                tracing::warn!(
+                                    ledger_id,
+                                    lac,
+                                    "integrity check: open ledger in limbo, its writer idle: marked for recovery"
+                                );
+                            }
+                            Err(e) => {
+                                tracing::warn!(ledger_id, error = %e, "integrity check: marking failed; retrying")
+                            }
+                        }
+                    }
+                }
                 Err(e) => tracing::warn!(ledger_id, error = %e, "integrity check: refill failed; retrying"),
             }
         }
@@ -215,6 +275,21 @@ pub async fn run(
         tracing::warn!(error = %e, "clearing the integrity-check marker failed: the check runs again at the next start");
     }
     tracing::info!("integrity check done: no ledger in limbo");
+}
+
+/// Marks `ledger_id` under-replicated on this bookie (the only bookie a
+/// bookie may name).
+async fn mark_for_recovery(client: &Client, ledger_id: u64, bookie_id: &str) -> Result<(), ClientError> {
+    client
+        .meta()
+        .call(v1::MarkUnderReplicatedRequest {
+            ledger_id,
+            missing_bookie_ids: vec![bookie_id.to_string()],
+            reason: "integrity check: open ledger in limbo, writer idle".into(),
+        })
+        .await
+        .map_err(|e| ClientError::from_metadata(e, Some(ledger_id)))?;
+    Ok(())
 }
 
 async fn named_ledgers(client: &Client, bookie_id: &str, instance_id: &str) -> Result<Vec<u64>, ClientError> {

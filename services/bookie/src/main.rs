@@ -144,6 +144,12 @@ struct Args {
     #[arg(long, value_enum, default_value_t = integrity::CheckMode::Auto)]
     integrity_check: integrity::CheckMode,
 
+    /// During the integrity check, an open ledger in limbo whose LAC here has
+    /// not moved for this long is marked for recovery (its writer looks
+    /// gone, and it would stay in limbo until closed), in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    limbo_idle_writer_ms: u64,
+
     /// Between garbage-collection passes (deleted ledgers, dead entry logs), in milliseconds.
     #[arg(long, default_value_t = 900_000)]
     gc_interval_ms: u64,
@@ -306,6 +312,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 bookie_id.clone(),
                 cookie.instance_id.clone(),
                 ledger_dir.clone(),
+                integrity::CheckOptions { idle_open_ledger: Duration::from_millis(args.limbo_idle_writer_ms) },
             )))
         }
         _ => None,
@@ -347,7 +354,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
             let (l, bound) = quire_runtime::metrics::bind(addr).await.context("bind --metrics-listen")?;
             tracing::info!(%bound, "metrics on /metrics");
             let (s, adds) = (store.clone(), add_seconds.clone());
-            let render: quire_runtime::metrics::Render = Arc::new(move || metrics::render(&s, &adds));
+            let limbo = limbo.clone();
+            let render: quire_runtime::metrics::Render = Arc::new(move || metrics::render(&s, &adds, &limbo));
             Some(tokio::spawn(quire_runtime::metrics::serve(l, render)))
         }
         None => None,

@@ -566,6 +566,8 @@ impl quire_rpc::Service for BookieService {
                     total_disk_bytes: usage.map_or(0, |u| u.total_bytes),
                     free_disk_bytes: usage.map_or(0, |u| u.free_bytes),
                     read_only: self.store.read_only().is_some(),
+                    integrity_check_pending: !self.limbo.is_empty(),
+                    ledgers_in_limbo: self.limbo.len() as u64,
                 }
                 .into()))
             }

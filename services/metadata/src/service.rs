@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use openraft::error::{ClientWriteError, RaftError};
 use quire_proto::v1::{self, request_frame::Body as Req, ErrorCode};
-use quire_proto::Method;
+use quire_proto::{Method, Role};
 use quire_rpc::{RequestContext, ServiceError, ServiceFuture};
 
 use crate::convert::{
@@ -324,6 +324,12 @@ impl quire_rpc::Service for MetaService {
                     .into())
                 }
                 Req::MarkUnderReplicated(m) => {
+                    if ctx.peer.role == Role::Bookie && m.missing_bookie_ids != [ctx.peer.id.clone()] {
+                        return Err(ServiceError::new(
+                            ErrorCode::PermissionDenied,
+                            format!("bookie {} may mark only its own copies missing", ctx.peer.id),
+                        ));
+                    }
                     let cmd = Command::MarkUnderReplicated {
                         ledger_id: m.ledger_id,
                         missing: m.missing_bookie_ids,

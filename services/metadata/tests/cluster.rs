@@ -656,3 +656,24 @@ async fn an_outage_longer_than_a_lease_expires_no_registration_and_no_lock() {
         .unwrap();
     assert!(!w.timed_out && w.bookies.is_empty(), "{w:?}");
 }
+
+/// A bookie in its integrity check marks its own open ledgers in limbo
+/// under-replicated, so that a worker recovers them (integrity.rs); it may
+/// name itself only, never another bookie's copies missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bookie_may_mark_only_its_own_copies_missing() {
+    let cluster = Cluster::start(&[]);
+    let as_bookie = MetaClient::new(cluster.rpc(Role::Bookie, "1"), cluster.addrs(), MetaClientOptions::default());
+    let ledger_id = cluster.client().call(create(3, 2, 2)).await.unwrap().ledger.unwrap().ledger_id;
+    let mark = |missing: Vec<&str>| v1::MarkUnderReplicatedRequest {
+        ledger_id,
+        missing_bookie_ids: missing.into_iter().map(String::from).collect(),
+        reason: "integrity check".into(),
+    };
+    for missing in [vec!["2"], vec!["1", "2"], vec![]] {
+        let err = as_bookie.call(mark(missing.clone())).await.unwrap_err();
+        assert_eq!(err.code(), Some(ErrorCode::PermissionDenied), "{missing:?}: {err}");
+    }
+    let m = as_bookie.call(mark(vec!["1"])).await.unwrap().mark.unwrap();
+    assert_eq!((m.ledger_id, m.missing_bookie_ids), (ledger_id, vec!["1".to_string()]));
+}

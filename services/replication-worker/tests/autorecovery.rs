@@ -543,6 +543,74 @@ async fn an_open_ledger_on_a_bookie_replaced_by_an_empty_one_is_recovered_and_re
     assert!(w.add(payload(4, 30)).await.is_err());
 }
 
+/// An open ledger in limbo whose writer is gone (the fault suite's seed 44,
+/// with a zeroed journal length). The bookie's integrity check kept an open
+/// ledger in limbo until it was closed, and nothing closed a dead writer's
+/// ledger: the limbo never ended, every recovery of the ledger needed the
+/// other members of each write set, and once one of them was replaced too
+/// the ledger was unrecoverable. Now the check marks an open ledger whose
+/// LAC has not moved for a while, a worker recovers it after its writer
+/// grace and restores the copies, and the check finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_ledger_in_limbo_whose_writer_is_gone_is_recovered_and_the_check_finishes() {
+    let mut s = Setup::start(3);
+    let client = ready(&s, 3).await;
+    let w = client.create(spec()).await.unwrap();
+    let data: Vec<Bytes> = (0..30).map(|e| payload(5, e)).collect();
+    w.add_batch(data.clone()).await.unwrap();
+    let id = w.ledger_id();
+    // Every copy on bookie 1 first: one still in flight when it stops would
+    // move the writer off it by ensemble change, and nothing would be open there.
+    eventually(Duration::from_secs(20), "every copy on bookie 1", || async {
+        for e in 0..data.len() as u64 {
+            let r = client.bookies().read("1", id, e, false, Duration::from_secs(2)).await.ok()?;
+            r.body.entry.filter(|x| x.payload == data[e as usize])?;
+        }
+        Some(())
+    })
+    .await;
+    s.cluster.kill_bookie(0).unwrap();
+    s.cluster.bookies[0].args =
+        ["--integrity-check", "always", "--limbo-idle-writer-ms", "1000"].map(String::from).to_vec();
+    s.cluster.start_bookie(0).unwrap();
+    let client = s.client();
+    let auditor = s.auditor_with(&["--replica-check-interval-ms", "0"]);
+    let worker = s.worker("1", &[]);
+    let rpc = quire_rpc::RpcClient::new(
+        &Credentials::load(&TlsFiles::in_dir(&s.cluster.certs, Role::Admin, "1")).unwrap(),
+        quire_rpc::ClientOptions::default(),
+    )
+    .unwrap();
+    let bookie_1 = rpc.peer(&s.cluster.bookies[0].addr, Role::Bookie, Some("1"));
+    let last = std::sync::Mutex::new(String::new());
+    let done = quire_testkit::eventually(Duration::from_secs(90), "the ledger recovered, the check done", || async {
+        let info = bookie_1.call(v1::BookieInfoRequest {}).await.ok()?;
+        let m = client.metadata(id).await.ok()?;
+        let marks = marks(&client).await;
+        *last.lock().unwrap() = format!("{info:?}\n{m:?}\nmarks: {marks:?}");
+        if info.integrity_check_pending || m.state != quire_client::meta::LedgerState::Closed || !marks.is_empty() {
+            return None;
+        }
+        let r = every_copy_is_there(&client, &m, &data).await;
+        if let Err(e) = &r {
+            *last.lock().unwrap() = format!("{m:?}\n{e}");
+        }
+        r.ok()
+    })
+    .await;
+    if let Err(e) = done {
+        panic!(
+            "{e}\nlast seen: {}\n--- auditor ---\n{}\n--- worker ---\n{}\n{}",
+            last.lock().unwrap(),
+            auditor.log(),
+            worker.log(),
+            s.cluster.logs()
+        );
+    }
+    // The writer that was idle is fenced out; nothing it was told was stored is lost.
+    assert!(w.add(payload(5, 30)).await.is_err());
+}
+
 /// Flips one bit in the payload of `entry`'s record in the journal under
 /// `journal_dir`, found by the storage engine's own replay (read-only on an
 /// intact journal).

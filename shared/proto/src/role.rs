@@ -130,8 +130,10 @@ pub fn allowed(role: Role, method: Method) -> bool {
         GetLedger | ListLedgers | WatchLedger | ListBookies | WatchBookies => true,
         RegisterBookie | RenewLease => role == Bookie,
         // Autorecovery's bookkeeping: the auditor marks, workers repair and
-        // clear; a writer marks the copies it sent that no bookie confirmed.
-        MarkUnderReplicated => matches!(role, Auditor | ReplicationWorker | Gateway | Client | Admin),
+        // clear; a writer marks the copies it sent that no bookie confirmed;
+        // a bookie in its integrity check marks its own open ledgers in
+        // limbo (the metadata service lets it name only itself).
+        MarkUnderReplicated => matches!(role, Auditor | ReplicationWorker | Gateway | Client | Admin | Bookie),
         ClearUnderReplicated => matches!(role, Auditor | ReplicationWorker | Admin),
         ListUnderReplicated | GetLock => matches!(role, Auditor | ReplicationWorker | Gateway | Admin),
         // Bookies take a ledger's re-replication lock before dropping copies

@@ -172,7 +172,7 @@ impl Cluster {
             Target::Bookie(b) => {
                 a.extend(["--data-dir".into(), s(&self.bookie_dir(b))?]);
                 a.extend(["--metadata".into(), metadata, "--rack".into(), format!("rack-{b}")]);
-                a.extend(["--lease-ms".into(), "3000".into()]);
+                a.extend(["--lease-ms".into(), "3000".into(), "--limbo-idle-writer-ms".into(), "5000".into()]);
             }
             Target::Auditor(_) => {
                 a.extend(["--metadata".into(), metadata]);

@@ -10,7 +10,8 @@ use anyhow::Context;
 use quire_client::sim::rng::Rng;
 use quire_faults::{Fault, FileKind, Step, Target};
 use quire_metaclient::MetaClient;
-use quire_proto::v1;
+use quire_proto::{v1, Role};
+use quire_rpc::RpcClient;
 
 use crate::cluster::{name, Cluster};
 
@@ -25,6 +26,8 @@ fn wall_ms() -> u64 {
 pub struct Nemesis {
     pub cluster: Cluster,
     meta: Arc<MetaClient>,
+    /// Asks the bookies themselves (their integrity checks).
+    rpc: RpcClient,
     rt: tokio::runtime::Handle,
     rng: Rng,
     /// The replica `MetadataLeader` meant when an episode started, so that
@@ -43,6 +46,7 @@ impl Nemesis {
     pub fn new(
         cluster: Cluster,
         meta: Arc<MetaClient>,
+        rpc: RpcClient,
         rt: tokio::runtime::Handle,
         seed: u64,
     ) -> anyhow::Result<Nemesis> {
@@ -51,6 +55,7 @@ impl Nemesis {
         Ok(Nemesis {
             cluster,
             meta,
+            rpc,
             rt,
             rng: Rng::new(seed ^ 0x6e656d65),
             episode_leader: None,
@@ -84,8 +89,9 @@ impl Nemesis {
 
     /// Waits until the damage of the last data-destroying fault is repaired
     /// as far as autorecovery can tell: two replica checks have ended since
-    /// (the second began after the damage) and no ledger is marked
-    /// under-replicated. With Qw=2, a second disk lost before the first is
+    /// (the second began after the damage), no ledger is marked
+    /// under-replicated, and every bookie answers that its integrity check
+    /// is done (a bookie with ledgers in limbo still lacks copies it had). With Qw=2, a second disk lost before the first is
     /// re-replicated loses data in any system of this family: the fault
     /// model is one bookie away at a time, and a bookie whose copies are not
     /// restored yet is still away. False when `bound` passed first.
@@ -99,13 +105,28 @@ impl Nemesis {
                 let check_end = st.audit.as_ref().map_or(0, |a| a.replica_check_at_ms);
                 match first_check_end {
                     None if check_end > since => first_check_end = Some(check_end),
-                    Some(t1) if check_end > t1 && st.under_replicated_ledgers == 0 => return true,
+                    Some(t1) if check_end > t1 && st.under_replicated_ledgers == 0 && self.no_bookie_in_limbo() => {
+                        return true
+                    }
                     _ => {}
                 }
             }
             std::thread::sleep(Duration::from_millis(500));
         }
         false
+    }
+
+    /// Whether every bookie answers that no ledger of it is in limbo (one
+    /// that does not answer may be mid-check: not yet).
+    fn no_bookie_in_limbo(&self) -> bool {
+        self.cluster.targets().into_iter().filter(|t| matches!(t, Target::Bookie(_))).all(|t| {
+            let (Ok(addr), Target::Bookie(b)) = (self.cluster.addr(t), t) else { return false };
+            let peer = self.rpc.peer(&addr, Role::Bookie, Some(&b.to_string()));
+            let info = self.rt.block_on(async {
+                tokio::time::timeout(Duration::from_secs(2), peer.call(v1::BookieInfoRequest {})).await
+            });
+            matches!(info, Ok(Ok(i)) if !i.integrity_check_pending)
+        })
     }
 
     /// Which replica leads now (asked of the metadata service).
