@@ -58,9 +58,9 @@ check-model:
 		--recoverers 2 --runs 1 --crashes 1 --timeouts 1 --replacements 1 \
 		--max-states $(MODEL_MAX_STATES) $(if $(PRE_FIX),--pre-fix)
 
-# The protocol simulator over many seeds (make test runs 500 and every seed
+# The protocol simulator over many seeds (make test runs 5000 and every seed
 # that once failed): `make sim SEEDS=100000 START=0`.
-SEEDS ?= 10000
+SEEDS ?= 1000000
 START ?= 0
 sim:
 	$(CARGO) run --release -p quire-client --bin quire-sim -- --seeds $(SEEDS) --start $(START)

@@ -18,7 +18,13 @@ pub fn render(store: &Store, add_seconds: &quire_metrics::Histogram, limbo: &cra
         "1 while the data-integrity check has ledgers in limbo (their absent entries answered LEDGER_IN_LIMBO).",
         u64::from(!limbo.is_empty()),
     );
-    metric(&mut s, "quire_bookie_ledgers_in_limbo", "gauge", "Ledgers in limbo (0 before they are listed).", limbo.len());
+    metric(
+        &mut s,
+        "quire_bookie_ledgers_in_limbo",
+        "gauge",
+        "Ledgers in limbo (0 before they are listed).",
+        limbo.len(),
+    );
     add_seconds.render(
         &mut s,
         "quire_bookie_add_seconds",

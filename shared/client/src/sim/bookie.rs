@@ -3,7 +3,7 @@
 //! durable state is modelled: an answer leaves after its "fsync", so a crash
 //! keeps everything answered and loses only what was in flight.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use quire_proto::v1::Entry;
 
@@ -78,6 +78,9 @@ pub enum BookieResp {
     /// The unknown-ledger check could not reach the metadata service: the
     /// bookie is up, the add may be sent again (`Answer::Unavailable`).
     MetadataUnavailable,
+    /// The bookie lost data it may have acknowledged and has not refilled
+    /// this ledger yet: absence here is not evidence (LEDGER_IN_LIMBO).
+    Limbo,
     /// Any other refusal (a damaged entry...).
     Refused,
 }
@@ -103,6 +106,10 @@ pub struct SimBookie {
     /// Bumped by every crash: answers from before it are never sent.
     pub incarnation: u64,
     ledgers: BTreeMap<u64, Ledger>,
+    /// Ledgers in limbo (the data-integrity check, services/bookie/src/integrity.rs).
+    limbo: BTreeSet<u64>,
+    /// Ledgers in limbo the metadata service has said are open since.
+    vouched: BTreeSet<u64>,
 }
 
 /// What the bookie learns from the metadata service for a ledger it has never
@@ -112,7 +119,46 @@ pub type LedgerOpen = Option<bool>;
 impl SimBookie {
     /// A bookie with empty disks.
     pub fn new(id: String, instance_id: String, rack: String) -> SimBookie {
-        SimBookie { id, instance_id, rack, up: true, incarnation: 0, ledgers: BTreeMap::new() }
+        SimBookie {
+            id,
+            instance_id,
+            rack,
+            up: true,
+            incarnation: 0,
+            ledgers: BTreeMap::new(),
+            limbo: BTreeSet::new(),
+            vouched: BTreeSet::new(),
+        }
+    }
+
+    /// Its data is gone but its instance stays (the index lost, files from
+    /// an old backup): every entry and fence is lost, and `limbo` (a ledger
+    /// the metadata names this instance for) is in limbo until refilled.
+    pub fn lose_data(&mut self, limbo: Option<u64>) {
+        self.ledgers.clear();
+        self.limbo.extend(limbo);
+        self.vouched.clear();
+    }
+
+    /// Whether the ledger is in limbo here.
+    pub fn in_limbo(&self, ledger_id: u64) -> bool {
+        self.limbo.contains(&ledger_id)
+    }
+
+    /// Stores a copy the integrity check read from a peer.
+    pub fn refill(&mut self, entry: Entry) {
+        let led = self.ledgers.entry(entry.ledger_id).or_insert_with(|| Ledger { lac: -1, ..Ledger::default() });
+        led.entries.insert(entry.entry_id, entry);
+    }
+
+    /// The integrity check is done with the ledger (fencing it again first
+    /// when it is closed: the fence may have gone with the data).
+    pub fn release(&mut self, ledger_id: u64, fence: bool) {
+        if fence {
+            self.ledgers.entry(ledger_id).or_insert_with(|| Ledger { lac: -1, ..Ledger::default() }).fenced = true;
+        }
+        self.limbo.remove(&ledger_id);
+        self.vouched.remove(&ledger_id);
     }
 
     /// Whether it has ever seen the ledger.
@@ -160,7 +206,10 @@ impl SimBookie {
                     return BookieResp::Refused;
                 }
                 let l = entry.ledger_id;
-                if !recovery && !self.knows(l) {
+                // A ledger never seen, or one in limbo not vouched for since
+                // (its fence may have gone with the data): ask the metadata.
+                let unvouched = self.limbo.contains(&l) && !self.vouched.contains(&l);
+                if !recovery && (!self.knows(l) || unvouched) {
                     match ledger_open(l) {
                         None => return BookieResp::MetadataUnavailable,
                         Some(false) => {
@@ -168,7 +217,11 @@ impl SimBookie {
                                 true;
                             return BookieResp::LedgerFenced;
                         }
-                        Some(true) => {}
+                        Some(true) => {
+                            if self.limbo.contains(&l) {
+                                self.vouched.insert(l);
+                            }
+                        }
                     }
                 }
                 let led = self.ledgers.entry(l).or_insert_with(|| Ledger { lac: -1, ..Ledger::default() });
@@ -194,9 +247,11 @@ impl SimBookie {
                 match self.ledgers.get(&ledger_id).and_then(|l| l.entries.get(&entry_id)) {
                     Some(e) if e.digest_ok() => BookieResp::Entry(e.clone()),
                     Some(_) => BookieResp::Corrupt,
+                    None if self.limbo.contains(&ledger_id) => BookieResp::Limbo,
                     None => BookieResp::NoSuchEntry { instance_id: self.instance_id.clone() },
                 }
             }
+            BookieReq::ReadLac { ledger_id } if self.limbo.contains(&ledger_id) => BookieResp::Limbo,
             BookieReq::ReadLac { ledger_id } => match self.ledgers.get(&ledger_id) {
                 Some(l) => BookieResp::Lac(l.lac),
                 None => BookieResp::NoSuchEntry { instance_id: self.instance_id.clone() },

@@ -1,7 +1,8 @@
-//! The simulated world: one ledger, its writer, a recovery client and a
-//! reader, bookies and the metadata store, a network that delays, drops and
-//! partitions, and a clock that only moves from event to event. Everything
-//! random comes from the seed.
+//! The simulated world: one ledger, its writer, one to three recovering
+//! clients that may run at once (the gateway's recover, a worker, an
+//! application) and a reader, bookies and the metadata store, a network that
+//! delays, drops and partitions, and a clock that only moves from event to
+//! event. Everything random comes from the seed.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -27,8 +28,8 @@ const MS: Time = 1000;
 pub enum Client {
     /// The ledger's writer.
     Writer,
-    /// The recovering client.
-    Recovery,
+    /// A recovering client (by index).
+    Recovery(usize),
     /// A tailing reader.
     Reader,
 }
@@ -37,9 +38,9 @@ pub enum Client {
 enum Caller {
     WriterAdd { entry_id: u64, position: usize, member: Member },
     WriterLac,
-    Fence { gen: u64, position: usize },
-    RecRead { gen: u64, entry_id: u64, position: usize },
-    RecWrite { gen: u64, entry_id: u64, position: usize, member: Member },
+    Fence { r: usize, gen: u64, position: usize },
+    RecRead { r: usize, gen: u64, entry_id: u64, position: usize },
+    RecWrite { r: usize, gen: u64, entry_id: u64, position: usize, member: Member },
     ReaderLac,
     ReaderRead { entry_id: u64, rest: Vec<String> },
 }
@@ -48,7 +49,7 @@ impl Caller {
     fn client(&self) -> Client {
         match self {
             Caller::WriterAdd { .. } | Caller::WriterLac => Client::Writer,
-            Caller::Fence { .. } | Caller::RecRead { .. } | Caller::RecWrite { .. } => Client::Recovery,
+            Caller::Fence { r, .. } | Caller::RecRead { r, .. } | Caller::RecWrite { r, .. } => Client::Recovery(*r),
             Caller::ReaderLac | Caller::ReaderRead { .. } => Client::Reader,
         }
     }
@@ -56,10 +57,34 @@ impl Caller {
 
 #[derive(Debug, Clone)]
 enum MetaOp {
-    WriterChange { failed: Vec<usize>, first: u64, deadline: Time },
-    RecoveryMark { gen: u64 },
-    RecoveryReplace { gen: u64, failed: Vec<usize>, first: u64, members: Vec<Member>, deadline: Time },
-    RecoveryClose { gen: u64, base: u64, last: i64, length: u64, ensembles: BTreeMap<u64, Vec<Member>> },
+    /// `sent`: the last attempt's intended record when its reply was lost
+    /// (the shell settles an unknown outcome against it).
+    WriterChange {
+        failed: Vec<usize>,
+        first: u64,
+        deadline: Time,
+        sent: Option<Box<LedgerMeta>>,
+    },
+    RecoveryMark {
+        r: usize,
+        gen: u64,
+    },
+    RecoveryReplace {
+        r: usize,
+        gen: u64,
+        failed: Vec<usize>,
+        first: u64,
+        members: Vec<Member>,
+        deadline: Time,
+    },
+    RecoveryClose {
+        r: usize,
+        gen: u64,
+        base: u64,
+        last: i64,
+        length: u64,
+        ensembles: BTreeMap<u64, Vec<Member>>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -73,18 +98,43 @@ enum Fault {
     MetaUp,
     Corrupt(usize),
     WriterCrash,
+    /// A recovering client stops where it is (crash, lost claim, deadline);
+    /// what it already sent still lands. It starts over later.
+    RecovererCrash(usize),
+    /// A bookie loses its data but keeps its instance (index lost, files
+    /// restored from an old copy): its ledger is in limbo until refilled.
+    LoseData(usize),
 }
 
 #[derive(Debug, Clone)]
 enum Ev {
-    Apply { bookie: usize, incarnation: u64, req_id: u64, req: BookieReq },
-    Respond { req_id: u64, resp: BookieResp },
-    Timeout { req_id: u64 },
+    Apply {
+        bookie: usize,
+        incarnation: u64,
+        req_id: u64,
+        req: BookieReq,
+    },
+    Respond {
+        req_id: u64,
+        resp: BookieResp,
+    },
+    Timeout {
+        req_id: u64,
+    },
     WriterAdd,
     WriterTick,
     Meta(MetaOp),
-    RecoveryStart,
-    RecoveryTick { gen: u64 },
+    RecoveryStart {
+        r: usize,
+    },
+    RecoveryTick {
+        r: usize,
+        gen: u64,
+    },
+    /// A bookie's data-integrity check looks at its ledger in limbo.
+    IntegrityTick {
+        bookie: usize,
+    },
     ReaderTick,
     Fault(Fault),
 }
@@ -113,6 +163,23 @@ pub struct Scenario {
     pub loss_budget: usize,
     /// Faults are injected until this time.
     pub safety_until: Time,
+    /// Recovering clients.
+    pub recoverers: usize,
+    /// Probability a recovering client stops at each step it takes.
+    pub recoverer_crash: f64,
+    /// Probability the reply to an applied compare-and-set is lost.
+    pub cas_reply_loss: f64,
+    /// Probability a recovering client stops at each point where stopping
+    /// leaves the most behind: right after its mark, after fencing, after a
+    /// write-back replacement, before its close.
+    pub aimed_stop: f64,
+    /// Probability a bookie crashes the moment a recovery starts writing
+    /// back to it (a fault aimed at the write-back: its replacement path).
+    pub writeback_crash: f64,
+    /// A deliberately broken recovery, to show the checkers catch it: the
+    /// write-back's replacements are stored by CAS as they are made (the
+    /// code before issue #19 item 1). Never on in a real run.
+    pub store_replacements_early: bool,
 }
 
 /// Counters from a run.
@@ -127,6 +194,16 @@ pub struct Stats {
     pub unavailable: u64,
     /// Recovery attempts that failed (and were retried).
     pub recovery_failures: u64,
+    /// Recovery attempts started.
+    pub recoveries: u64,
+    /// Attempts that overlapped another recoverer's.
+    pub overlapping_recoveries: u64,
+    /// Recovering clients stopped mid-way.
+    pub recoverer_crashes: u64,
+    /// Compare-and-sets applied whose reply was lost.
+    pub cas_replies_lost: u64,
+    /// Reads answered LEDGER_IN_LIMBO.
+    pub limbo_answers: u64,
     /// The closed ledger's last entry.
     pub last_entry_id: i64,
     /// Requests sent to bookies.
@@ -166,11 +243,12 @@ pub struct World {
     writer_alive: bool,
     submitted: BTreeMap<u64, Bytes>,
     adds_left: u64,
-    // Recovery.
-    rec: Option<Recovery>,
+    // Recovering clients; generations are unique across them.
+    recs: Vec<Recoverer>,
     rec_gen: u64,
-    rec_meta: Option<LedgerMeta>,
-    rec_running: bool,
+    /// The record each attempt's close compares against, by generation
+    /// (a close in flight lands after its client stopped).
+    close_basis: BTreeMap<u64, LedgerMeta>,
     // The oracle.
     acked: BTreeMap<u64, Bytes>,
     losses: usize,
@@ -178,6 +256,21 @@ pub struct World {
     /// Counters.
     pub stats: Stats,
     log: Vec<String>,
+}
+
+/// One recovering client.
+#[derive(Debug, Default)]
+struct Recoverer {
+    /// Its current attempt (answers to an older one are dropped).
+    gen: u64,
+    rec: Option<Recovery>,
+    /// The record its attempt started from.
+    meta: Option<LedgerMeta>,
+    running: bool,
+    /// Its attempt has written back (the aimed crash comes once).
+    wrote_back: bool,
+    /// The points of its attempt where an aimed stop was tried already.
+    passed: BTreeSet<&'static str>,
 }
 
 impl World {
@@ -196,6 +289,12 @@ impl World {
             loss: *rng.pick(&[0.0, 0.0, 0.01, 0.05]),
             loss_budget,
             safety_until: rng.range(200, 1500) * MS,
+            recoverers: rng.range(1, 4) as usize,
+            recoverer_crash: *rng.pick(&[0.0, 0.02, 0.05, 0.1]),
+            cas_reply_loss: *rng.pick(&[0.0, 0.0, 0.1, 0.3]),
+            writeback_crash: *rng.pick(&[0.0, 0.3, 0.7]),
+            aimed_stop: *rng.pick(&[0.0, 0.1, 0.3]),
+            store_replacements_early: false,
         };
         let racks = ["r1", "r2", "r3"];
         let mut world = World {
@@ -217,10 +316,9 @@ impl World {
             writer_alive: true,
             submitted: BTreeMap::new(),
             adds_left: scenario.adds,
-            rec: None,
+            recs: (0..scenario.recoverers).map(|_| Recoverer::default()).collect(),
             rec_gen: 0,
-            rec_meta: None,
-            rec_running: false,
+            close_basis: BTreeMap::new(),
             acked: BTreeMap::new(),
             losses: 0,
             healing: false,
@@ -237,6 +335,15 @@ impl World {
             world.bookies.push(SimBookie::new(id, inst, rack));
         }
         world
+    }
+
+    /// A world for `seed`, its scenario changed by `tweak` (tests that show
+    /// the checkers catch a broken protocol).
+    pub fn new_with(seed: u64, tweak: impl FnOnce(&mut Scenario)) -> World {
+        let mut w = World::new(seed);
+        tweak(&mut w.scenario);
+        w.recs = (0..w.scenario.recoverers.max(1)).map(|_| Recoverer::default()).collect();
+        w
     }
 
     /// The scenario drawn from the seed.
@@ -326,7 +433,11 @@ impl World {
             if !self.healing && self.now >= self.scenario.safety_until {
                 self.heal();
             }
-            if self.healing && self.meta.ledgers[&self.ledger_id].state == LedgerState::Closed && !self.rec_running {
+            if self.healing
+                && self.meta.ledgers[&self.ledger_id].state == LedgerState::Closed
+                && self.recs.iter().all(|r| !r.running)
+                && self.bookies.iter().all(|b| !b.in_limbo(self.ledger_id))
+            {
                 break;
             }
         }
@@ -378,14 +489,15 @@ impl World {
         for _ in 0..n {
             let t = self.rng.range(0, until);
             let b = self.rng.range(0, self.scenario.bookies as u64) as usize;
-            let f = match self.rng.range(0, 7) {
+            let f = match self.rng.range(0, 9) {
                 0 | 1 => Fault::Crash(b),
                 2 if budget > 0 => {
                     budget -= 1;
                     Fault::Replace(b)
                 }
                 3 => {
-                    let c = *self.rng.pick(&[Client::Writer, Client::Recovery, Client::Reader]);
+                    let r = self.rng.range(0, self.recs.len() as u64) as usize;
+                    let c = *self.rng.pick(&[Client::Writer, Client::Recovery(r), Client::Reader]);
                     Fault::Partition(c, b, self.rng.range(20, 400) * MS)
                 }
                 4 => Fault::MetaDown(self.rng.range(10, 300) * MS),
@@ -393,6 +505,11 @@ impl World {
                     budget -= 1;
                     Fault::Corrupt(b)
                 }
+                6 if budget > 0 => {
+                    budget -= 1;
+                    Fault::LoseData(b)
+                }
+                7 => Fault::RecovererCrash(self.rng.range(0, self.recs.len() as u64) as usize),
                 _ => Fault::Crash(b),
             };
             self.at(t, Ev::Fault(f));
@@ -401,9 +518,15 @@ impl World {
             let t = self.rng.range(0, until);
             self.at(t, Ev::Fault(Fault::WriterCrash));
         }
-        if self.rng.chance(0.6) {
-            let t = self.rng.range(0, until);
-            self.at(t, Ev::RecoveryStart);
+        // Each recovering client starts up to twice, at any time: several
+        // may overlap, and one may start while another is half-way.
+        for r in 0..self.recs.len() {
+            for _ in 0..self.rng.range(0, 3) {
+                if self.rng.chance(0.6) {
+                    let t = self.rng.range(0, until);
+                    self.at(t, Ev::RecoveryStart { r });
+                }
+            }
         }
     }
 
@@ -422,8 +545,8 @@ impl World {
             }
         }
         self.writer_alive = false;
-        if !self.rec_running {
-            self.after(MS, Ev::RecoveryStart);
+        if self.recs.iter().all(|r| !r.running) {
+            self.after(MS, Ev::RecoveryStart { r: 0 });
         }
     }
 
@@ -470,24 +593,31 @@ impl World {
                 }
             }
             Ev::Meta(op) => self.meta_op(op)?,
-            Ev::RecoveryStart => {
-                if !self.rec_running {
-                    self.rec_running = true;
+            Ev::RecoveryStart { r } => {
+                if !self.recs[r].running {
                     self.rec_gen += 1;
                     let gen = self.rec_gen;
-                    self.note(format!("recovery {gen} starts"));
+                    self.stats.recoveries += 1;
+                    if self.recs.iter().any(|x| x.running) {
+                        self.stats.overlapping_recoveries += 1;
+                    }
+                    let me = &mut self.recs[r];
+                    (me.running, me.gen, me.rec, me.meta, me.wrote_back) = (true, gen, None, None, false);
+                    me.passed.clear();
+                    self.note(format!("recovery {gen} (client {r}) starts"));
                     let d = self.rng.range(500, 3000);
-                    self.after(d, Ev::Meta(MetaOp::RecoveryMark { gen }));
+                    self.after(d, Ev::Meta(MetaOp::RecoveryMark { r, gen }));
                 }
             }
-            Ev::RecoveryTick { gen } => {
-                if gen == self.rec_gen && self.rec.is_some() {
+            Ev::RecoveryTick { r, gen } => {
+                if self.current(r, gen) {
                     let now = self.instant();
-                    let steps = self.rec.as_mut().expect("checked").tick(now);
-                    self.recovery_steps(gen, steps)?;
-                    self.after(10 * MS, Ev::RecoveryTick { gen });
+                    let steps = self.recs[r].rec.as_mut().expect("checked").tick(now);
+                    self.recovery_steps(r, gen, steps)?;
+                    self.after(10 * MS, Ev::RecoveryTick { r, gen });
                 }
             }
+            Ev::IntegrityTick { bookie } => self.integrity_tick(bookie),
             Ev::ReaderTick => self.reader_tick(),
             Ev::Fault(f) => self.fault(f),
         }
@@ -545,6 +675,112 @@ impl World {
                 }
             }
             Fault::WriterCrash => self.writer_alive = false,
+            Fault::RecovererCrash(r) => self.recoverer_stops(r),
+            Fault::LoseData(i) => {
+                // In limbo only if the metadata names this instance for the
+                // ledger (the real check lists the ledgers naming it).
+                let b = &self.bookies[i];
+                let named = self.meta.ledgers[&self.ledger_id]
+                    .segments
+                    .iter()
+                    .any(|s| s.members.iter().any(|m| m.bookie_id == b.id && m.instance_id == b.instance_id));
+                self.bookies[i].lose_data(named.then_some(self.ledger_id));
+                self.bookies[i].incarnation += 1;
+                self.losses += 1;
+                if named {
+                    self.after(20 * MS, Ev::IntegrityTick { bookie: i });
+                }
+            }
+        }
+    }
+
+    /// At `point` of client `r`'s attempt (each tried once per attempt), it
+    /// stops with the scenario's aimed probability; true when it stopped.
+    fn aimed_stop(&mut self, r: usize, point: &'static str) -> bool {
+        if self.healing || !self.recs[r].passed.insert(point) || !self.rng.chance(self.scenario.aimed_stop) {
+            return false;
+        }
+        self.note(format!("recovery {}: stops {point}", self.recs[r].gen));
+        self.recoverer_stops(r);
+        true
+    }
+
+    /// Whether `gen` is recovering client `r`'s attempt in progress.
+    fn current(&self, r: usize, gen: u64) -> bool {
+        self.recs[r].gen == gen && self.recs[r].rec.is_some()
+    }
+
+    /// Recovering client `r` stops where it is; a later attempt starts over
+    /// (as a worker whose claim lapsed, or an application retrying).
+    fn recoverer_stops(&mut self, r: usize) {
+        if !self.recs[r].running || self.healing {
+            return;
+        }
+        self.stats.recoverer_crashes += 1;
+        self.note(format!("recovery {} (client {r}) stops half-way", self.recs[r].gen));
+        let me = &mut self.recs[r];
+        (me.running, me.rec, me.meta) = (false, None, None);
+        me.gen = 0;
+        let d = self.rng.range(50, 500) * MS;
+        self.after(d, Ev::RecoveryStart { r });
+    }
+
+    /// The data-integrity check of bookie `i`, for the ledger in limbo: a
+    /// closed ledger is fenced again and refilled from the other copies of
+    /// the fragments naming this instance, then released; an open one whose
+    /// writer is idle is marked, and a recovering client is started (the
+    /// worker that takes the mark).
+    fn integrity_tick(&mut self, i: usize) {
+        let l = self.ledger_id;
+        if !self.bookies[i].in_limbo(l) {
+            return;
+        }
+        if !self.bookies[i].up {
+            self.after(20 * MS, Ev::IntegrityTick { bookie: i });
+            return;
+        }
+        let Some(Some(meta)) = self.meta.get(l) else {
+            self.after(20 * MS, Ev::IntegrityTick { bookie: i });
+            return;
+        };
+        if meta.state != LedgerState::Closed {
+            if self.recs.iter().all(|r| !r.running) {
+                let r = self.rng.range(0, self.recs.len() as u64) as usize;
+                let d = self.rng.range(50, 300) * MS;
+                self.after(d, Ev::RecoveryStart { r });
+            }
+            self.after(100 * MS, Ev::IntegrityTick { bookie: i });
+            return;
+        }
+        let (id, inst) = (self.bookies[i].id.clone(), self.bookies[i].instance_id.clone());
+        let mut missing = false;
+        for e in 0..=meta.last_entry_id.max(-1) {
+            let e = e as u64;
+            let seg = meta.segment_of(e);
+            let ws = meta.quorums.write_set(e);
+            if !ws.iter().any(|&p| seg.members[p].bookie_id == id && seg.members[p].instance_id == inst) {
+                continue;
+            }
+            if self.bookies[i].entry(l, e).is_some_and(|x| x.digest_ok()) {
+                continue;
+            }
+            let copy = ws.iter().find_map(|&p| {
+                let m = &seg.members[p];
+                let b = &self.bookies[self.bookie_index(&m.bookie_id)];
+                (b.up && b.instance_id == m.instance_id)
+                    .then(|| b.entry(l, e).filter(|x| x.digest_ok()).cloned())
+                    .flatten()
+            });
+            match copy {
+                Some(x) => self.bookies[i].refill(x),
+                None => missing = true,
+            }
+        }
+        if missing {
+            self.after(100 * MS, Ev::IntegrityTick { bookie: i });
+        } else {
+            self.bookies[i].release(l, true);
+            self.note(format!("{id}: refilled, fenced again, out of limbo"));
         }
     }
 
@@ -592,7 +828,7 @@ impl World {
                         // Guarantee 3: nothing is acknowledged past a close.
                         if stored.state == LedgerState::Closed && id as i64 > stored.last_entry_id {
                             return Err(Violation(format!(
-                                "entry {id} acknowledged after the ledger was closed at {}",
+                                "NoDivergenceBetweenClientAndMetaData: entry {id} acknowledged after the ledger was closed at {}",
                                 stored.last_entry_id
                             )));
                         }
@@ -608,7 +844,8 @@ impl World {
                     self.note(format!("writer: change ensemble {failed:?} from {first_entry_id}"));
                     let deadline = self.now + 2000 * MS;
                     let d = self.rng.range(500, 3000);
-                    self.after(d, Ev::Meta(MetaOp::WriterChange { failed, first: first_entry_id, deadline }));
+                    let op = MetaOp::WriterChange { failed, first: first_entry_id, deadline, sent: None };
+                    self.after(d, Ev::Meta(op));
                 }
                 writer::Command::CopyLost { entry_id, member, .. } => {
                     self.stats.lost_copies += 1;
@@ -625,15 +862,35 @@ impl World {
         Ok(())
     }
 
+    /// A compare-and-set; with the scenario's probability the reply to an
+    /// applied one is lost, and the caller sees an unknown outcome.
+    fn cas(&mut self, expected_version: u64, next: LedgerMeta) -> Result<LedgerMeta, CasError> {
+        let r = self.meta.cas(expected_version, next);
+        if r.is_ok() && self.rng.chance(self.scenario.cas_reply_loss) {
+            self.stats.cas_replies_lost += 1;
+            self.note("metadata: a CAS applied, its reply lost".into());
+            return Err(CasError::Unavailable);
+        }
+        r
+    }
+
     /// One ensemble-change attempt, as the shell does it: check for a fence,
-    /// choose replacements, compare-and-set; `Err` retries later.
+    /// choose replacements, compare-and-set; `Err` retries later, with the
+    /// record it sent when that attempt's outcome is unknown (`sent`: the
+    /// previous attempt's, settled first, as the shell does).
     fn change(
         &mut self,
         mut meta: LedgerMeta,
         failed: &[usize],
         first: u64,
-    ) -> Result<Result<LedgerMeta, FailReason>, ()> {
-        let Some(Some(stored)) = self.meta.get(self.ledger_id) else { return Err(()) };
+        sent: Option<&LedgerMeta>,
+    ) -> Result<Result<LedgerMeta, FailReason>, Option<Box<LedgerMeta>>> {
+        let Some(Some(stored)) = self.meta.get(self.ledger_id) else { return Err(sent.cloned().map(Box::new)) };
+        if let Some(sent) = sent {
+            if stored.version > meta.version && stored.state == sent.state && stored.segments == sent.segments {
+                return Ok(Ok(stored));
+            }
+        }
         if stored.version != meta.version {
             match writer_conflict(&meta, &stored) {
                 Conflict::Fenced => return Ok(Err(FailReason::Fenced)),
@@ -642,15 +899,15 @@ impl World {
         }
         let seed = self.rng.next_u64();
         let cands = self.live_candidates();
-        let members =
-            replace_members(&meta.last_segment().members, failed, meta.quorums.write, &cands, seed).map_err(|_| ())?;
+        let members = replace_members(&meta.last_segment().members, failed, meta.quorums.write, &cands, seed)
+            .map_err(|_| None)?;
         let intended = meta.with_ensemble(first, members);
-        match self.meta.cas(meta.version, intended) {
+        match self.cas(meta.version, intended.clone()) {
             Ok(m) => Ok(Ok(m)),
-            Err(CasError::Unavailable) => Err(()),
+            Err(CasError::Unavailable) => Err(Some(Box::new(intended))),
             Err(CasError::Conflict(stored)) => match writer_conflict(&meta, &stored) {
                 Conflict::Fenced => Ok(Err(FailReason::Fenced)),
-                Conflict::Retry(_) => Err(()),
+                Conflict::Retry(_) => Err(None),
             },
         }
     }
@@ -658,12 +915,12 @@ impl World {
     fn meta_op(&mut self, op: MetaOp) -> Result<(), Violation> {
         let now = self.instant();
         match op {
-            MetaOp::WriterChange { failed, first, deadline } => {
+            MetaOp::WriterChange { failed, first, deadline, sent } => {
                 if !self.writer_alive {
                     return Ok(());
                 }
                 let meta = self.writer_meta.clone().expect("writer meta");
-                match self.change(meta, &failed, first) {
+                match self.change(meta, &failed, first, sent.as_deref()) {
                     Ok(Ok(m)) => {
                         self.stats.ensemble_changes += 1;
                         let seg = m.last_segment().clone();
@@ -680,36 +937,39 @@ impl World {
                         let cmds = self.writer.as_mut().expect("writer").abort(reason);
                         self.writer_commands(cmds)?;
                     }
-                    Err(()) if self.now < deadline => {
-                        self.after(50 * MS, Ev::Meta(MetaOp::WriterChange { failed, first, deadline }))
+                    Err(sent) if self.now < deadline => {
+                        self.after(50 * MS, Ev::Meta(MetaOp::WriterChange { failed, first, deadline, sent }))
                     }
-                    Err(()) => {
+                    Err(_) => {
                         let cmds = self.writer.as_mut().expect("writer").abort(FailReason::NotEnoughBookies);
                         self.writer_commands(cmds)?;
                     }
                 }
             }
-            MetaOp::RecoveryMark { gen } => {
-                if gen != self.rec_gen {
+            MetaOp::RecoveryMark { r, gen } => {
+                if self.recs[r].gen != gen || !self.recs[r].running {
                     return Ok(());
                 }
                 let Some(Some(stored)) = self.meta.get(self.ledger_id) else {
-                    self.after(50 * MS, Ev::Meta(MetaOp::RecoveryMark { gen }));
+                    self.after(50 * MS, Ev::Meta(MetaOp::RecoveryMark { r, gen }));
                     return Ok(());
                 };
                 match stored.state {
                     LedgerState::Closed => {
-                        self.rec_running = false;
-                        self.note("recovery: already closed".into());
+                        self.recs[r].running = false;
+                        self.note(format!("recovery {gen}: already closed"));
                     }
                     LedgerState::Open => {
                         let mut next = stored.clone();
                         next.state = LedgerState::InRecovery;
-                        let _ = self.meta.cas(stored.version, next);
+                        let _ = self.cas(stored.version, next);
                         let d = self.rng.range(500, 3000);
-                        self.after(d, Ev::Meta(MetaOp::RecoveryMark { gen }));
+                        self.after(d, Ev::Meta(MetaOp::RecoveryMark { r, gen }));
                     }
                     LedgerState::InRecovery => {
+                        if self.aimed_stop(r, "after its mark") {
+                            return Ok(());
+                        }
                         let opts = RecoveryOptions {
                             read_window: self.rng.range(1, 8) as usize,
                             writer: WriterOptions {
@@ -720,16 +980,16 @@ impl World {
                             },
                         };
                         self.note(format!("recovery {gen}: fencing {:?}", ids(&stored.last_segment().members)));
-                        let (r, steps) = Recovery::new(stored.clone(), opts);
-                        self.rec = Some(r);
-                        self.rec_meta = Some(stored);
-                        self.recovery_steps(gen, steps)?;
-                        self.after(10 * MS, Ev::RecoveryTick { gen });
+                        let (rec, steps) = Recovery::new(stored.clone(), opts);
+                        self.recs[r].rec = Some(rec);
+                        self.recs[r].meta = Some(stored);
+                        self.recovery_steps(r, gen, steps)?;
+                        self.after(10 * MS, Ev::RecoveryTick { r, gen });
                     }
                 }
             }
-            MetaOp::RecoveryReplace { gen, failed, first, members, deadline } => {
-                if gen != self.rec_gen || self.rec.is_none() {
+            MetaOp::RecoveryReplace { r, gen, failed, first, members, deadline } => {
+                if !self.current(r, gen) {
                     return Ok(());
                 }
                 // As the shell does: replacements chosen from the registry,
@@ -740,97 +1000,158 @@ impl World {
                     Some(Some(_)) => replace_members(&members, &failed, self.scenario.quorums.write, &cands, seed).ok(),
                     _ => None,
                 };
+                if let (Some(m), true) = (&chosen, self.scenario.store_replacements_early) {
+                    // The broken protocol: the replacement stored by CAS now.
+                    let meta = self.recs[r].meta.clone().expect("recovery meta");
+                    if let Ok(stored) = self.meta.cas(meta.version, meta.with_ensemble(first, m.clone())) {
+                        self.recs[r].meta = Some(stored);
+                    }
+                }
                 let steps = match chosen {
                     Some(m) => {
                         self.note(format!("recovery {gen}: write-back ensemble from {first} is {:?}", ids(&m)));
-                        self.rec.as_mut().expect("checked").replaced(first, m, now)
+                        let steps = self.recs[r].rec.as_mut().expect("checked").replaced(first, m, now);
+                        if self.aimed_stop(r, "after a write-back replacement") {
+                            return Ok(());
+                        }
+                        steps
                     }
                     None if self.now < deadline => {
-                        let op = MetaOp::RecoveryReplace { gen, failed, first, members, deadline };
+                        let op = MetaOp::RecoveryReplace { r, gen, failed, first, members, deadline };
                         self.after(50 * MS, Ev::Meta(op));
                         Vec::new()
                     }
-                    None => self.rec.as_mut().expect("checked").write_aborted(FailReason::NotEnoughBookies),
+                    None => self.recs[r].rec.as_mut().expect("checked").write_aborted(FailReason::NotEnoughBookies),
                 };
-                self.recovery_steps(gen, steps)?;
+                self.recovery_steps(r, gen, steps)?;
             }
-            MetaOp::RecoveryClose { gen, base, last, length, ensembles } => {
-                if gen != self.rec_gen {
+            MetaOp::RecoveryClose { r, gen, base, last, length, ensembles } => {
+                // The request was sent: it lands even if its client has
+                // stopped since. Only the reaction needs the client.
+                let Some(meta) = self.close_basis.get(&gen).cloned() else { return Ok(()) };
+                let next = meta.closed_by_recovery(base, &ensembles, last, length);
+                let res = self.cas(meta.version, next);
+                if let Ok(m) = &res {
+                    self.note(format!("recovery {gen}: closed at {last}"));
+                    self.stats.last_entry_id = m.last_entry_id;
+                    self.check_closed()?;
+                }
+                if !self.current(r, gen) {
                     return Ok(());
                 }
-                let meta = self.rec_meta.clone().expect("recovery meta");
-                let next = meta.closed_by_recovery(base, &ensembles, last, length);
-                match self.meta.cas(meta.version, next) {
-                    Ok(m) => {
-                        self.note(format!("recovery {gen}: closed at {last}"));
-                        self.stats.last_entry_id = m.last_entry_id;
-                        self.finish_recovery();
-                    }
+                match res {
+                    Ok(_) => self.finish_recovery(r),
                     Err(CasError::Unavailable) => {
-                        self.after(50 * MS, Ev::Meta(MetaOp::RecoveryClose { gen, base, last, length, ensembles }))
+                        let op = MetaOp::RecoveryClose { r, gen, base, last, length, ensembles };
+                        self.after(50 * MS, Ev::Meta(op))
                     }
-                    Err(CasError::Conflict(stored)) if stored.state == LedgerState::Closed => self.finish_recovery(),
-                    Err(CasError::Conflict(_)) => self.recovery_failed(RecoveryError::WriteBack(FailReason::Fenced)),
+                    Err(CasError::Conflict(stored)) if stored.state == LedgerState::Closed => {
+                        self.stats.last_entry_id = stored.last_entry_id;
+                        self.finish_recovery(r)
+                    }
+                    Err(CasError::Conflict(_)) => self.recovery_failed(r, RecoveryError::WriteBack(FailReason::Fenced)),
                 }
             }
         }
         Ok(())
     }
 
-    fn finish_recovery(&mut self) {
-        self.rec = None;
-        self.rec_running = false;
+    /// NoDivergenceBetweenClientAndMetaData (Vanlightly's TLA+ invariant),
+    /// the moment the ledger is closed: no entry the writer was told was
+    /// stored lies past the close.
+    fn check_closed(&self) -> Result<(), Violation> {
+        let stored = &self.meta.ledgers[&self.ledger_id];
+        let max_acked = self.acked.len() as i64 - 1;
+        if stored.state == LedgerState::Closed && stored.last_entry_id < max_acked {
+            return Err(Violation(format!(
+                "NoDivergenceBetweenClientAndMetaData: closed at {} below acknowledged entry {max_acked}",
+                stored.last_entry_id
+            )));
+        }
+        Ok(())
     }
 
-    fn recovery_failed(&mut self, e: RecoveryError) {
+    fn finish_recovery(&mut self, r: usize) {
+        let me = &mut self.recs[r];
+        (me.running, me.rec, me.meta) = (false, None, None);
+    }
+
+    fn recovery_failed(&mut self, r: usize, e: RecoveryError) {
         self.stats.recovery_failures += 1;
-        self.note(format!("recovery {} failed: {e}", self.rec_gen));
-        self.rec = None;
-        self.rec_running = false;
+        self.note(format!("recovery {} failed: {e}", self.recs[r].gen));
+        self.finish_recovery(r);
         // Retried later, as the replication worker would.
         let d = self.rng.range(50, 300) * MS;
-        self.after(d, Ev::RecoveryStart);
+        self.after(d, Ev::RecoveryStart { r });
     }
 
-    fn recovery_steps(&mut self, gen: u64, steps: Vec<Step>) -> Result<(), Violation> {
+    fn recovery_steps(&mut self, r: usize, gen: u64, steps: Vec<Step>) -> Result<(), Violation> {
         let l = self.ledger_id;
+        // A recovering client may stop at any step: after the mark, after
+        // fencing, mid-read, after a write-back replacement, before the close.
+        if !steps.is_empty() && !self.healing && self.rng.chance(self.scenario.recoverer_crash) {
+            self.recoverer_stops(r);
+            return Ok(());
+        }
         for s in steps {
+            if !self.current(r, gen) {
+                break;
+            }
             match s {
                 Step::Fence { position, member } => {
-                    self.send(Caller::Fence { gen, position }, &member.bookie_id, BookieReq::Fence { ledger_id: l })
+                    self.send(Caller::Fence { r, gen, position }, &member.bookie_id, BookieReq::Fence { ledger_id: l })
                 }
-                Step::Read { entry_id, position, member } => self.send(
-                    Caller::RecRead { gen, entry_id, position },
-                    &member.bookie_id,
-                    BookieReq::Read { ledger_id: l, entry_id, fence: true },
-                ),
+                Step::Read { entry_id, position, member } => {
+                    if self.aimed_stop(r, "after fencing") {
+                        break;
+                    }
+                    self.send(
+                        Caller::RecRead { r, gen, entry_id, position },
+                        &member.bookie_id,
+                        BookieReq::Read { ledger_id: l, entry_id, fence: true },
+                    )
+                }
                 Step::Write(writer::Command::Send { position, member, entry, recovery }) => {
-                    let caller = Caller::RecWrite { gen, entry_id: entry.entry_id, position, member: member.clone() };
+                    if !self.recs[r].wrote_back {
+                        self.recs[r].wrote_back = true;
+                        if !self.healing && self.rng.chance(self.scenario.writeback_crash) {
+                            let b = self.bookie_index(&member.bookie_id);
+                            self.at(self.now, Ev::Fault(Fault::Crash(b)));
+                        }
+                    }
+                    let caller =
+                        Caller::RecWrite { r, gen, entry_id: entry.entry_id, position, member: member.clone() };
                     let req = BookieReq::Add { entry, expected_instance: member.instance_id.clone(), recovery };
                     self.send(caller, &member.bookie_id, req);
                 }
                 Step::Replace { failed, first_entry_id, members } => {
                     let deadline = self.now + 2000 * MS;
                     let d = self.rng.range(500, 3000);
-                    let op = MetaOp::RecoveryReplace { gen, failed, first: first_entry_id, members, deadline };
+                    let op = MetaOp::RecoveryReplace { r, gen, failed, first: first_entry_id, members, deadline };
                     self.after(d, Ev::Meta(op));
                 }
                 Step::Write(_) => {}
                 Step::Close { last_entry_id, length, ensembles } => {
-                    // Guarantee 4 (checked before the close is even attempted).
+                    // The recovered tail is never below an acknowledged
+                    // entry (checked before the close is even attempted).
                     if let Some((&max, _)) = self.acked.iter().next_back() {
                         if last_entry_id < max as i64 {
                             return Err(Violation(format!(
-                                "recovery would close at {last_entry_id} below acknowledged entry {max}"
+                                "RecoveredTailNotBelowAcked: recovery would close at {last_entry_id} below acknowledged entry {max}"
                             )));
                         }
                     }
+                    if self.aimed_stop(r, "before its close") {
+                        break;
+                    }
                     let d = self.rng.range(500, 3000);
-                    let base = self.rec.as_ref().expect("a recovery closes").base();
-                    let op = MetaOp::RecoveryClose { gen, base, last: last_entry_id, length, ensembles };
+                    let me = &self.recs[r];
+                    let base = me.rec.as_ref().expect("a recovery closes").base();
+                    self.close_basis.insert(gen, me.meta.clone().expect("recovery meta"));
+                    let op = MetaOp::RecoveryClose { r, gen, base, last: last_entry_id, length, ensembles };
                     self.after(d, Ev::Meta(op));
                 }
-                Step::Failed(e) => self.recovery_failed(e),
+                Step::Failed(e) => self.recovery_failed(r, e),
             }
         }
         Ok(())
@@ -861,38 +1182,43 @@ impl World {
                     self.writer_commands(cmds)?;
                 }
             }
-            Caller::Fence { gen, position } => {
-                if gen == self.rec_gen && self.rec.is_some() {
+            Caller::Fence { r, gen, position } => {
+                if self.current(r, gen) {
                     let a = match resp {
                         Some(BookieResp::FenceDone { lac }) => FenceAnswer::Fenced { lac },
                         _ => FenceAnswer::Failed,
                     };
-                    let steps = self.rec.as_mut().expect("checked").fence_answered(position, a, now);
-                    self.recovery_steps(gen, steps)?;
+                    let steps = self.recs[r].rec.as_mut().expect("checked").fence_answered(position, a, now);
+                    self.recovery_steps(r, gen, steps)?;
                 }
             }
-            Caller::RecRead { gen, entry_id, position } => {
-                if gen == self.rec_gen && self.rec.is_some() {
+            Caller::RecRead { r, gen, entry_id, position } => {
+                if self.current(r, gen) {
                     let a = match resp {
                         Some(BookieResp::Entry(e)) => BookieRead::Entry(e),
                         Some(BookieResp::NoSuchEntry { instance_id }) => BookieRead::NoSuchEntry { instance_id },
                         Some(BookieResp::Corrupt) => BookieRead::Corrupt,
+                        Some(BookieResp::Limbo) => {
+                            self.stats.limbo_answers += 1;
+                            BookieRead::Failed
+                        }
                         _ => BookieRead::Failed,
                     };
-                    let steps = self.rec.as_mut().expect("checked").read_answered(entry_id, position, a, now);
-                    self.recovery_steps(gen, steps)?;
+                    let steps = self.recs[r].rec.as_mut().expect("checked").read_answered(entry_id, position, a, now);
+                    self.recovery_steps(r, gen, steps)?;
                 }
             }
-            Caller::RecWrite { gen, entry_id, position, member } => {
-                if gen == self.rec_gen && self.rec.is_some() {
+            Caller::RecWrite { r, gen, entry_id, position, member } => {
+                if self.current(r, gen) {
                     let a = match resp {
                         Some(BookieResp::Added { instance_id }) => Answer::Stored { instance_id },
                         Some(BookieResp::LedgerFenced) => Answer::Fenced,
                         Some(BookieResp::MetadataUnavailable) => Answer::Unavailable,
                         _ => Answer::Failed,
                     };
-                    let steps = self.rec.as_mut().expect("checked").write_answered(entry_id, position, &member, a, now);
-                    self.recovery_steps(gen, steps)?;
+                    let steps =
+                        self.recs[r].rec.as_mut().expect("checked").write_answered(entry_id, position, &member, a, now);
+                    self.recovery_steps(r, gen, steps)?;
                 }
             }
             Caller::ReaderLac => {
@@ -952,8 +1278,8 @@ impl World {
         }
     }
 
-    /// After healing: the ledger is closed at or past every acknowledged entry,
-    /// and every entry up to the tail is readable with the writer's bytes.
+    /// After healing, Vanlightly's TLA+ invariants (bookkeeper-tlaplus) over
+    /// the final state, and liveness: the ledger is closed.
     fn check_final(&mut self) -> Result<(), Violation> {
         let meta = self.meta.ledgers[&self.ledger_id].clone();
         if meta.state != LedgerState::Closed {
@@ -962,32 +1288,55 @@ impl World {
                 meta.state, self.stats.recovery_failures
             )));
         }
-        let max_acked = self.acked.len() as i64 - 1;
-        if meta.last_entry_id < max_acked {
-            return Err(Violation(format!("closed at {} below acknowledged {max_acked}", meta.last_entry_id)));
-        }
+        self.check_closed()?;
+        let l = self.ledger_id;
+        let q = meta.quorums;
         for e in 0..=meta.last_entry_id.max(-1) {
             let e = e as u64;
             let seg = meta.segment_of(e);
-            let copies: Vec<Bytes> = meta
-                .quorums
+            // Intact copies on the members (the very instances) of its write set.
+            let copies: Vec<Bytes> = q
                 .write_set(e)
                 .into_iter()
                 .filter_map(|p| {
-                    let b = &self.bookies[self.bookie_index(&seg.members[p].bookie_id)];
-                    let mut b = b.clone();
-                    match b.handle(BookieReq::Read { ledger_id: self.ledger_id, entry_id: e, fence: false }, |_| None) {
-                        BookieResp::Entry(x) => Some(x.payload),
-                        _ => None,
-                    }
+                    let m = &seg.members[p];
+                    let b = &self.bookies[self.bookie_index(&m.bookie_id)];
+                    (b.instance_id == m.instance_id)
+                        .then(|| b.entry(l, e).filter(|x| x.digest_ok()).map(|x| x.payload.clone()))
+                        .flatten()
                 })
                 .collect();
             if copies.is_empty() {
-                return Err(Violation(format!("entry {e} (tail {}) has no readable copy", meta.last_entry_id)));
+                return Err(Violation(format!(
+                    "AllAckedEntriesAreReadable: entry {e} (tail {}) has no readable copy on its write set",
+                    meta.last_entry_id
+                )));
+            }
+            // AllCommittedEntriesReachAckQuorum, less the copies the
+            // scenario's disk faults may have taken (none: exactly Qa).
+            if copies.len() + self.losses < q.ack {
+                return Err(Violation(format!(
+                    "AllCommittedEntriesReachAckQuorum: entry {e} has {} intact copies on its write set, Qa is {} ({} disk faults)",
+                    copies.len(),
+                    q.ack,
+                    self.losses
+                )));
             }
             let want = self.submitted.get(&e);
             if copies.iter().any(|c| Some(c) != want) {
-                return Err(Violation(format!("entry {e}: stored bytes differ from the writer's")));
+                return Err(Violation(format!(
+                    "NoOutOfOrderEntries: entry {e}: stored bytes differ from the writer's"
+                )));
+            }
+        }
+        // NoOutOfOrderEntries on every bookie, inside the tail or not: each
+        // stored entry holds what the writer submitted under its id.
+        for b in &self.bookies {
+            for e in b.stored(l) {
+                let x = b.entry(l, e).expect("stored");
+                if x.digest_ok() && self.submitted.get(&e) != Some(&x.payload) {
+                    return Err(Violation(format!("NoOutOfOrderEntries: {} holds entry {e} with other bytes", b.id)));
+                }
             }
         }
         Ok(())
