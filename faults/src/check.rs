@@ -7,7 +7,7 @@
 //! | 1. an acknowledged entry is durable and readable | every acknowledged add is in its ledger's final read, with its bytes ([`Violation::LostAck`], [`Violation::ChangedAck`]); a ledger with acknowledged adds recovers ([`Violation::Unrecoverable`]) |
 //! | 2. no read past the LAC; readers agree | every entry a reader saw is in the final ledger with the same bytes ([`Violation::DirtyRead`]); two reads of one entry agree ([`Violation::DivergentReads`]); two acknowledged adds never share an entry id ([`Violation::DuplicateEntryId`]) |
 //! | 3. no acknowledgement after fencing | no add invoked after a recovery completed is acknowledged ([`Violation::AckAfterFence`]); none beyond the recovered end ([`Violation::AckBeyondRecovery`]) |
-//! | 4. recovery never truncates acknowledged entries | the recovered end is at or past every acknowledged entry ([`Violation::AckBeyondRecovery`]) |
+//! | 4. recovery never truncates acknowledged entries | the recovered end is at or past every acknowledged entry ([`Violation::AckBeyondRecovery`]); every recovery of a ledger, concurrent ones too, and its final read agree on its end ([`Violation::RecoveriesDisagree`]) |
 //! | 6. autorecovery restores Qw copies | no entry short of copies after healing ([`Violation::UnderReplicated`]) |
 //!
 //! A read that returned bytes is "dirty" when those bytes are not the final
@@ -38,6 +38,9 @@ pub enum Violation {
     AckAfterFence { ledger: u64, entry: Option<u64>, handle: u64, fenced_at_us: u64, invoked_us: u64 },
     /// An acknowledged add lies past the end recovery settled on.
     AckBeyondRecovery { ledger: u64, entry: u64, recovered_last_entry: i64 },
+    /// Recoveries of one ledger (or a recovery and the final read) ended it
+    /// at different entries: a close is final, so one of them was wrong.
+    RecoveriesDisagree { ledger: u64, ends: Vec<i64> },
     /// After healing, entries with fewer than Qw good copies.
     UnderReplicated { ledger: u64, write_quorum: u32, short: Vec<(u64, u32)> },
 }
@@ -162,6 +165,17 @@ pub fn check(events: &[Event]) -> Report {
         }
     }
 
+    // A ledger is closed once: every recovery's end and the final read's agree.
+    for (ledger, recs) in &recoveries {
+        let mut ends: BTreeSet<i64> = recs.iter().map(|&(_, last)| last).collect();
+        if let Some((last, _)) = finals.get(ledger) {
+            ends.insert(*last);
+        }
+        if ends.len() > 1 {
+            r.violations.push(Violation::RecoveriesDisagree { ledger: *ledger, ends: ends.into_iter().collect() });
+        }
+    }
+
     // Fencing: nothing acknowledged past the recovered end, nothing invoked
     // after a recovery completed acknowledged at all.
     for e in events {
@@ -226,6 +240,16 @@ mod tests {
             fin(&[(0, 100), (1, 101), (2, 102)]),
             ev(9, 1100, Outcome::Ok, Op::Replicas { ledger: 1, write_quorum: 3, short: vec![] }),
         ]
+    }
+
+    #[test]
+    fn two_recoveries_that_end_a_ledger_at_different_entries_disagree() {
+        let mut h = clean();
+        h.push(ev(4, 55, Outcome::Ok, Op::Recover { ledger: 1, last_entry: 2 }));
+        assert!(check(&h).ok(), "{:?}", check(&h).violations);
+        h.push(ev(5, 56, Outcome::Ok, Op::Recover { ledger: 1, last_entry: 3 }));
+        let v = check(&h).violations;
+        assert!(v.contains(&Violation::RecoveriesDisagree { ledger: 1, ends: vec![2, 3] }), "{v:?}");
     }
 
     #[test]

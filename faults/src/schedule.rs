@@ -260,11 +260,25 @@ pub fn schedule(seed: u64, duration_ms: u64, topo: Topology, timing: Timing) -> 
                 (Fault::Kill { target }, Some(Fault::Restart { target }))
             }
         };
+        let destroyed = start.destroys_data();
         out.push(Step { at_ms: t, fault: start });
         if let Some(undo) = undo {
             out.push(Step { at_ms: end, fault: undo });
         }
         t = end + rng.range(timing.pause_ms.0, timing.pause_ms.1 + 1);
+        // Half the time a worker is killed while it is likely recovering
+        // what the damage left: open ledgers on the damaged bookie are
+        // recovered once the writer grace (5 s) has passed after the mark.
+        if destroyed && topo.workers > 0 && rng.chance(0.5) {
+            let at = t.max(end + rng.range(5_500, 8_001));
+            if at < duration_ms {
+                let target = Target::Worker(*rng.pick(&ids(topo.workers)));
+                let back = (at + rng.range(1_000, 4_001)).min(duration_ms);
+                out.push(Step { at_ms: at, fault: Fault::Kill { target } });
+                out.push(Step { at_ms: back, fault: Fault::Restart { target } });
+                t = back + rng.range(timing.pause_ms.0, timing.pause_ms.1 + 1);
+            }
+        }
     }
     out.push(Step { at_ms: duration_ms, fault: Fault::Heal });
     out
@@ -343,6 +357,21 @@ mod tests {
             let destructive: Vec<u64> = steps.iter().filter(|s| s.fault.destroys_data()).map(|s| s.at_ms).collect();
             assert!(destructive.windows(2).all(|w| w[1] - w[0] >= 20_000), "seed {seed}: {destructive:?}");
         }
+    }
+
+    #[test]
+    fn workers_are_killed_while_they_repair_after_damage() {
+        let mut aimed = 0;
+        for seed in 0..40 {
+            let steps = schedule(seed, 300_000, TOPO, Timing::default());
+            for (i, d) in steps.iter().enumerate().filter(|(_, s)| s.fault.destroys_data()) {
+                let hit = steps[i + 1..].iter().take_while(|s| s.at_ms <= d.at_ms + 14_000).any(|s| {
+                    matches!(s.fault, Fault::Kill { target: Target::Worker(_) }) && s.at_ms >= d.at_ms + 5_500
+                });
+                aimed += usize::from(hit);
+            }
+        }
+        assert!(aimed >= 20, "{aimed} workers killed in the repair after damage");
     }
 
     #[test]

@@ -151,7 +151,7 @@ fn main() -> anyhow::Result<()> {
         let pace = Duration::from_millis(args.add_interval_ms);
         tasks.push(rt.spawn(workload::writer(1 + w, c.clone(), sh.clone(), seed, pace)));
     }
-    tasks.push(rt.spawn(workload::http_writer(50, http_addr, sh.clone(), args.seed.wrapping_add(150))));
+    tasks.push(rt.spawn(workload::http_writer(50, http_addr.clone(), sh.clone(), args.seed.wrapping_add(150))));
     for r in 0..args.readers {
         tasks.push(rt.spawn(workload::reader(
             100 + r,
@@ -160,7 +160,9 @@ fn main() -> anyhow::Result<()> {
             args.seed.wrapping_add(200 + u64::from(r)),
         )));
     }
-    tasks.push(rt.spawn(workload::recoverer(200, c.clone(), sh.clone(), args.seed.wrapping_add(300))));
+    let second = client(&certs, metadata.clone())?;
+    let recoverers = [c.clone(), second];
+    tasks.push(rt.spawn(workload::recoverer(200, recoverers, http_addr, sh.clone(), args.seed.wrapping_add(300))));
 
     // The nemesis on its own thread, with its own metadata client.
     let nem_rpc = RpcClient::new(

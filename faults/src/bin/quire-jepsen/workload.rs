@@ -1,6 +1,6 @@
 //! The clients whose operations make the history: writers through the
 //! client library (pipelined adds), a writer through the HTTP gateway,
-//! tailing readers, and a recoverer that fences ledgers under their
+//! tailing readers, and recoverers (up to three at once) that fence ledgers under their
 //! writers. Every operation is recorded with its invocation and completion
 //! time and what the client was told.
 //!
@@ -288,8 +288,9 @@ pub async fn reader(process: u32, client: Client, sh: Arc<Shared>, seed: u64) {
 }
 
 /// The recoverer: every few seconds, fences and recovers a ledger whose
-/// writer is still adding (what a new owner of a log does to an old one).
-pub async fn recoverer(process: u32, client: Client, sh: Arc<Shared>, seed: u64) {
+/// writer is still adding (what a new owner of a log does to an old one),
+/// often with two or three recoverers at once.
+pub async fn recoverer(process: u32, clients: [Client; 2], http_addr: String, sh: Arc<Shared>, seed: u64) {
     let mut rng = Rng::new(seed);
     while !sh.stopped() {
         tokio::time::sleep(Duration::from_millis(rng.range(2_000, 6_000))).await;
@@ -297,15 +298,50 @@ pub async fn recoverer(process: u32, client: Client, sh: Arc<Shared>, seed: u64)
             break;
         }
         let Some(ledger) = sh.pick(&mut rng, true) else { continue };
-        let invoked = sh.now_us();
-        match client.recover(ledger).await {
-            Ok(meta) => {
-                sh.record(process, invoked, Outcome::Ok, Op::Recover { ledger, last_entry: meta.last_entry_id }, None)
-            }
-            Err(e) => {
-                let outcome = if refused(&e) { Outcome::Fail } else { Outcome::Unknown };
-                sh.record(process, invoked, outcome, Op::Recover { ledger, last_entry: -1 }, Some(e.to_string()))
+        // Half the time two or three recoveries of the one ledger at once,
+        // started up to 300 ms apart: this client, the gateway's
+        // POST /v1/ledgers/{id}/recover, a second client with connections
+        // of its own. Nothing serialises them (issue #19 item 1).
+        let n = if rng.chance(0.5) { rng.range(2, 4) } else { 1 };
+        let mut runs = Vec::new();
+        for k in 0..n {
+            let delay = Duration::from_millis(if k == 0 { 0 } else { rng.range(0, 300) });
+            let (sh, http_addr) = (sh.clone(), http_addr.clone());
+            let client = clients[(k as usize) % 2].clone();
+            let by = process + k as u32;
+            runs.push(tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let invoked = sh.now_us();
+                let (outcome, last_entry, error) = if k == 1 {
+                    recover_over_http(&http_addr, ledger).await
+                } else {
+                    match client.recover(ledger).await {
+                        Ok(meta) => (Outcome::Ok, meta.last_entry_id, None),
+                        Err(e) => (if refused(&e) { Outcome::Fail } else { Outcome::Unknown }, -1, Some(e.to_string())),
+                    }
+                };
+                sh.record(by, invoked, outcome, Op::Recover { ledger, last_entry }, error);
+            }));
+        }
+        for r in runs {
+            let _ = r.await;
+        }
+    }
+}
+
+/// `POST /v1/ledgers/{ledger}/recover` on the gateway: the outcome, the
+/// recovered last entry, and the error.
+async fn recover_over_http(http_addr: &str, ledger: u64) -> (Outcome, i64, Option<String>) {
+    match http::call(http_addr, "POST", &format!("/v1/ledgers/{ledger}/recover"), b"").await {
+        Ok((200, body)) => {
+            let last = serde_json::from_str::<serde_json::Value>(&body).ok().and_then(|v| v["last_entry_id"].as_i64());
+            match last {
+                Some(last) => (Outcome::Ok, last, None),
+                None => (Outcome::Unknown, -1, Some(format!("200 without a last entry: {body}"))),
             }
         }
+        Ok((status @ (400 | 404 | 409), body)) => (Outcome::Fail, -1, Some(format!("{status}: {body}"))),
+        Ok((status, body)) => (Outcome::Unknown, -1, Some(format!("{status}: {body}"))),
+        Err(e) => (Outcome::Unknown, -1, Some(e.to_string())),
     }
 }
