@@ -17,10 +17,7 @@ fn the_local_cluster_comes_up_and_every_service_answers() {
         .arg(root.join("deploy/local/run.sh"))
         .arg(data.path())
         .env("ONESHOT", "1")
-        .env("QUIRE_HTTP", {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().to_string()
-        })
+        .env("QUIRE_HTTP", quire_testkit::free_tcp_addr())
         .env("QUIRE_BIN", &bin_dir)
         .env("RUST_BACKTRACE", "0")
         .output()

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 
 pub mod otlp;
+pub mod ports;
 
 /// The path of workspace binary `name` in the same target profile directory as
 /// the running test executable (`target/<profile>/deps/<test>` -> `target/<profile>/<name>`).
@@ -28,11 +29,10 @@ pub fn bin_path(name: &str) -> PathBuf {
     p
 }
 
-/// A free TCP address on 127.0.0.1 (a metrics endpoint's), bound and
-/// released as [`free_udp_ports`] does.
+/// A free TCP address on 127.0.0.1 (a metrics endpoint's), reserved for
+/// this test process as [`free_udp_ports`] are.
 pub fn free_tcp_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free TCP port");
-    l.local_addr().expect("its address").to_string()
+    format!("127.0.0.1:{}", ports::reserve(1)[0])
 }
 
 /// One HTTP/1.0 request on its own connection (so the answer is never
@@ -63,12 +63,11 @@ pub fn scrape(addr: &str) -> String {
 }
 
 /// Free UDP ports on 127.0.0.1 for services whose addresses must be known
-/// before they start (a Raft membership). Bound and released: another process
-/// could take one in between, which a test then reports as a bind failure.
+/// before they start (a Raft membership): below the kernel's ephemeral
+/// range and reserved across test processes until this one exits
+/// ([`ports`]; bound-and-released ports raced with other tests' clients).
 pub fn free_udp_ports(n: usize) -> Vec<u16> {
-    let socks: Vec<std::net::UdpSocket> =
-        (0..n).map(|_| std::net::UdpSocket::bind("127.0.0.1:0").expect("bind a probe socket")).collect();
-    socks.iter().map(|s| s.local_addr().expect("probe address").port()).collect()
+    ports::reserve(n)
 }
 
 /// Polls `cond` every few milliseconds until it returns `Some` or `timeout` passes.
