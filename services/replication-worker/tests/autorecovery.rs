@@ -561,14 +561,7 @@ async fn an_open_ledger_in_limbo_whose_writer_is_gone_is_recovered_and_the_check
     let id = w.ledger_id();
     // Every copy on bookie 1 first: one still in flight when it stops would
     // move the writer off it by ensemble change, and nothing would be open there.
-    eventually(Duration::from_secs(20), "every copy on bookie 1", || async {
-        for e in 0..data.len() as u64 {
-            let r = client.bookies().read("1", id, e, false, Duration::from_secs(2)).await.ok()?;
-            r.body.entry.filter(|x| x.payload == data[e as usize])?;
-        }
-        Some(())
-    })
-    .await;
+    every_copy_on(&client, "1", id, &data).await;
     s.cluster.kill_bookie(0).unwrap();
     s.cluster.bookies[0].args =
         ["--integrity-check", "always", "--limbo-idle-writer-ms", "1000"].map(String::from).to_vec();
@@ -611,6 +604,22 @@ async fn an_open_ledger_in_limbo_whose_writer_is_gone_is_recovered_and_the_check
     assert!(w.add(payload(5, 30)).await.is_err());
 }
 
+/// Waits until bookie `bookie` holds every entry of `data` in ledger `id`:
+/// a close does not wait for the copies still on their way to the slowest
+/// member, and a test that kills that member to damage its files needs
+/// them there first (a copy in flight is lost with the process, not by the
+/// damage the test means).
+async fn every_copy_on(client: &Client, bookie: &str, id: u64, data: &[Bytes]) {
+    eventually(Duration::from_secs(20), "every copy on the bookie to be damaged", || async {
+        for e in 0..data.len() as u64 {
+            let r = client.bookies().read(bookie, id, e, false, Duration::from_secs(2)).await.ok()?;
+            r.body.entry.filter(|x| x.payload == data[e as usize])?;
+        }
+        Some(())
+    })
+    .await;
+}
+
 /// Flips one bit in the payload of `entry`'s record in the journal under
 /// `journal_dir`, found by the storage engine's own replay (read-only on an
 /// intact journal).
@@ -645,6 +654,7 @@ async fn a_bookie_whose_journal_was_damaged_mid_way_refills_what_it_lost_from_pe
     let data: Vec<Bytes> = (0..30).map(|e| payload(5, e)).collect();
     w.add_batch(data.clone()).await.unwrap();
     let id = w.close().await.unwrap().ledger_id;
+    every_copy_on(&client, &s.cluster.bookies[0].id, id, &data).await;
     s.cluster.kill_bookie(0).unwrap();
     damage_journal_record(&s.cluster.bookies[0].data.join("journal"), id, 10);
     s.cluster.start_bookie(0).unwrap();
@@ -671,6 +681,7 @@ async fn journal_damage_is_recorded_before_the_store_checkpoints_past_it() {
     let data: Vec<Bytes> = (0..30).map(|e| payload(6, e)).collect();
     w.add_batch(data.clone()).await.unwrap();
     let id = w.close().await.unwrap().ledger_id;
+    every_copy_on(&client, &s.cluster.bookies[0].id, id, &data).await;
     s.cluster.kill_bookie(0).unwrap();
     damage_journal_record(&s.cluster.bookies[0].data.join("journal"), id, 10);
     s.cluster.bookies[0].env = vec![("QUIRE_FAILPOINTS".into(), "store.open_flushed".into())];
