@@ -7,7 +7,7 @@ BENCH_SECS ?= 5
 FUZZ_SECS ?= 60
 DATA ?= $(CURDIR)/data
 
-.PHONY: check-model all build test jepsen verify fmt fmt-check clippy lint bench loadtest-build loadtest bench-rpc bench-bookie bench-metadata bench-client bench-failover bench-gateway bench-rereplicate bench-compaction sim fuzz run images up down e2e-compose clean
+.PHONY: check-model all build test jepsen jepsen-seeds verify fmt fmt-check clippy lint bench loadtest-build loadtest bench-rpc bench-bookie bench-metadata bench-client bench-failover bench-gateway bench-rereplicate bench-compaction sim fuzz run images up down e2e-compose clean
 
 all: build
 
@@ -134,6 +134,12 @@ JEPSEN_CI_SEED ?= 98
 JEPSEN_CI_SECS ?= 90
 jepsen: build
 	target/release/quire-jepsen --seed $(SEED) --duration-secs $(DURATION)
+
+# Several seeds in a row, stopping at the first that breaks a guarantee:
+# `make jepsen-seeds JEPSEN_SEEDS="1 2 3" DURATION=120` (issue #19's soak: 1-10).
+JEPSEN_SEEDS ?= 1 2 3 4 5 6 7 8 9 10
+jepsen-seeds: build
+	for s in $(JEPSEN_SEEDS); do target/release/quire-jepsen --seed $$s --duration-secs $(DURATION) || exit 1; done
 
 # Fuzz every decoder for FUZZ_SECS seconds each (installs cargo-fuzz if missing).
 fuzz:
