@@ -502,42 +502,14 @@ async fn an_open_ledger_on_a_bookie_replaced_by_an_empty_one_is_recovered_and_re
     // (acknowledged at Qa without them) land on bookie 2 first. Replaced
     // with one in flight, the writer would see the copy fail, move off the
     // bookie by ensemble change, and no recovery would be due.
-    eventually(Duration::from_secs(20), "every copy on bookie 2 before it is replaced", || async {
-        for e in 0..data.len() as u64 {
-            let r = client.bookies().read("2", id, e, false, Duration::from_secs(2)).await.ok()?;
-            r.body.entry.filter(|x| x.payload == data[e as usize])?;
-        }
-        Some(())
-    })
-    .await;
+    every_copy_on(&client, "2", id, &data).await;
     s.cluster.replace_bookie(1).unwrap();
     let client = s.client();
     let auditor = s.auditor_with(&["--replica-check-interval-ms", "0"]);
     let worker = s.worker("1", &[]);
-    let last = std::sync::Mutex::new(String::new());
-    let done =
-        quire_testkit::eventually(Duration::from_secs(120), "the open ledger recovered and repaired", || async {
-            let m = client.metadata(id).await.ok()?;
-            let marks = marks(&client).await;
-            *last.lock().unwrap() = format!("{m:?}\nmarks: {marks:?}");
-            if m.state != quire_client::meta::LedgerState::Closed || !marks.is_empty() {
-                return None;
-            }
-            let r = every_copy_is_there(&client, &m, &data).await;
-            if let Err(e) = &r {
-                *last.lock().unwrap() = format!("{m:?}\n{e}");
-            }
-            r.ok()
-        })
-        .await;
-    if let Err(e) = done {
-        panic!(
-            "{e}\nlast seen: {}\n--- auditor ---\n{}\n--- worker ---\n{}\n{}",
-            last.lock().unwrap(),
-            auditor.log(),
-            worker.log(),
-            s.cluster.logs()
-        );
+    let repaired = closed_and_repaired(&client, id, &data, Duration::from_secs(120), || async { Ok(()) }).await;
+    if let Err(e) = repaired {
+        panic!("{e}\n--- auditor ---\n{}\n--- worker ---\n{}\n{}", auditor.log(), worker.log(), s.cluster.logs());
     }
     // The writer that was idle is fenced out: its next add fails.
     assert!(w.add(payload(4, 30)).await.is_err());
@@ -575,42 +547,59 @@ async fn an_open_ledger_in_limbo_whose_writer_is_gone_is_recovered_and_the_check
     )
     .unwrap();
     let bookie_1 = rpc.peer(&s.cluster.bookies[0].addr, Role::Bookie, Some("1"));
-    let last = std::sync::Mutex::new(String::new());
-    let done = quire_testkit::eventually(Duration::from_secs(90), "the ledger recovered, the check done", || async {
-        let info = bookie_1.call(v1::BookieInfoRequest {}).await.ok()?;
-        let m = client.metadata(id).await.ok()?;
-        let marks = marks(&client).await;
-        *last.lock().unwrap() = format!("{info:?}\n{m:?}\nmarks: {marks:?}");
-        if info.integrity_check_pending || m.state != quire_client::meta::LedgerState::Closed || !marks.is_empty() {
-            return None;
+    let check_done = || async {
+        match bookie_1.call(v1::BookieInfoRequest {}).await {
+            Ok(info) if !info.integrity_check_pending => Ok(()),
+            other => Err(format!("bookie 1's integrity check: {other:?}")),
         }
-        let r = every_copy_is_there(&client, &m, &data).await;
-        if let Err(e) = &r {
-            *last.lock().unwrap() = format!("{m:?}\n{e}");
-        }
-        r.ok()
-    })
-    .await;
-    if let Err(e) = done {
-        panic!(
-            "{e}\nlast seen: {}\n--- auditor ---\n{}\n--- worker ---\n{}\n{}",
-            last.lock().unwrap(),
-            auditor.log(),
-            worker.log(),
-            s.cluster.logs()
-        );
+    };
+    let repaired = closed_and_repaired(&client, id, &data, Duration::from_secs(90), check_done).await;
+    if let Err(e) = repaired {
+        panic!("{e}\n--- auditor ---\n{}\n--- worker ---\n{}\n{}", auditor.log(), worker.log(), s.cluster.logs());
     }
     // The writer that was idle is fenced out; nothing it was told was stored is lost.
     assert!(w.add(payload(5, 30)).await.is_err());
 }
 
+/// Waits until ledger `id` is closed, no mark is left, every copy of `data`
+/// is on its write sets and `also` holds; the error says what was last seen.
+async fn closed_and_repaired<F: Future<Output = Result<(), String>>>(
+    client: &Client,
+    id: u64,
+    data: &[Bytes],
+    timeout: Duration,
+    also: impl Fn() -> F,
+) -> anyhow::Result<()> {
+    let last = std::sync::Mutex::new(String::new());
+    let done = quire_testkit::eventually(timeout, "the ledger recovered and repaired", || async {
+        let seen = async {
+            also().await?;
+            let m = client.metadata(id).await.map_err(|e| e.to_string())?;
+            let marks = marks(client).await;
+            if m.state != quire_client::meta::LedgerState::Closed || !marks.is_empty() {
+                return Err(format!("{m:?}\nmarks: {marks:?}"));
+            }
+            every_copy_is_there(client, &m, data).await.map_err(|e| format!("{m:?}\n{e}"))
+        };
+        match seen.await {
+            Ok(()) => Some(()),
+            Err(e) => {
+                *last.lock().unwrap() = e;
+                None
+            }
+        }
+    })
+    .await;
+    done.map_err(|e| anyhow::anyhow!("{e}\nlast seen: {}", last.lock().unwrap()))
+}
+
 /// Waits until bookie `bookie` holds every entry of `data` in ledger `id`:
 /// a close does not wait for the copies still on their way to the slowest
-/// member, and a test that kills that member to damage its files needs
-/// them there first (a copy in flight is lost with the process, not by the
-/// damage the test means).
+/// member, and a test that stops or damages that member needs them there
+/// first (a copy in flight is lost with the process, not by the fault the
+/// test means).
 async fn every_copy_on(client: &Client, bookie: &str, id: u64, data: &[Bytes]) {
-    eventually(Duration::from_secs(20), "every copy on the bookie to be damaged", || async {
+    eventually(Duration::from_secs(20), "every copy on the bookie", || async {
         for e in 0..data.len() as u64 {
             let r = client.bookies().read(bookie, id, e, false, Duration::from_secs(2)).await.ok()?;
             r.body.entry.filter(|x| x.payload == data[e as usize])?;

@@ -77,9 +77,12 @@ enum MetaOp {
         members: Vec<Member>,
         deadline: Time,
     },
+    /// `basis`: the record the close compares against, carried by the
+    /// request (it lands even after its client stopped).
     RecoveryClose {
         r: usize,
         gen: u64,
+        basis: Box<LedgerMeta>,
         base: u64,
         last: i64,
         length: u64,
@@ -246,9 +249,6 @@ pub struct World {
     // Recovering clients; generations are unique across them.
     recs: Vec<Recoverer>,
     rec_gen: u64,
-    /// The record each attempt's close compares against, by generation
-    /// (a close in flight lands after its client stopped).
-    close_basis: BTreeMap<u64, LedgerMeta>,
     // The oracle.
     acked: BTreeMap<u64, Bytes>,
     losses: usize,
@@ -318,7 +318,6 @@ impl World {
             adds_left: scenario.adds,
             recs: (0..scenario.recoverers).map(|_| Recoverer::default()).collect(),
             rec_gen: 0,
-            close_basis: BTreeMap::new(),
             acked: BTreeMap::new(),
             losses: 0,
             healing: false,
@@ -1025,12 +1024,11 @@ impl World {
                 };
                 self.recovery_steps(r, gen, steps)?;
             }
-            MetaOp::RecoveryClose { r, gen, base, last, length, ensembles } => {
+            MetaOp::RecoveryClose { r, gen, basis, base, last, length, ensembles } => {
                 // The request was sent: it lands even if its client has
                 // stopped since. Only the reaction needs the client.
-                let Some(meta) = self.close_basis.get(&gen).cloned() else { return Ok(()) };
-                let next = meta.closed_by_recovery(base, &ensembles, last, length);
-                let res = self.cas(meta.version, next);
+                let next = basis.closed_by_recovery(base, &ensembles, last, length);
+                let res = self.cas(basis.version, next);
                 if let Ok(m) = &res {
                     self.note(format!("recovery {gen}: closed at {last}"));
                     self.stats.last_entry_id = m.last_entry_id;
@@ -1042,7 +1040,7 @@ impl World {
                 match res {
                     Ok(_) => self.finish_recovery(r),
                     Err(CasError::Unavailable) => {
-                        let op = MetaOp::RecoveryClose { r, gen, base, last, length, ensembles };
+                        let op = MetaOp::RecoveryClose { r, gen, basis, base, last, length, ensembles };
                         self.after(50 * MS, Ev::Meta(op))
                     }
                     Err(CasError::Conflict(stored)) if stored.state == LedgerState::Closed => {
@@ -1154,8 +1152,8 @@ impl World {
                     let d = self.rng.range(500, 3000);
                     let me = &self.recs[r];
                     let base = me.rec.as_ref().expect("a recovery closes").base();
-                    self.close_basis.insert(gen, me.meta.clone().expect("recovery meta"));
-                    let op = MetaOp::RecoveryClose { r, gen, base, last: last_entry_id, length, ensembles };
+                    let basis = Box::new(me.meta.clone().expect("recovery meta"));
+                    let op = MetaOp::RecoveryClose { r, gen, basis, base, last: last_entry_id, length, ensembles };
                     self.after(d, Ev::Meta(op));
                 }
                 Step::Failed(e) => self.recovery_failed(r, e),
