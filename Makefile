@@ -46,17 +46,21 @@ lint: fmt-check clippy
 verify: lint test
 
 # The protocol model checker (shared/model, stateright) on configurations
-# larger than make test's: the writer with two recoverers, crashes, lost
-# messages, a bookie replacement. Depth first, one fingerprint per state;
-# MODEL_MAX_STATES bounds each run (0: until exhausted) and the report says
-# when a bound cut it short. `make check-model PRE_FIX=1` checks the shell as
-# it was before issue #19's fix.
+# larger than make test's: the writer with two recoverers, a crash, a lost
+# message, a bookie replacement, Qw 2 and 3. Depth first, one fingerprint
+# per state; MODEL_PREEMPTIONS bounds the interleavings (parties switching
+# while the one running could still act; empty: every interleaving) and
+# MODEL_MAX_STATES each run (0: until exhausted); the report says when a
+# bound cut it short. `make check-model PRE_FIX=1` checks the shell as it
+# was before issue #19's fix and stops at the first violation.
 MODEL_MAX_STATES ?= 50000000
 MODEL_ENTRIES ?= 1
+MODEL_PREEMPTIONS ?= 0
 check-model:
 	$(CARGO) run --release -p quire-model --bin quire-model -- --entries $(MODEL_ENTRIES) \
 		--recoverers 2 --runs 1 --crashes 1 --timeouts 1 --replacements 1 \
-		--max-states $(MODEL_MAX_STATES) $(if $(PRE_FIX),--pre-fix)
+		$(if $(MODEL_PREEMPTIONS),--preemptions $(MODEL_PREEMPTIONS)) \
+		--max-states $(MODEL_MAX_STATES) $(if $(PRE_FIX),--pre-fix --first)
 
 # The protocol simulator over many seeds (make test runs 5000 and every seed
 # that once failed): `make sim SEEDS=100000 START=0`.

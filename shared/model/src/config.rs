@@ -33,6 +33,16 @@ pub struct Config {
     /// write-back replacements stored in the metadata by CAS as soon as it
     /// is chosen (`false`: stored only with the close, as today).
     pub store_replacements_eagerly: bool,
+    /// Preemption bounding (Musuvathi and Qadeer's CHESS): `Some(k)`
+    /// explores every interleaving in which parties switch *while the one
+    /// running could still act* at most `k` times; a switch away from a
+    /// party with nothing left to do is free, and so are the environment's
+    /// faults (a bookie replaced). `None`: every interleaving, unbounded.
+    pub preemptions: Option<u8>,
+    /// Stop at the first state that breaks any invariant (the checker
+    /// otherwise goes on until each invariant has a counterexample or the
+    /// space is exhausted).
+    pub stop_at_first_violation: bool,
 }
 
 impl Config {
@@ -52,13 +62,15 @@ impl Config {
             writer_crash: true,
             read_window: 2,
             store_replacements_eagerly: false,
+            preemptions: None,
+            stop_at_first_violation: false,
         }
     }
 
     /// Short text for reports: `E3 Qw2 Qa2, 2 entries, 2 recoverers, ...`.
     pub fn describe(&self) -> String {
         format!(
-            "E{} Qw{} Qa{}, {} bookies, {} entries, {} recoverers x{} runs, {} timeouts, {} replacements, {} recoverer crashes{}{}",
+            "E{} Qw{} Qa{}, {} bookies, {} entries, {} recoverers x{} runs, {} timeouts, {} replacements, {} recoverer crashes{}{}{}",
             self.quorums.ensemble,
             self.quorums.write,
             self.quorums.ack,
@@ -71,6 +83,10 @@ impl Config {
             self.recoverer_crashes,
             if self.writer_crash { ", writer may crash" } else { "" },
             if self.store_replacements_eagerly { ", PRE-FIX eager replacements" } else { "" },
+            match self.preemptions {
+                Some(k) => format!(", at most {k} preemptions"),
+                None => String::new(),
+            },
         )
     }
 }

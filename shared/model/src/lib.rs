@@ -23,7 +23,7 @@ pub mod properties;
 pub mod state;
 
 pub use config::Config;
-pub use model::{Action, LedgerModel};
+pub use model::{Action, LedgerModel, Move};
 
 use stateright::{Checker, Model};
 
@@ -44,7 +44,7 @@ pub struct Report {
     pub complete: bool,
     /// Each violated property with its shortest counterexample: the actions
     /// from the initial state, and the state it ends in.
-    pub violations: Vec<(&'static str, Vec<Action>, String)>,
+    pub violations: Vec<(&'static str, Vec<Move>, String)>,
 }
 
 impl Report {
@@ -72,17 +72,28 @@ impl Report {
 pub fn check(config: Config, threads: usize, max_states: usize) -> Report {
     let started = std::time::Instant::now();
     let model = LedgerModel::new(config.clone());
+    let model_for_names = LedgerModel::new(config.clone());
+    let stop_at_first = config.stop_at_first_violation;
     let names: Vec<&'static str> = model.properties().iter().map(|p| p.name).collect();
     let checker = model.checker().threads(threads).target_state_count(max_states);
     let checker = if config.recoverers == 2 { checker.symmetry() } else { checker };
     let checker = checker.spawn_dfs().join();
-    let violations = names
+    let violations: Vec<(&'static str, Vec<Move>, String)> = names
         .into_iter()
-        .filter_map(|name| {
-            checker.discovery(name).map(|path| {
-                let last = format!("{:#?}", path.last_state());
-                (name, path.into_actions(), last)
-            })
+        .flat_map(|name| {
+            let Some(path) = checker.discovery(name) else { return Vec::new() };
+            let last = path.last_state().clone();
+            let text = format!("{last:#?}");
+            let moves = path.into_actions();
+            if name != properties::ANY {
+                return vec![(name, moves, text)];
+            }
+            // The first violation: name each invariant its state breaks.
+            properties::all()
+                .into_iter()
+                .filter(|p| !(p.condition)(&model_for_names, &last))
+                .map(|p| (p.name, moves.clone(), text.clone()))
+                .collect()
         })
         .collect();
     Report {
@@ -91,7 +102,10 @@ pub fn check(config: Config, threads: usize, max_states: usize) -> Report {
         states: checker.state_count(),
         max_depth: checker.max_depth(),
         elapsed: started.elapsed(),
-        complete: checker.is_done() && (max_states == 0 || checker.unique_state_count() < max_states),
+        // Stopped by a bound, or by the first violation, is not exhaustive.
+        complete: checker.is_done()
+            && (max_states == 0 || checker.unique_state_count() < max_states)
+            && (!stop_at_first || violations.is_empty()),
         violations,
     }
 }

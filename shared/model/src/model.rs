@@ -21,7 +21,7 @@ use quire_client::sim::bookie::{BookieReq, BookieResp, SimBookie};
 use quire_client::writer::{AddError, Answer, Command, FailReason, Member, Writer, WriterOptions};
 
 use crate::config::Config;
-use crate::state::{Budget, Caller, CloseOutcome, Party, RecSide, RecWait, Reply, State, WriterSide};
+use crate::state::{Budget, Caller, CloseOutcome, Party, RecSide, RecWait, Reply, Sched, State, WriterSide};
 
 /// The ledger every run writes.
 pub const LEDGER: u64 = 1;
@@ -60,6 +60,46 @@ pub enum Action {
     RecCrash(usize),
     /// Bookie `b`'s disks are replaced by empty ones (a new instance).
     ReplaceBookie(usize),
+}
+
+/// One step as the checker takes it: the action, and whether taking it
+/// spends one of the schedule's preemptions (the party that ran last could
+/// still have acted). Decided once, when the state's steps are listed.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Move {
+    /// The step.
+    pub action: Action,
+    /// Whether it preempts the party that ran last.
+    pub preempts: bool,
+}
+
+impl std::fmt::Debug for Move {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}{}", self.action, if self.preempts { "  <- preempts" } else { "" })
+    }
+}
+
+impl Action {
+    /// The party whose step this is: the writer's and each recoverer's own
+    /// steps, their requests reaching bookies and their answers reaching
+    /// them (`None`: the environment's, a bookie replaced).
+    pub fn owner(&self) -> Option<Party> {
+        match self {
+            Action::WriterAdd
+            | Action::WriterTick
+            | Action::WriterChange(_)
+            | Action::WriterClose
+            | Action::WriterCloseAnswered
+            | Action::WriterCrash => Some(Party::Writer),
+            Action::Deliver(p, _) | Action::LoseRequest(p, _) | Action::Answer(_, p) | Action::LoseReply(_, p) => {
+                Some(*p)
+            }
+            Action::RecStart(r) | Action::RecReplace(r, _) | Action::RecClose(r) | Action::RecCrash(r) => {
+                Some(Party::Recoverer(*r))
+            }
+            Action::ReplaceBookie(_) => None,
+        }
+    }
 }
 
 /// The model of one configuration.
@@ -318,6 +358,62 @@ impl LedgerModel {
             Caller::WriterAdd { .. } | Caller::WriterLac => matches!(s.writer, WriterSide::Running { .. }),
             Caller::Fence { rec, run, .. } | Caller::Read { rec, run, .. } | Caller::Write { rec, run, .. } => {
                 matches!(&s.recs[*rec], RecSide::Running { run: live, .. } if live == run)
+            }
+        }
+    }
+
+    // ---- the preemption-bounded schedule -------------------------------------
+
+    /// Whether `action`, as `actions` lists it, would take a step.
+    fn enabled(&self, s: &State, action: &Action) -> bool {
+        match action {
+            // Listed only when they can run.
+            Action::Deliver(..)
+            | Action::LoseRequest(..)
+            | Action::Answer(..)
+            | Action::LoseReply(..)
+            | Action::RecCrash(_)
+            | Action::WriterCrash
+            | Action::ReplaceBookie(_) => true,
+            _ => self.step(&mut s.clone(), action.clone()),
+        }
+    }
+
+    /// Whose step `action` is for the schedule: its party's (its own steps,
+    /// its requests reaching bookies, its answers reaching it), or the
+    /// environment's (a bookie replaced).
+    fn owner(_: &State, action: &Action) -> Option<Party> {
+        action.owner()
+    }
+
+    /// Whether the party that ran last could still act among `listed`. A
+    /// party that is gone (a crashed writer, a recoverer between runs) never
+    /// could: switching away from it is free, so what it sent before it
+    /// died may wait for ever at no cost; delivering it later, between
+    /// another party's steps, is a preemption.
+    fn current_can_act(&self, s: &State, listed: &[Action]) -> bool {
+        let Some(current) = s.sched.current else { return false };
+        let alive = match current {
+            Party::Writer => matches!(s.writer, WriterSide::Running { .. }),
+            Party::Recoverer(r) => matches!(s.recs[r], RecSide::Running { .. }),
+        };
+        alive && listed.iter().any(|a| Self::owner(s, a) == Some(current) && self.enabled(s, a))
+    }
+
+    /// Answers nobody is left to hear are dropped: a state with them and
+    /// one without are the same world.
+    fn forget_unheard(s: &mut State) {
+        let unheard: Vec<(usize, Party)> = s
+            .replies
+            .iter()
+            .filter(|(_, q)| q.iter().any(|r| !Self::listening(s, &r.caller)))
+            .map(|(k, _)| *k)
+            .collect();
+        for lane in unheard {
+            let q: Vec<Reply> = s.replies.remove(&lane).unwrap_or_default();
+            let kept: Vec<Reply> = q.into_iter().filter(|r| Self::listening(s, &r.caller)).collect();
+            if !kept.is_empty() {
+                s.replies.insert(lane, kept);
             }
         }
     }
@@ -595,7 +691,7 @@ impl LedgerModel {
 
 impl stateright::Model for LedgerModel {
     type State = State;
-    type Action = Action;
+    type Action = Move;
 
     fn init_states(&self) -> Vec<State> {
         let c = &self.config;
@@ -633,13 +729,59 @@ impl stateright::Model for LedgerModel {
                 recoverer_crashes: c.recoverer_crashes,
             },
             broken: None,
+            sched: Sched { current: None, preemptions_left: c.preemptions.unwrap_or(0) },
         }]
     }
 
-    fn actions(&self, s: &State, out: &mut Vec<Action>) {
+    fn actions(&self, s: &State, out: &mut Vec<Move>) {
         if s.broken.is_some() {
             return;
         }
+        let mut listed = Vec::new();
+        self.listed_actions(s, &mut listed);
+        if self.config.preemptions.is_none() {
+            out.extend(listed.into_iter().map(|action| Move { action, preempts: false }));
+            return;
+        }
+        let can_act = self.current_can_act(s, &listed);
+        let current = s.sched.current;
+        for action in listed {
+            let owner = Self::owner(s, &action);
+            let preempts = can_act && owner.is_some() && owner != current;
+            if !preempts || s.sched.preemptions_left > 0 {
+                out.push(Move { action, preempts });
+            }
+        }
+    }
+
+    fn next_state(&self, s: &State, m: Move) -> Option<State> {
+        let mut next = s.clone();
+        let owner = Self::owner(s, &m.action);
+        if m.preempts {
+            next.sched.preemptions_left = next.sched.preemptions_left.checked_sub(1)?;
+        }
+        if !self.step(&mut next, m.action) {
+            return None;
+        }
+        Self::forget_unheard(&mut next);
+        if self.config.preemptions.is_some() && owner.is_some() {
+            next.sched.current = owner;
+        }
+        Some(next)
+    }
+
+    fn properties(&self) -> Vec<stateright::Property<Self>> {
+        if self.config.stop_at_first_violation {
+            crate::properties::first_violation()
+        } else {
+            crate::properties::all()
+        }
+    }
+}
+
+impl LedgerModel {
+    /// Every step the state allows, before the schedule's bound.
+    fn listed_actions(&self, s: &State, out: &mut Vec<Action>) {
         if let WriterSide::Running { w, meta, change, closing, .. } = &s.writer {
             out.push(Action::WriterAdd);
             out.push(Action::WriterTick);
@@ -701,14 +843,5 @@ impl stateright::Model for LedgerModel {
         if s.budget.replacements > 0 {
             out.extend((0..s.bookies.len()).filter(|b| s.bookies[*b].knows(LEDGER)).map(Action::ReplaceBookie));
         }
-    }
-
-    fn next_state(&self, s: &State, action: Action) -> Option<State> {
-        let mut next = s.clone();
-        self.step(&mut next, action).then_some(next)
-    }
-
-    fn properties(&self) -> Vec<stateright::Property<Self>> {
-        crate::properties::all()
     }
 }

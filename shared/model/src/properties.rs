@@ -20,6 +20,15 @@ pub fn all() -> Vec<Property<LedgerModel>> {
     ]
 }
 
+/// The name of the one property [`first_violation`] checks.
+pub const ANY: &str = "every invariant";
+
+/// One property that fails where any of [`all`] does: the checker stops at
+/// the first state breaking any (the report then names which).
+pub fn first_violation() -> Vec<Property<LedgerModel>> {
+    vec![Property::always(ANY, |m: &LedgerModel, s: &State| all().iter().all(|p| (p.condition)(m, s)))]
+}
+
 /// NoDivergenceBetweenClientAndMetadata (BRIEF guarantees 3, 4): once the
 /// ledger is closed, every entry the writer was told is acknowledged lies at
 /// or below its last entry: recovery never truncated below an

@@ -191,6 +191,16 @@ pub struct Budget {
     pub recoverer_crashes: u8,
 }
 
+/// Who the preemption-bounded search is running, and how many preemptions
+/// it may still spend (constant when the search is unbounded).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Sched {
+    /// The party that took the last step (`None` before the first).
+    pub current: Option<Party>,
+    /// Preemptions left.
+    pub preemptions_left: u8,
+}
+
 /// The world.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct State {
@@ -223,6 +233,8 @@ pub struct State {
     /// A rule the transitions found broken (acknowledged out of order, a
     /// close attempted below an acknowledged entry...), for the properties.
     pub broken: Option<String>,
+    /// The preemption-bounded search's schedule.
+    pub sched: Sched,
 }
 
 impl State {
@@ -303,6 +315,7 @@ impl State {
     pub fn with_recoverers_swapped(&self, a: usize, b: usize) -> State {
         let mut s = self.clone();
         s.recs.swap(a, b);
+        s.sched.current = self.sched.current.map(|p| p.swapped(a, b));
         s.lanes = self
             .lanes
             .iter()
@@ -323,11 +336,23 @@ impl State {
 }
 
 impl stateright::Representative for State {
-    /// Of the orderings of the recoverers, the one whose fingerprint is
-    /// smallest.
+    /// Of the orderings of the recoverers, the one whose recoverers (or,
+    /// when they are alike, whose whole world) hash smallest.
     fn representative(&self) -> Self {
         if self.recs.len() != 2 {
             return self.clone();
+        }
+        // Most states tell the two apart by the recoverers alone: ordering
+        // by them costs two small hashes, not a copy and two hashes of the
+        // world. (Any state symmetric to this one is a sound
+        // representative; the ordering only decides how often two
+        // symmetric states meet as one.)
+        if self.recs[0] != self.recs[1] {
+            return if fingerprint(&self.recs[1]) < fingerprint(&self.recs[0]) {
+                self.with_recoverers_swapped(0, 1)
+            } else {
+                self.clone()
+            };
         }
         let other = self.with_recoverers_swapped(0, 1);
         if fingerprint(&other) < fingerprint(self) {

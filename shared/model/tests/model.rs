@@ -4,6 +4,9 @@
 
 use quire_model::{check, Config};
 
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The writer racing one recoverer (which may fence it at any point), one
 /// entry, E=3 Qa=2 with Qw 2 and 3, the writer free to crash at any step:
 /// every reachable state holds every invariant.
@@ -41,6 +44,54 @@ fn a_lost_message_anywhere_breaks_no_invariant() {
     assert!(r.complete, "not explored to the end: {}", r.summary());
     assert!(r.unique_states > 1_000_000, "suspiciously few states: {}", r.summary());
     assert!(r.violations.is_empty(), "{}\n{:#?}", r.summary(), r.violations);
+}
+
+/// The issue's scope, preemption-bounded: the writer (which may crash at
+/// any step) and two recoverers racing it and each other, one of them free
+/// to crash at any step, one message lost anywhere, E=3 Qw=2 Qa=2 and a
+/// spare bookie. Every interleaving in which parties switch only when the
+/// one running has nothing left to do (or is gone) holds every invariant.
+#[test]
+fn two_recoverers_a_crash_and_a_lost_message_hold_every_invariant_without_preemption() {
+    let r = check(overlapping_recoveries(false), 2, 0);
+    println!("{}", r.summary());
+    assert!(r.complete, "not explored to the end: {}", r.summary());
+    assert!(r.unique_states > 1_000_000, "suspiciously few states: {}", r.summary());
+    assert!(r.violations.is_empty(), "{}\n{:#?}", r.summary(), r.violations);
+}
+
+/// The same configuration on the shell as it was before issue #19's fix
+/// (recovery stored each write-back replacement at once): the checker
+/// finds item 1, a second recovery closing below an entry the first one
+/// had found, because the member the first one put in the ensemble never
+/// received it and its NoSuchEntry was taken as evidence of absence.
+#[test]
+fn the_shell_before_the_fix_truncates_an_acknowledged_entry_and_the_checker_finds_it() {
+    let r = check(overlapping_recoveries(true), 2, 0);
+    println!("{}", r.summary());
+    let (_, moves, last) = r
+        .violations
+        .iter()
+        .find(|v| v.0 == "no out-of-order or premature decisions")
+        .unwrap_or_else(|| panic!("the pre-fix shell was not caught: {}", r.summary()));
+    assert!(last.contains("would close at -1 below acknowledged entry 0"), "{last}");
+    let starts = moves.iter().filter(|m| matches!(m.action, quire_model::Action::RecStart(_))).count();
+    let replaced = moves.iter().any(|m| matches!(m.action, quire_model::Action::RecReplace(..)));
+    assert!(starts == 2 && replaced, "not the overlapping-recovery shape: {moves:?}");
+}
+
+fn overlapping_recoveries(pre_fix: bool) -> Config {
+    let mut c = Config::small(2, 2, 1);
+    c.recoverers = 2;
+    c.runs_per_recoverer = 1;
+    c.timeouts = 1;
+    c.replacements = 0;
+    c.recoverer_crashes = 1;
+    c.read_window = 1;
+    c.preemptions = Some(0);
+    c.store_replacements_eagerly = pre_fix;
+    c.stop_at_first_violation = pre_fix;
+    c
 }
 
 /// Each invariant can fail: a state that breaks it is judged broken.

@@ -3,6 +3,9 @@
 //! counterexample trace.
 
 use clap::Parser;
+
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use quire_model::{check, Config};
 
 #[derive(Parser)]
@@ -39,6 +42,14 @@ struct Args {
     /// replacements stored at once): it must find the overlapping-recovery loss.
     #[arg(long)]
     pre_fix: bool,
+    /// Bound the search to interleavings with at most this many preemptions
+    /// (a switch of party while the running one could still act); without
+    /// it, every interleaving.
+    #[arg(long)]
+    preemptions: Option<u8>,
+    /// Stop at the first state breaking any invariant.
+    #[arg(long)]
+    first: bool,
     /// Checker threads.
     #[arg(long, default_value_t = 2)]
     threads: usize,
@@ -60,6 +71,8 @@ fn main() -> anyhow::Result<()> {
         c.read_window = a.read_window;
         c.writer_crash = !a.no_writer_crash;
         c.store_replacements_eagerly = a.pre_fix;
+        c.preemptions = a.preemptions;
+        c.stop_at_first_violation = a.first;
         let r = check(c, a.threads, a.max_states);
         println!("{}", r.summary());
         if !r.complete {
@@ -68,7 +81,12 @@ fn main() -> anyhow::Result<()> {
         for (name, actions, last) in &r.violations {
             failed = true;
             println!("  counterexample for \"{name}\" ({} steps):", actions.len());
+            let mut party = None;
             for (i, act) in actions.iter().enumerate() {
+                if act.action.owner().is_some() && act.action.owner() != party {
+                    party = act.action.owner();
+                    println!("         -- {:?} --", party.expect("some"));
+                }
                 println!("    {:>3}. {act:?}", i + 1);
             }
             println!("  final state:\n{last}");
