@@ -1,5 +1,5 @@
 //! One metadata replica: its sled database, the Raft node, and the leader's
-//! lease reaper.
+//! lease reaper, and the pre-vote election driver.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -11,6 +11,7 @@ use openraft::error::{InitializeError, RaftError};
 use openraft::{BasicNode, Config, SnapshotPolicy};
 use quire_rpc::RpcClient;
 
+use crate::raft::election::{self, ElectionGate};
 use crate::raft::log_store::LogStore;
 use crate::raft::network::Network;
 use crate::raft::state_machine::{Shared, StateMachineStore};
@@ -51,7 +52,10 @@ pub struct Node {
     pub raft: MetaRaft,
     /// The state, shared with the RPC handlers.
     pub shared: Arc<Shared>,
+    /// Hears the leader and answers pre-votes (`raft/election.rs`).
+    pub gate: Arc<ElectionGate>,
     reaper: tokio::task::JoinHandle<()>,
+    elections: tokio::task::JoinHandle<()>,
 }
 
 impl Node {
@@ -97,27 +101,25 @@ impl Node {
         }
         .validate()
         .context("raft config")?;
-        let raft = MetaRaft::new(id, Arc::new(config), Network::new(rpc), log, sm)
+        let gate = ElectionGate::new(Duration::from_millis(timing.election_max_ms), log.clone());
+        let raft = MetaRaft::new(id, Arc::new(config), Network::new(rpc.clone()), log, sm)
             .await
             .map_err(|e| anyhow::anyhow!("start raft: {e}"))?;
         let restarted = raft.is_initialized().await.map_err(|e| anyhow::anyhow!("{e}"))?;
-        if restarted {
-            // A replica started again after a crash elects only once it has
-            // heard no leader for a while: with no vote remembered as fresh,
-            // it would stand at its first election timeout (0.4-0.8 s), before
-            // the leader's reconnect backoff lets it through, and its higher
-            // term would depose a healthy leader (openraft 0.9 has no
-            // pre-vote; `make bench-failover` saw it after restarts).
-            raft.runtime_config().elect(false);
-            let grace = Duration::from_millis(timing.election_max_ms * 3);
-            let r = raft.clone();
-            tokio::spawn(async move {
-                let mut m = r.metrics();
-                let heard = tokio::time::timeout(grace, m.wait_for(|m| m.current_leader.is_some())).await;
-                tracing::info!(leader_heard = heard.is_ok(), "elections enabled after the restart grace");
-                r.runtime_config().elect(true);
-            });
-        }
+        // Every replica stands for election only after a pre-vote a
+        // majority granted (`raft/election.rs`): openraft's own timer
+        // would stand a replica that cannot win, and raise the term the one
+        // that can must then beat. (This also keeps a replica started
+        // again after a crash from deposing a healthy leader.)
+        raft.runtime_config().elect(false);
+        let elections = tokio::spawn(election::drive(
+            raft.clone(),
+            gate.clone(),
+            rpc,
+            id,
+            Duration::from_millis(timing.election_min_ms),
+            Duration::from_millis(timing.heartbeat_ms),
+        ));
         if Some(&id) == members.keys().next() && !restarted {
             let nodes: BTreeMap<u64, BasicNode> = members.iter().map(|(i, a)| (*i, BasicNode::new(a))).collect();
             match raft.initialize(nodes).await {
@@ -127,12 +129,13 @@ impl Node {
             }
         }
         let reaper = tokio::spawn(reap_leases(raft.clone(), shared.clone(), id));
-        Ok(Node { raft, shared, reaper })
+        Ok(Node { raft, shared, gate, reaper, elections })
     }
 
     /// Stops Raft.
     pub async fn shutdown(self) {
         self.reaper.abort();
+        self.elections.abort();
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }

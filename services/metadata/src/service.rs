@@ -17,6 +17,7 @@ use crate::convert::{
     bookie_from_wire, bookie_to_wire, ledger_from_wire, ledger_to_wire, lock_to_wire, mark_to_wire,
     operator_state_from_wire, state_to_wire,
 };
+use crate::raft::election::{ElectionGate, PreVoteRequest};
 use crate::raft::network::kind;
 use crate::raft::state_machine::Shared;
 use crate::raft::MetaRaft;
@@ -36,13 +37,15 @@ pub struct MetaService {
     raft: MetaRaft,
     shared: Arc<Shared>,
     proposer: Proposer,
+    gate: Arc<ElectionGate>,
 }
 
 impl MetaService {
-    /// Serves `raft` and its state.
-    pub fn new(raft: MetaRaft, shared: Arc<Shared>) -> Self {
+    /// Serves `raft` and its state; `gate` hears of the leader's messages
+    /// and answers pre-votes.
+    pub fn new(raft: MetaRaft, shared: Arc<Shared>, gate: Arc<ElectionGate>) -> Self {
         let proposer = Proposer::start(raft.clone());
-        MetaService { raft, shared, proposer }
+        MetaService { raft, shared, proposer, gate }
     }
 }
 
@@ -192,9 +195,10 @@ impl quire_rpc::Service for MetaService {
         let raft = self.raft.clone();
         let shared = self.shared.clone();
         let proposer = self.proposer.clone();
+        let gate = self.gate.clone();
         Box::pin(async move {
             match body {
-                Req::Raft(r) => raft_rpc(&raft, r).await,
+                Req::Raft(r) => raft_rpc(&raft, &gate, r).await,
                 Req::CreateLedger(c) => {
                     let ledger = NewLedger {
                         ensemble_size: c.ensemble_size,
@@ -472,20 +476,41 @@ async fn watch<T>(shared: &Shared, timeout: Duration, check: impl Fn(&MetaState)
     }
 }
 
-async fn raft_rpc(raft: &MetaRaft, r: v1::RaftRequest) -> Result<v1::response_frame::Body, ServiceError> {
+async fn raft_rpc(
+    raft: &MetaRaft,
+    gate: &ElectionGate,
+    r: v1::RaftRequest,
+) -> Result<v1::response_frame::Body, ServiceError> {
     let bad = |e: postcard::Error| ServiceError::bad_request(format!("undecodable raft message: {e}"));
     let payload = match r.kind {
         kind::APPEND_ENTRIES => {
             let req = postcard::from_bytes(&r.payload).map_err(bad)?;
-            postcard::to_stdvec(&raft.append_entries(req).await)
+            let res = raft.append_entries(req).await;
+            // Accepted from the leader of our term (a conflict too): it lives.
+            if matches!(&res, Ok(a) if !matches!(a, openraft::raft::AppendEntriesResponse::HigherVote(_))) {
+                gate.leader_heard();
+            }
+            postcard::to_stdvec(&res)
         }
         kind::VOTE => {
             let req = postcard::from_bytes(&r.payload).map_err(bad)?;
-            postcard::to_stdvec(&raft.vote(req).await)
+            let res = raft.vote(req).await;
+            if matches!(&res, Ok(v) if v.vote_granted) {
+                gate.leader_heard();
+            }
+            postcard::to_stdvec(&res)
         }
         kind::INSTALL_SNAPSHOT => {
             let req = postcard::from_bytes(&r.payload).map_err(bad)?;
-            postcard::to_stdvec(&raft.install_snapshot(req).await)
+            let res = raft.install_snapshot(req).await;
+            if res.is_ok() {
+                gate.leader_heard();
+            }
+            postcard::to_stdvec(&res)
+        }
+        kind::PRE_VOTE => {
+            let req: PreVoteRequest = postcard::from_bytes(&r.payload).map_err(bad)?;
+            postcard::to_stdvec(&gate.answer(raft, &req).await)
         }
         k => return Err(ServiceError::bad_request(format!("unknown raft message kind {k}"))),
     }

@@ -641,8 +641,14 @@ async fn an_outage_longer_than_a_lease_expires_no_registration_and_no_lock() {
     let logs = || cluster.procs.values().map(|p| p.log()).collect::<Vec<_>>().join("\n----\n");
     assert!(w.timed_out, "registrations changed right after the election: {w:?}\n{}", logs());
     // The holders renew what they held.
-    as_bookie.call(v1::RenewLeaseRequest { bookie_id: "1".into(), lease_id: lease }).await.unwrap();
-    worker.call(v1::RenewLockRequest { name: name.clone(), lock_id: lock.lock_id }).await.unwrap();
+    as_bookie
+        .call(v1::RenewLeaseRequest { bookie_id: "1".into(), lease_id: lease })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
+    worker
+        .call(v1::RenewLockRequest { name: name.clone(), lock_id: lock.lock_id })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
     let err = worker
         .call(v1::AcquireLockRequest { name: name.clone(), owner: "worker-2".into(), lease_ms })
         .await
@@ -654,7 +660,7 @@ async fn an_outage_longer_than_a_lease_expires_no_registration_and_no_lock() {
         .call_waiting(v1::WatchBookiesRequest { after_version: version, timeout_ms: 5000 }, Duration::from_secs(6))
         .await
         .unwrap();
-    assert!(!w.timed_out && w.bookies.is_empty(), "{w:?}");
+    assert!(!w.timed_out && w.bookies.is_empty(), "{w:?}\n{}", logs());
 }
 
 /// A bookie in its integrity check marks its own open ledgers in limbo

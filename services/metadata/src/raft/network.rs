@@ -26,6 +26,8 @@ pub mod kind {
     pub const VOTE: u32 = 2;
     /// InstallSnapshot (one chunk).
     pub const INSTALL_SNAPSHOT: u32 = 3;
+    /// quire's pre-vote (`election.rs`), asked before an election.
+    pub const PRE_VOTE: u32 = 4;
 }
 
 /// Makes a connection per peer replica, lazily, from one RPC client.
