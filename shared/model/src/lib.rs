@@ -2,7 +2,7 @@
 //!
 //! The simulator (`quire_client::sim`) samples runs from seeds; this crate
 //! explores *every* interleaving of a small configuration with
-//! [stateright](https://docs.rs/stateright)'s breadth-first checker, driving
+//! [stateright](https://docs.rs/stateright)'s depth-first checker, driving
 //! the same code the services run: the [`quire_client::writer::Writer`] and
 //! [`quire_client::recovery::Recovery`] state machines, the simulator's
 //! bookies (the real bookie's refusals, the seed-003 guard included) and a
@@ -10,7 +10,9 @@
 //! order or lost (a timeout), recoverers race the writer and each other and
 //! may crash at any step and start again, and a bookie's disks may be
 //! replaced by empty ones. The invariants (`properties`) are checked in
-//! every reachable state; a violation comes with the shortest trace to it.
+//! every reachable state; a violation comes with the trace that reached it
+//! (depth first: a trace, not the shortest). Two recoverers are checked
+//! under a preemption bound ([`Config::preemptions`]).
 //!
 //! What it does not do: model time beyond timeouts (a lost message is a
 //! timeout), metadata outages (the CAS is linearizable and always
@@ -42,7 +44,7 @@ pub struct Report {
     pub elapsed: std::time::Duration,
     /// Whether the whole space was explored (no target cut it short).
     pub complete: bool,
-    /// Each violated property with its shortest counterexample: the actions
+    /// Each violated property with a counterexample: the steps
     /// from the initial state, and the state it ends in.
     pub violations: Vec<(&'static str, Vec<Move>, String)>,
 }
