@@ -540,6 +540,62 @@ async fn writes_move_off_a_leader_that_stopped_answering() {
     assert_ne!(cluster.id_of(&meta.leader().unwrap()), leader);
 }
 
+/// A follower frozen past the leader lease while the others go on writing
+/// comes back with a shorter log and no leader heard for seconds. It asks
+/// for a pre-vote, is refused (the others hear their leader), and follows:
+/// no term is raised and the leader stays. Before the pre-vote (openraft's
+/// own election timer) it stood at once, and its higher term made the
+/// leader step down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_that_cannot_win_raises_no_term_and_deposes_no_leader() {
+    let cluster = Cluster::start(&[]);
+    let meta = cluster.client();
+    meta.call(create(1, 1, 1)).await.unwrap();
+    let admin = cluster.rpc(Role::Admin, "1");
+    let status = |id: u64| {
+        let peer = admin.peer(&cluster.addr(id), Role::Metadata, None);
+        async move { peer.call(v1::MetadataStatusRequest {}).await.unwrap() }
+    };
+    let leader = cluster.id_of(&meta.leader().unwrap());
+    let before = status(leader).await;
+    assert_eq!(before.raft_state, "leader");
+    let frozen = (1..=3).find(|i| *i != leader).unwrap();
+    cluster.procs[&frozen].signal("STOP").unwrap();
+    // The others write on; the frozen one hears nothing for three leases
+    // (election timeout 500 ms, lease 1 s).
+    let frozen_at = std::time::Instant::now();
+    let mut written = 0;
+    while frozen_at.elapsed() < Duration::from_secs(3) {
+        meta.call(create(1, 1, 1)).await.unwrap();
+        written += 1;
+    }
+    assert!(written > 10, "only {written} writes while it was frozen");
+    cluster.procs[&frozen].signal("CONT").unwrap();
+    // It catches up with the leader's log ...
+    let target = status(leader).await.last_applied_index;
+    let logs = || cluster.procs.values().map(|p| p.log()).collect::<Vec<_>>().join("\n----\n");
+    quire_testkit::eventually(Duration::from_secs(10), "the frozen follower caught up", || async {
+        let s = status(frozen).await;
+        (s.last_applied_index >= target && s.leader_id == Some(leader)).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
+    // ... and two more leases later nobody has stood for election.
+    let caught_up = std::time::Instant::now();
+    while caught_up.elapsed() < Duration::from_secs(2) {
+        meta.call(create(1, 1, 1)).await.unwrap();
+    }
+    for id in 1..=3 {
+        let s = status(id).await;
+        assert_eq!(
+            (s.term, s.leader_id),
+            (before.term, Some(leader)),
+            "replica {id} after the frozen follower came back: {s:?}\n{}",
+            logs()
+        );
+    }
+}
+
 /// A replica killed (SIGKILL: no goodbye to its clients) and started again
 /// at its address is reached again at once: it answers its predecessor's
 /// connections with a stateless reset the client recognises (the reset key

@@ -74,7 +74,6 @@ impl Report {
 pub fn check(config: Config, threads: usize, max_states: usize) -> Report {
     let started = std::time::Instant::now();
     let model = LedgerModel::new(config.clone());
-    let model_for_names = LedgerModel::new(config.clone());
     let stop_at_first = config.stop_at_first_violation;
     let names: Vec<&'static str> = model.properties().iter().map(|p| p.name).collect();
     let checker = model.checker().threads(threads).target_state_count(max_states);
@@ -93,7 +92,7 @@ pub fn check(config: Config, threads: usize, max_states: usize) -> Report {
             // The first violation: name each invariant its state breaks.
             properties::all()
                 .into_iter()
-                .filter(|p| !(p.condition)(&model_for_names, &last))
+                .filter(|p| !(p.condition)(checker.model(), &last))
                 .map(|p| (p.name, moves.clone(), text.clone()))
                 .collect()
         })

@@ -379,13 +379,6 @@ impl LedgerModel {
         }
     }
 
-    /// Whose step `action` is for the schedule: its party's (its own steps,
-    /// its requests reaching bookies, its answers reaching it), or the
-    /// environment's (a bookie replaced).
-    fn owner(_: &State, action: &Action) -> Option<Party> {
-        action.owner()
-    }
-
     /// Whether the party that ran last could still act among `listed`. A
     /// party that is gone (a crashed writer, a recoverer between runs) never
     /// could: switching away from it is free, so what it sent before it
@@ -397,25 +390,18 @@ impl LedgerModel {
             Party::Writer => matches!(s.writer, WriterSide::Running { .. }),
             Party::Recoverer(r) => matches!(s.recs[r], RecSide::Running { .. }),
         };
-        alive && listed.iter().any(|a| Self::owner(s, a) == Some(current) && self.enabled(s, a))
+        alive && listed.iter().any(|a| a.owner() == Some(current) && self.enabled(s, a))
     }
 
     /// Answers nobody is left to hear are dropped: a state with them and
     /// one without are the same world.
     fn forget_unheard(s: &mut State) {
-        let unheard: Vec<(usize, Party)> = s
-            .replies
-            .iter()
-            .filter(|(_, q)| q.iter().any(|r| !Self::listening(s, &r.caller)))
-            .map(|(k, _)| *k)
-            .collect();
-        for lane in unheard {
-            let q: Vec<Reply> = s.replies.remove(&lane).unwrap_or_default();
-            let kept: Vec<Reply> = q.into_iter().filter(|r| Self::listening(s, &r.caller)).collect();
-            if !kept.is_empty() {
-                s.replies.insert(lane, kept);
-            }
+        let mut replies = std::mem::take(&mut s.replies);
+        for q in replies.values_mut() {
+            q.retain(|r| Self::listening(s, &r.caller));
         }
+        replies.retain(|_, q| !q.is_empty());
+        s.replies = replies;
     }
 
     // ---- the actions ---------------------------------------------------------
@@ -746,7 +732,7 @@ impl stateright::Model for LedgerModel {
         let can_act = self.current_can_act(s, &listed);
         let current = s.sched.current;
         for action in listed {
-            let owner = Self::owner(s, &action);
+            let owner = action.owner();
             let preempts = can_act && owner.is_some() && owner != current;
             if !preempts || s.sched.preemptions_left > 0 {
                 out.push(Move { action, preempts });
@@ -756,7 +742,7 @@ impl stateright::Model for LedgerModel {
 
     fn next_state(&self, s: &State, m: Move) -> Option<State> {
         let mut next = s.clone();
-        let owner = Self::owner(s, &m.action);
+        let owner = m.action.owner();
         if m.preempts {
             next.sched.preemptions_left = next.sched.preemptions_left.checked_sub(1)?;
         }

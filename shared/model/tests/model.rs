@@ -7,6 +7,15 @@ use quire_model::{check, Config};
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Explores `c` to the end: more than `floor` states, every invariant held.
+fn holds_everywhere(c: Config, floor: usize) {
+    let r = check(c, 2, 0);
+    println!("{}", r.summary());
+    assert!(r.complete, "not explored to the end: {}", r.summary());
+    assert!(r.unique_states > floor, "suspiciously few states: {}", r.summary());
+    assert!(r.violations.is_empty(), "{}\n{:#?}", r.summary(), r.violations);
+}
+
 /// The writer racing one recoverer (which may fence it at any point), one
 /// entry, E=3 Qa=2 with Qw 2 and 3, the writer free to crash at any step:
 /// every reachable state holds every invariant.
@@ -20,11 +29,7 @@ fn the_writer_racing_a_recovery_holds_every_invariant_in_every_state() {
         c.replacements = 0;
         c.recoverer_crashes = 0;
         c.read_window = 1;
-        let r = check(c, 2, 0);
-        println!("{}", r.summary());
-        assert!(r.complete, "not explored to the end: {}", r.summary());
-        assert!(r.unique_states > 10_000, "suspiciously few states: {}", r.summary());
-        assert!(r.violations.is_empty(), "{}\n{:#?}", r.summary(), r.violations);
+        holds_everywhere(c, 10_000);
     }
 }
 
@@ -39,11 +44,7 @@ fn a_lost_message_anywhere_breaks_no_invariant() {
     c.replacements = 0;
     c.recoverer_crashes = 0;
     c.read_window = 1;
-    let r = check(c, 2, 0);
-    println!("{}", r.summary());
-    assert!(r.complete, "not explored to the end: {}", r.summary());
-    assert!(r.unique_states > 1_000_000, "suspiciously few states: {}", r.summary());
-    assert!(r.violations.is_empty(), "{}\n{:#?}", r.summary(), r.violations);
+    holds_everywhere(c, 1_000_000);
 }
 
 /// The issue's scope, preemption-bounded: the writer (which may crash at
@@ -53,11 +54,7 @@ fn a_lost_message_anywhere_breaks_no_invariant() {
 /// one running has nothing left to do (or is gone) holds every invariant.
 #[test]
 fn two_recoverers_a_crash_and_a_lost_message_hold_every_invariant_without_preemption() {
-    let r = check(overlapping_recoveries(false), 2, 0);
-    println!("{}", r.summary());
-    assert!(r.complete, "not explored to the end: {}", r.summary());
-    assert!(r.unique_states > 1_000_000, "suspiciously few states: {}", r.summary());
-    assert!(r.violations.is_empty(), "{}\n{:#?}", r.summary(), r.violations);
+    holds_everywhere(overlapping_recoveries(false), 1_000_000);
 }
 
 /// The same configuration on the shell as it was before issue #19's fix

@@ -3,10 +3,10 @@
 //! counterexample trace.
 
 use clap::Parser;
+use quire_model::{check, Config};
 
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use quire_model::{check, Config};
 
 #[derive(Parser)]
 #[command(about = "Exhaustive model checking of quire's ledger protocol (stateright)")]
