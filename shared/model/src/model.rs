@@ -21,7 +21,7 @@ use quire_client::sim::bookie::{BookieReq, BookieResp, SimBookie};
 use quire_client::writer::{AddError, Answer, Command, FailReason, Member, Writer, WriterOptions};
 
 use crate::config::Config;
-use crate::state::{Budget, Caller, CloseOutcome, Party, RecSide, RecWait, Reply, Sched, State, WriterSide};
+use crate::state::{Budget, Caller, CloseOutcome, Party, RecSide, RecWait, Reply, Sched, Shared, State, WriterSide};
 
 /// The ledger every run writes.
 pub const LEDGER: u64 = 1;
@@ -176,7 +176,7 @@ impl LedgerModel {
     #[allow(clippy::result_large_err)] // the stored record, as the real CAS answers
     fn cas(s: &mut State, expected: &LedgerMeta, mut next: LedgerMeta) -> Result<LedgerMeta, LedgerMeta> {
         if s.meta.version != expected.version {
-            return Err(s.meta.clone());
+            return Err((*s.meta).clone());
         }
         assert!(
             !(s.meta.state == LedgerState::Closed
@@ -184,7 +184,7 @@ impl LedgerModel {
             "a closed ledger was reopened or moved"
         );
         next.version = s.meta.version + 1;
-        s.meta = next.clone();
+        s.meta.set(next.clone());
         Ok(next)
     }
 
@@ -197,12 +197,12 @@ impl LedgerModel {
                     let bookie = bookie_index(&member.bookie_id);
                     let caller = Caller::WriterAdd { entry_id: entry.entry_id, position, member: member.clone() };
                     let req = BookieReq::Add { entry, expected_instance: member.instance_id, recovery };
-                    s.request(bookie, caller, req);
+                    s.request(Party::Writer, bookie, caller, req);
                 }
                 Command::SendLac { member, lac, .. } => {
                     let bookie = bookie_index(&member.bookie_id);
                     let req = BookieReq::WriteLac { ledger_id: LEDGER, lac };
-                    s.request(bookie, Caller::WriterLac, req);
+                    s.request(Party::Writer, bookie, Caller::WriterLac, req);
                 }
                 Command::Acknowledge { entry_ids, .. } => {
                     for id in entry_ids {
@@ -210,11 +210,11 @@ impl LedgerModel {
                             s.broken = Some(format!("entry {id} acknowledged out of order"));
                         }
                         let bytes = s.submitted[&id].clone();
-                        s.acked.insert(id, bytes);
+                        s.acked.get_mut().insert(id, bytes);
                     }
                 }
                 Command::ChangeEnsemble { failed, first_entry_id } => {
-                    if let WriterSide::Running { change, .. } = &mut s.writer {
+                    if let WriterSide::Running { change, .. } = s.writer.get_mut() {
                         *change = Some((failed, first_entry_id));
                     }
                 }
@@ -225,7 +225,10 @@ impl LedgerModel {
 
     /// The writer's ensemble change failed for good: it stops.
     fn writer_abort(&self, s: &mut State, reason: FailReason) {
-        let cmds = match &mut s.writer {
+        if !matches!(*s.writer, WriterSide::Running { .. }) {
+            return;
+        }
+        let cmds = match s.writer.get_mut() {
             WriterSide::Running { w, change, .. } => {
                 *change = None;
                 w.abort(reason)
@@ -236,7 +239,10 @@ impl LedgerModel {
     }
 
     fn writer_answer(&self, s: &mut State, entry_id: u64, position: usize, member: &Member, answer: Answer) {
-        let cmds = match &mut s.writer {
+        if !matches!(*s.writer, WriterSide::Running { .. }) {
+            return;
+        }
+        let cmds = match s.writer.get_mut() {
             WriterSide::Running { w, .. } => w.answer(entry_id, position, member, answer),
             WriterSide::Stopped { .. } => return,
         };
@@ -247,29 +253,29 @@ impl LedgerModel {
 
     fn rec_steps(&self, s: &mut State, rec: usize, steps: Vec<Step>) {
         for step in steps {
-            let RecSide::Running { run, .. } = &s.recs[rec] else { return };
-            let run = *run;
+            let RecSide::Running { run, .. } = &*s.recs[rec] else { return };
+            let (run, party) = (*run, Party::Recoverer(rec));
             match step {
                 Step::Fence { position, member } => {
                     let bookie = bookie_index(&member.bookie_id);
-                    let caller = Caller::Fence { rec, run, position };
-                    s.request(bookie, caller, BookieReq::Fence { ledger_id: LEDGER });
+                    let caller = Caller::Fence { run, position };
+                    s.request(party, bookie, caller, BookieReq::Fence { ledger_id: LEDGER });
                 }
                 Step::Read { entry_id, position, member } => {
                     let bookie = bookie_index(&member.bookie_id);
-                    let caller = Caller::Read { rec, run, entry_id, position };
+                    let caller = Caller::Read { run, entry_id, position };
                     let req = BookieReq::Read { ledger_id: LEDGER, entry_id, fence: true };
-                    s.request(bookie, caller, req);
+                    s.request(party, bookie, caller, req);
                 }
                 Step::Write(Command::Send { position, member, entry, recovery }) => {
                     let bookie = bookie_index(&member.bookie_id);
-                    let caller = Caller::Write { rec, run, entry_id: entry.entry_id, position, member: member.clone() };
+                    let caller = Caller::Write { run, entry_id: entry.entry_id, position, member: member.clone() };
                     let req = BookieReq::Add { entry, expected_instance: member.instance_id, recovery };
-                    s.request(bookie, caller, req);
+                    s.request(party, bookie, caller, req);
                 }
                 Step::Write(_) => {}
                 Step::Replace { failed, first_entry_id, members } => {
-                    if let RecSide::Running { wait, .. } = &mut s.recs[rec] {
+                    if let RecSide::Running { wait, .. } = s.recs[rec].get_mut() {
                         *wait = Some(RecWait::Replace { failed, first_entry_id, members });
                     }
                 }
@@ -282,14 +288,14 @@ impl LedgerModel {
                             ));
                         }
                     }
-                    if let RecSide::Running { wait, r, .. } = &mut s.recs[rec] {
+                    if let RecSide::Running { wait, r, .. } = s.recs[rec].get_mut() {
                         let base = r.base();
                         *wait = Some(RecWait::Close { last_entry_id, length, ensembles, base });
                     }
                 }
                 Step::Failed(_) => {
-                    if let RecSide::Running { runs_left, .. } = s.recs[rec] {
-                        s.recs[rec] = RecSide::Idle { runs_left };
+                    if let RecSide::Running { runs_left, .. } = *s.recs[rec] {
+                        s.recs[rec].set(RecSide::Idle { runs_left });
                     }
                 }
             }
@@ -299,15 +305,23 @@ impl LedgerModel {
     /// Runs `f` on recoverer `rec`'s machine if its run `run` is the live
     /// one, then executes the steps it returned.
     fn with_rec(&self, s: &mut State, rec: usize, run: u8, f: impl FnOnce(&mut Recovery, Instant) -> Vec<Step>) {
-        let steps = match &mut s.recs[rec] {
-            RecSide::Running { r, run: live, .. } if *live == run => f(r, self.t0),
+        if !matches!(&*s.recs[rec], RecSide::Running { run: live, .. } if *live == run) {
+            return;
+        }
+        let steps = match s.recs[rec].get_mut() {
+            RecSide::Running { r, .. } => f(r, self.t0),
             _ => return,
         };
         self.rec_steps(s, rec, steps);
     }
 
     /// A caller learns the outcome of its request (`None`: it timed out).
-    fn answered(&self, s: &mut State, caller: Caller, resp: Option<BookieResp>) {
+    fn answered(&self, s: &mut State, party: Party, caller: Caller, resp: Option<BookieResp>) {
+        // Only recoverers send fences, reads and write-backs.
+        let rec = match party {
+            Party::Recoverer(r) => r,
+            Party::Writer => 0,
+        };
         match caller {
             Caller::WriterAdd { entry_id, position, member } => {
                 let answer = match resp {
@@ -319,19 +333,20 @@ impl LedgerModel {
                 self.writer_answer(s, entry_id, position, &member, answer);
             }
             Caller::WriterLac => {
-                if let (Some(BookieResp::LedgerFenced), WriterSide::Running { w, .. }) = (&resp, &mut s.writer) {
+                if let (Some(BookieResp::LedgerFenced), WriterSide::Running { .. }) = (&resp, &*s.writer) {
+                    let WriterSide::Running { w, .. } = s.writer.get_mut() else { unreachable!() };
                     let cmds = w.fenced();
                     self.writer_cmds(s, cmds);
                 }
             }
-            Caller::Fence { rec, run, position } => {
+            Caller::Fence { run, position } => {
                 let answer = match resp {
                     Some(BookieResp::FenceDone { lac }) => FenceAnswer::Fenced { lac },
                     _ => FenceAnswer::Failed,
                 };
                 self.with_rec(s, rec, run, |r, now| r.fence_answered(position, answer, now));
             }
-            Caller::Read { rec, run, entry_id, position } => {
+            Caller::Read { run, entry_id, position } => {
                 let read = match resp {
                     Some(BookieResp::Entry(e)) => BookieRead::Entry(e),
                     Some(BookieResp::NoSuchEntry { instance_id }) => BookieRead::NoSuchEntry { instance_id },
@@ -340,7 +355,7 @@ impl LedgerModel {
                 };
                 self.with_rec(s, rec, run, |r, now| r.read_answered(entry_id, position, read, now));
             }
-            Caller::Write { rec, run, entry_id, position, member } => {
+            Caller::Write { run, entry_id, position, member } => {
                 let answer = match resp {
                     Some(BookieResp::Added { instance_id }) => Answer::Stored { instance_id },
                     Some(BookieResp::LedgerFenced) => Answer::Fenced,
@@ -353,12 +368,14 @@ impl LedgerModel {
     }
 
     /// Whether `caller` is still there to hear an answer.
-    fn listening(s: &State, caller: &Caller) -> bool {
-        match caller {
-            Caller::WriterAdd { .. } | Caller::WriterLac => matches!(s.writer, WriterSide::Running { .. }),
-            Caller::Fence { rec, run, .. } | Caller::Read { rec, run, .. } | Caller::Write { rec, run, .. } => {
-                matches!(&s.recs[*rec], RecSide::Running { run: live, .. } if live == run)
-            }
+    fn listening(s: &State, party: Party, caller: &Caller) -> bool {
+        match (party, caller) {
+            (Party::Writer, _) => matches!(*s.writer, WriterSide::Running { .. }),
+            (
+                Party::Recoverer(rec),
+                Caller::Fence { run, .. } | Caller::Read { run, .. } | Caller::Write { run, .. },
+            ) => matches!(&*s.recs[rec], RecSide::Running { run: live, .. } if live == run),
+            (Party::Recoverer(_), Caller::WriterAdd { .. } | Caller::WriterLac) => false,
         }
     }
 
@@ -387,8 +404,8 @@ impl LedgerModel {
     fn current_can_act(&self, s: &State, listed: &[Action]) -> bool {
         let Some(current) = s.sched.current else { return false };
         let alive = match current {
-            Party::Writer => matches!(s.writer, WriterSide::Running { .. }),
-            Party::Recoverer(r) => matches!(s.recs[r], RecSide::Running { .. }),
+            Party::Writer => matches!(*s.writer, WriterSide::Running { .. }),
+            Party::Recoverer(r) => matches!(*s.recs[r], RecSide::Running { .. }),
         };
         alive && listed.iter().any(|a| a.owner() == Some(current) && self.enabled(s, a))
     }
@@ -396,12 +413,14 @@ impl LedgerModel {
     /// Answers nobody is left to hear are dropped: a state with them and
     /// one without are the same world.
     fn forget_unheard(s: &mut State) {
-        let mut replies = std::mem::take(&mut s.replies);
-        for q in replies.values_mut() {
-            q.retain(|r| Self::listening(s, &r.caller));
+        for i in 0..s.replies.len() {
+            let (party, _) = s.lane_of(i);
+            if s.replies[i].iter().any(|r| !Self::listening(s, party, &r.caller)) {
+                let mut q = std::mem::take(&mut s.replies[i]);
+                q.get_mut().retain(|r| Self::listening(s, party, &r.caller));
+                s.replies[i] = q;
+            }
         }
-        replies.retain(|_, q| !q.is_empty());
-        s.replies = replies;
     }
 
     // ---- the actions ---------------------------------------------------------
@@ -409,7 +428,7 @@ impl LedgerModel {
     fn step(&self, s: &mut State, action: Action) -> bool {
         match action {
             Action::WriterAdd => {
-                let WriterSide::Running { w, adds_left, closing, .. } = &mut s.writer else { return false };
+                let WriterSide::Running { w, adds_left, closing, .. } = s.writer.get_mut() else { return false };
                 if *adds_left == 0 || closing.is_some() || w.done().is_some() {
                     return false;
                 }
@@ -419,11 +438,11 @@ impl LedgerModel {
                     Err(AddError::Backpressure(_) | AddError::Done(_)) => return false,
                 };
                 *adds_left -= 1;
-                s.submitted.insert(id, payload(id));
+                s.submitted.get_mut().insert(id, payload(id));
                 self.writer_cmds(s, cmds);
             }
             Action::WriterTick => {
-                let WriterSide::Running { w, .. } = &mut s.writer else { return false };
+                let WriterSide::Running { w, .. } = s.writer.get_mut() else { return false };
                 if w.pending() > 0 {
                     return false; // late adds are modelled by lost messages
                 }
@@ -434,8 +453,8 @@ impl LedgerModel {
                 self.writer_cmds(s, cmds);
             }
             Action::WriterChange(chosen) => {
-                let stored = s.meta.clone();
-                let WriterSide::Running { meta, change, .. } = &s.writer else { return false };
+                let stored = (*s.meta).clone();
+                let WriterSide::Running { meta, change, .. } = &*s.writer else { return false };
                 let Some((failed, first)) = change.clone() else { return false };
                 // As change_ensemble: a ledger closed or recovered meanwhile fences the writer.
                 let mut base = meta.clone();
@@ -460,7 +479,7 @@ impl LedgerModel {
                 let intended = base.with_ensemble(first, members);
                 match Self::cas(s, &base, intended) {
                     Ok(m) => {
-                        let WriterSide::Running { w, meta, change, .. } = &mut s.writer else { unreachable!() };
+                        let WriterSide::Running { w, meta, change, .. } = s.writer.get_mut() else { unreachable!() };
                         *meta = m.clone();
                         *change = None;
                         let seg = m.last_segment().clone();
@@ -470,7 +489,7 @@ impl LedgerModel {
                     Err(now) => match writer_conflict(&base, &now) {
                         Conflict::Fenced => self.writer_abort(s, FailReason::Fenced),
                         Conflict::Retry(_) => {
-                            if let WriterSide::Running { meta, .. } = &mut s.writer {
+                            if let WriterSide::Running { meta, .. } = s.writer.get_mut() {
                                 *meta = now;
                             }
                         }
@@ -478,7 +497,9 @@ impl LedgerModel {
                 }
             }
             Action::WriterClose => {
-                let WriterSide::Running { w, meta, change, closing, adds_left } = &mut s.writer else { return false };
+                let WriterSide::Running { w, meta, change, closing, adds_left } = s.writer.get_mut() else {
+                    return false;
+                };
                 if *adds_left > 0 || closing.is_some() || change.is_some() || w.pending() > 0 || w.changing() {
                     return false;
                 }
@@ -501,17 +522,17 @@ impl LedgerModel {
                         Conflict::Fenced => CloseOutcome::Fenced,
                         Conflict::Retry(_) => {
                             // Retried on top: the next WriterClose.
-                            let WriterSide::Running { meta, .. } = &mut s.writer else { unreachable!() };
+                            let WriterSide::Running { meta, .. } = s.writer.get_mut() else { unreachable!() };
                             *meta = now;
                             return true;
                         }
                     },
                 };
-                let WriterSide::Running { closing, .. } = &mut s.writer else { unreachable!() };
+                let WriterSide::Running { closing, .. } = s.writer.get_mut() else { unreachable!() };
                 *closing = Some(outcome);
             }
             Action::WriterCloseAnswered => {
-                let WriterSide::Running { w, meta, closing, .. } = &mut s.writer else { return false };
+                let WriterSide::Running { w, meta, closing, .. } = s.writer.get_mut() else { return false };
                 let Some(outcome) = closing.clone() else { return false };
                 if !w.is_closing() {
                     return false;
@@ -526,79 +547,84 @@ impl LedgerModel {
                 self.writer_cmds(s, cmds);
             }
             Action::WriterCrash => {
-                let WriterSide::Running { w, .. } = &s.writer else { return false };
+                let WriterSide::Running { w, .. } = &*s.writer else { return false };
                 if !self.config.writer_crash || w.done().is_some() {
                     return false;
                 }
-                s.writer = WriterSide::Stopped { crashed: true };
+                s.writer.set(WriterSide::Stopped { crashed: true });
             }
             Action::Deliver(party, bookie) => {
-                let Some((caller, req)) = s.take_request((party, bookie)) else { return false };
+                let Some((caller, req)) = s.take_request(party, bookie) else { return false };
                 let open = s.meta.state == LedgerState::Open;
                 let stored_entry = match &req {
                     BookieReq::Add { entry, .. } => Some(entry.entry_id),
                     _ => None,
                 };
-                let resp = s.bookies[bookie].handle(req, |_| Some(open));
+                let resp = s.bookies[bookie].get_mut().handle(req, |_| Some(open));
                 if let (BookieResp::Added { instance_id }, Some(e)) = (&resp, stored_entry) {
-                    s.ever_stored.insert((instance_id.clone(), e));
+                    s.ever_stored.get_mut().insert((instance_id.clone(), e));
                 }
-                if Self::listening(s, &caller) {
-                    s.reply(bookie, Reply { caller, resp });
+                if Self::listening(s, party, &caller) {
+                    s.reply(bookie, party, Reply { caller, resp });
                 }
             }
             Action::LoseRequest(party, bookie) => {
                 if s.budget.timeouts == 0 {
                     return false;
                 }
-                let Some((caller, _)) = s.take_request((party, bookie)) else { return false };
+                let Some((caller, _)) = s.take_request(party, bookie) else { return false };
                 s.budget.timeouts -= 1;
-                self.answered(s, caller, None);
+                self.answered(s, party, caller, None);
             }
             Action::Answer(bookie, party) => {
-                let Some(Reply { caller, resp }) = s.take_reply((bookie, party)) else { return false };
-                self.answered(s, caller, Some(resp));
+                let Some(Reply { caller, resp }) = s.take_reply(bookie, party) else { return false };
+                self.answered(s, party, caller, Some(resp));
             }
             Action::LoseReply(bookie, party) => {
                 if s.budget.timeouts == 0 {
                     return false;
                 }
-                let Some(Reply { caller, .. }) = s.take_reply((bookie, party)) else { return false };
+                let Some(Reply { caller, .. }) = s.take_reply(bookie, party) else { return false };
                 s.budget.timeouts -= 1;
-                self.answered(s, caller, None);
+                self.answered(s, party, caller, None);
             }
             Action::RecStart(rec) => {
-                let RecSide::Idle { runs_left } = s.recs[rec] else { return false };
+                let RecSide::Idle { runs_left } = *s.recs[rec] else { return false };
                 if runs_left == 0 {
                     return false;
                 }
                 let stored = match s.meta.state {
                     LedgerState::Closed => {
-                        s.recs[rec] = RecSide::Done;
+                        s.recs[rec].set(RecSide::Done);
                         return true;
                     }
                     LedgerState::Open => {
-                        let mut next = s.meta.clone();
+                        let mut next = (*s.meta).clone();
                         next.state = LedgerState::InRecovery;
-                        let expected = s.meta.clone();
+                        let expected = (*s.meta).clone();
                         Self::cas(s, &expected, next).expect("the mark reads and writes at once")
                     }
-                    LedgerState::InRecovery => s.meta.clone(),
+                    LedgerState::InRecovery => (*s.meta).clone(),
                 };
                 let opts = RecoveryOptions { read_window: self.config.read_window, writer: self.writer_options(true) };
                 let (r, steps) = Recovery::new(stored.clone(), opts);
                 let run = self.config.runs_per_recoverer - runs_left;
-                s.recs[rec] =
-                    RecSide::Running { r: Box::new(r), meta: stored, run, wait: None, runs_left: runs_left - 1 };
+                s.recs[rec].set(RecSide::Running {
+                    r: Box::new(r),
+                    meta: stored,
+                    run,
+                    wait: None,
+                    runs_left: runs_left - 1,
+                });
                 self.rec_steps(s, rec, steps);
             }
             Action::RecReplace(rec, chosen) => {
                 let closed = s.meta.state == LedgerState::Closed;
                 let eager = self.config.store_replacements_eagerly;
-                let RecSide::Running { wait, run, .. } = &s.recs[rec] else { return false };
+                let RecSide::Running { wait, run, .. } = &*s.recs[rec] else { return false };
                 let Some(RecWait::Replace { failed, first_entry_id, members }) = wait.clone() else { return false };
                 let run = *run;
-                if let RecSide::Running { wait, .. } = &mut s.recs[rec] {
+                if let RecSide::Running { wait, .. } = s.recs[rec].get_mut() {
                     *wait = None;
                 }
                 if closed {
@@ -615,12 +641,12 @@ impl LedgerModel {
                 let next = Self::replace(s, &members, &failed, &chosen);
                 if eager {
                     // The shell before the fix: change_ensemble by CAS at once.
-                    let RecSide::Running { meta, .. } = &s.recs[rec] else { unreachable!() };
+                    let RecSide::Running { meta, .. } = &*s.recs[rec] else { unreachable!() };
                     let expected = meta.clone();
                     let intended = expected.with_ensemble(first_entry_id, next.clone());
                     match Self::cas(s, &expected, intended) {
                         Ok(m) => {
-                            if let RecSide::Running { meta, .. } = &mut s.recs[rec] {
+                            if let RecSide::Running { meta, .. } = s.recs[rec].get_mut() {
                                 *meta = m;
                             }
                         }
@@ -633,32 +659,32 @@ impl LedgerModel {
                 self.with_rec(s, rec, run, |r, now| r.replaced(first_entry_id, next, now));
             }
             Action::RecClose(rec) => {
-                let RecSide::Running { wait, meta, runs_left, .. } = &s.recs[rec] else { return false };
+                let RecSide::Running { wait, meta, runs_left, .. } = &*s.recs[rec] else { return false };
                 let Some(RecWait::Close { last_entry_id, length, ensembles, base }) = wait.clone() else {
                     return false;
                 };
                 let (found, runs_left) = (meta.clone(), *runs_left);
                 let intended = found.closed_by_recovery(base, &ensembles, last_entry_id, length);
                 match Self::cas(s, &found, intended) {
-                    Ok(_) => s.recs[rec] = RecSide::Done,
-                    Err(now) if now.state == LedgerState::Closed => s.recs[rec] = RecSide::Done,
+                    Ok(_) => s.recs[rec].set(RecSide::Done),
+                    Err(now) if now.state == LedgerState::Closed => s.recs[rec].set(RecSide::Done),
                     Err(now) => match writer_conflict(&found, &now) {
                         Conflict::Retry(_) => {
-                            if let RecSide::Running { meta, .. } = &mut s.recs[rec] {
+                            if let RecSide::Running { meta, .. } = s.recs[rec].get_mut() {
                                 *meta = now;
                             }
                         }
-                        Conflict::Fenced => s.recs[rec] = RecSide::Idle { runs_left },
+                        Conflict::Fenced => s.recs[rec].set(RecSide::Idle { runs_left }),
                     },
                 }
             }
             Action::RecCrash(rec) => {
-                let RecSide::Running { runs_left, .. } = s.recs[rec] else { return false };
+                let RecSide::Running { runs_left, .. } = *s.recs[rec] else { return false };
                 if s.budget.recoverer_crashes == 0 {
                     return false;
                 }
                 s.budget.recoverer_crashes -= 1;
-                s.recs[rec] = RecSide::Idle { runs_left };
+                s.recs[rec].set(RecSide::Idle { runs_left });
             }
             Action::ReplaceBookie(b) => {
                 // A bookie that never saw the ledger loses nothing with its disks.
@@ -668,7 +694,7 @@ impl LedgerModel {
                 s.budget.replacements -= 1;
                 s.instances += 1;
                 let instance = format!("i{}", s.instances);
-                s.bookies[b].replace(instance);
+                s.bookies[b].get_mut().replace(instance);
             }
         }
         true
@@ -698,16 +724,17 @@ impl stateright::Model for LedgerModel {
             digest_type: "crc32c".into(),
         };
         let w = Writer::new(LEDGER, c.quorums, members, self.writer_options(false));
+        let lanes = (1 + c.recoverers) * c.bookies;
         vec![State {
-            bookies,
-            meta: meta.clone(),
-            lanes: BTreeMap::new(),
-            replies: BTreeMap::new(),
-            writer: WriterSide::Running { w, meta, change: None, closing: None, adds_left: c.entries },
-            recs: vec![RecSide::Idle { runs_left: c.runs_per_recoverer }; c.recoverers],
-            acked: BTreeMap::new(),
-            submitted: BTreeMap::new(),
-            ever_stored: Default::default(),
+            bookies: bookies.into_iter().map(Shared::new).collect(),
+            meta: Shared::new(meta.clone()),
+            lanes: vec![Shared::new(Vec::new()); lanes],
+            replies: vec![Shared::new(Vec::new()); lanes],
+            writer: Shared::new(WriterSide::Running { w, meta, change: None, closing: None, adds_left: c.entries }),
+            recs: vec![Shared::new(RecSide::Idle { runs_left: c.runs_per_recoverer }); c.recoverers],
+            acked: Shared::new(BTreeMap::new()),
+            submitted: Shared::new(BTreeMap::new()),
+            ever_stored: Shared::new(Default::default()),
             instances: c.bookies as u8,
             budget: Budget {
                 timeouts: c.timeouts,
@@ -753,6 +780,7 @@ impl stateright::Model for LedgerModel {
         if self.config.preemptions.is_some() && owner.is_some() {
             next.sched.current = owner;
         }
+        next.seal();
         Some(next)
     }
 
@@ -768,7 +796,7 @@ impl stateright::Model for LedgerModel {
 impl LedgerModel {
     /// Every step the state allows, before the schedule's bound.
     fn listed_actions(&self, s: &State, out: &mut Vec<Action>) {
-        if let WriterSide::Running { w, meta, change, closing, .. } = &s.writer {
+        if let WriterSide::Running { w, meta, change, closing, .. } = &*s.writer {
             out.push(Action::WriterAdd);
             out.push(Action::WriterTick);
             if let Some((failed, _)) = change {
@@ -789,20 +817,22 @@ impl LedgerModel {
                 out.push(Action::WriterCrash);
             }
         }
-        for &(party, bookie) in s.lanes.keys() {
+        for i in (0..s.lanes.len()).filter(|i| !s.lanes[*i].is_empty()) {
+            let (party, bookie) = s.lane_of(i);
             out.push(Action::Deliver(party, bookie));
             if s.budget.timeouts > 0 {
                 out.push(Action::LoseRequest(party, bookie));
             }
         }
-        for &(bookie, party) in s.replies.keys() {
+        for i in (0..s.replies.len()).filter(|i| !s.replies[*i].is_empty()) {
+            let (party, bookie) = s.lane_of(i);
             out.push(Action::Answer(bookie, party));
             if s.budget.timeouts > 0 {
                 out.push(Action::LoseReply(bookie, party));
             }
         }
         for (rec, side) in s.recs.iter().enumerate() {
-            match side {
+            match &**side {
                 RecSide::Idle { runs_left } if *runs_left > 0 => out.push(Action::RecStart(rec)),
                 RecSide::Running { wait, .. } => {
                     match wait {

@@ -4,9 +4,16 @@
 //! metadata, the messages in flight, and the oracle (what the writer was
 //! told). Everything is `Hash + Eq` so that the checker can tell states it
 //! has seen.
+//!
+//! A state is cloned for every step the checker tries and hashed for every
+//! state it reaches, and a step changes one or two parts of it. So each part
+//! is a [`Shared`]: an `Arc` (a clone copies a pointer; a step copies only
+//! the part it changes) with its fingerprint cached (a state's hash is a
+//! dozen words, not a walk over every machine's maps and strings).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use quire_client::meta::LedgerMeta;
@@ -28,10 +35,8 @@ pub enum Caller {
     },
     /// The writer's explicit LAC.
     WriterLac,
-    /// Recoverer `rec` (its run `run`) fencing position `position`.
+    /// A recoverer (the lane's party) in its run `run` fencing position `position`.
     Fence {
-        /// Recoverer.
-        rec: usize,
         /// Its run (answers to an earlier, crashed run are dropped).
         run: u8,
         /// Position in the last ensemble.
@@ -39,8 +44,6 @@ pub enum Caller {
     },
     /// A recovery read.
     Read {
-        /// Recoverer.
-        rec: usize,
         /// Run.
         run: u8,
         /// Entry.
@@ -50,8 +53,6 @@ pub enum Caller {
     },
     /// A recovery add (write-back).
     Write {
-        /// Recoverer.
-        rec: usize,
         /// Run.
         run: u8,
         /// Entry.
@@ -74,15 +75,27 @@ pub enum Party {
     Recoverer(usize),
 }
 
-impl Caller {
-    /// The party that sent the request.
-    pub fn party(&self) -> Party {
+impl Party {
+    /// Its row in [`State::lanes`] and [`State::replies`].
+    pub fn index(self) -> usize {
         match self {
-            Caller::WriterAdd { .. } | Caller::WriterLac => Party::Writer,
-            Caller::Fence { rec, .. } | Caller::Read { rec, .. } | Caller::Write { rec, .. } => Party::Recoverer(*rec),
+            Party::Writer => 0,
+            Party::Recoverer(r) => 1 + r,
+        }
+    }
+
+    /// The party of a row.
+    pub fn of_index(i: usize) -> Party {
+        if i == 0 {
+            Party::Writer
+        } else {
+            Party::Recoverer(i - 1)
         }
     }
 }
+
+/// A request on its way to a bookie (the lane names the party that sent it).
+pub type Request = (Caller, BookieReq);
 
 /// An answer on its way back to its caller.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -201,31 +214,122 @@ pub struct Sched {
     pub preemptions_left: u8,
 }
 
+/// A part of the state: shared between the states that did not change it,
+/// with its fingerprint computed once. [`Shared::get_mut`] copies it if
+/// another state shares it and marks the fingerprint stale;
+/// [`State::seal`] recomputes it after the step.
+pub struct Shared<T> {
+    value: Arc<T>,
+    fingerprint: u64,
+    stale: bool,
+}
+
+impl<T: Hash> Shared<T> {
+    /// A part holding `value`.
+    pub fn new(value: T) -> Shared<T> {
+        let fingerprint = fingerprint(&value);
+        Shared { value: Arc::new(value), fingerprint, stale: false }
+    }
+
+    /// The value, to change (copied first if another state shares it).
+    pub fn get_mut(&mut self) -> &mut T
+    where
+        T: Clone,
+    {
+        self.stale = true;
+        Arc::make_mut(&mut self.value)
+    }
+
+    /// Replaces the value.
+    pub fn set(&mut self, value: T) {
+        *self = Shared::new(value);
+    }
+
+    /// The fingerprint of the value now.
+    pub fn fingerprint(&self) -> u64 {
+        if self.stale {
+            fingerprint(&*self.value)
+        } else {
+            self.fingerprint
+        }
+    }
+
+    fn seal(&mut self) {
+        if self.stale {
+            self.fingerprint = fingerprint(&*self.value);
+            self.stale = false;
+        }
+    }
+}
+
+impl<T: Hash + Default> Default for Shared<T> {
+    fn default() -> Self {
+        Shared::new(T::default())
+    }
+}
+
+impl<T> Clone for Shared<T> {
+    fn clone(&self) -> Self {
+        Shared { value: Arc::clone(&self.value), fingerprint: self.fingerprint, stale: self.stale }
+    }
+}
+
+impl<T> std::ops::Deref for Shared<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+impl<T: Hash> Hash for Shared<T> {
+    /// The value's fingerprint: equal values write the same word, whether
+    /// or not it was cached.
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.fingerprint());
+    }
+}
+
+impl<T: Hash + PartialEq> PartialEq for Shared<T> {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.value, &other.value)
+            || (self.fingerprint() == other.fingerprint() && *self.value == *other.value)
+    }
+}
+
+impl<T: Hash + Eq> Eq for Shared<T> {}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for Shared<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.value.fmt(f)
+    }
+}
+
 /// The world.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct State {
     /// Bookies, by index (ids "b0", "b1", ...).
-    pub bookies: Vec<SimBookie>,
+    pub bookies: Vec<Shared<SimBookie>>,
     /// The stored ledger metadata (linearizable, CAS on its version).
-    pub meta: LedgerMeta,
-    /// Requests in flight, per (party, bookie) lane, in the order sent.
-    pub lanes: BTreeMap<(Party, usize), Vec<(Caller, BookieReq)>>,
-    /// Answers in flight, per (bookie, party) lane, in the order the bookie
-    /// answered (one lane: the bookie applies its requests in order and each
-    /// at once, so it answers them in order too). Lanes from different
-    /// bookies arrive in any order.
-    pub replies: BTreeMap<(usize, Party), Vec<Reply>>,
+    pub meta: Shared<LedgerMeta>,
+    /// Requests in flight, one lane per (party, bookie) at
+    /// `party.index() * bookies + bookie`, in the order sent.
+    pub lanes: Vec<Shared<Vec<Request>>>,
+    /// Answers in flight, one lane per (bookie, party) at the same index,
+    /// in the order the bookie answered (it applies its requests in order
+    /// and each at once, so it answers them in order too). Lanes from
+    /// different bookies arrive in any order.
+    pub replies: Vec<Shared<Vec<Reply>>>,
     /// The writer.
-    pub writer: WriterSide,
+    pub writer: Shared<WriterSide>,
     /// The recoverers.
-    pub recs: Vec<RecSide>,
+    pub recs: Vec<Shared<RecSide>>,
     /// The oracle: every entry acknowledged to the writer, with its bytes.
-    pub acked: BTreeMap<u64, Bytes>,
+    pub acked: Shared<BTreeMap<u64, Bytes>>,
     /// Every entry id's bytes as the writer made it.
-    pub submitted: BTreeMap<u64, Bytes>,
+    pub submitted: Shared<BTreeMap<u64, Bytes>>,
     /// Ghost state: every (instance, entry) that ever stored a copy, even on
     /// a disk replaced since (for "every committed entry reached Qa").
-    pub ever_stored: BTreeSet<(String, u64)>,
+    pub ever_stored: Shared<BTreeSet<(String, u64)>>,
     /// Instances created so far (names the next one).
     pub instances: u8,
     /// Faults left.
@@ -238,64 +342,65 @@ pub struct State {
 }
 
 impl State {
+    fn lane(&self, party: Party, bookie: usize) -> usize {
+        party.index() * self.bookies.len() + bookie
+    }
+
+    /// The (party, bookie) of a lane index.
+    pub fn lane_of(&self, index: usize) -> (Party, usize) {
+        (Party::of_index(index / self.bookies.len()), index % self.bookies.len())
+    }
+
     /// Puts a request on its lane.
-    pub fn request(&mut self, bookie: usize, caller: Caller, req: BookieReq) {
-        self.lanes.entry((caller.party(), bookie)).or_default().push((caller, req));
+    pub fn request(&mut self, party: Party, bookie: usize, caller: Caller, req: BookieReq) {
+        let i = self.lane(party, bookie);
+        self.lanes[i].get_mut().push((caller, req));
     }
 
     /// Puts an answer on its lane back.
-    pub fn reply(&mut self, bookie: usize, reply: Reply) {
-        self.replies.entry((bookie, reply.caller.party())).or_default().push(reply);
+    pub fn reply(&mut self, bookie: usize, party: Party, reply: Reply) {
+        let i = self.lane(party, bookie);
+        self.replies[i].get_mut().push(reply);
     }
 
     /// Takes the first answer of a lane back.
-    pub fn take_reply(&mut self, lane: (usize, Party)) -> Option<Reply> {
-        let q = self.replies.get_mut(&lane)?;
-        let first = q.remove(0);
-        if q.is_empty() {
-            self.replies.remove(&lane);
+    pub fn take_reply(&mut self, bookie: usize, party: Party) -> Option<Reply> {
+        let i = self.lane(party, bookie);
+        if self.replies[i].is_empty() {
+            return None;
         }
-        Some(first)
+        Some(self.replies[i].get_mut().remove(0))
     }
 
     /// Takes the first request of a lane.
-    pub fn take_request(&mut self, lane: (Party, usize)) -> Option<(Caller, BookieReq)> {
-        let q = self.lanes.get_mut(&lane)?;
-        let first = q.remove(0);
-        if q.is_empty() {
-            self.lanes.remove(&lane);
+    pub fn take_request(&mut self, party: Party, bookie: usize) -> Option<Request> {
+        let i = self.lane(party, bookie);
+        if self.lanes[i].is_empty() {
+            return None;
         }
-        Some(first)
+        Some(self.lanes[i].get_mut().remove(0))
+    }
+
+    /// Recomputes the fingerprints of the parts a step changed.
+    pub fn seal(&mut self) {
+        self.bookies.iter_mut().for_each(Shared::seal);
+        self.meta.seal();
+        self.lanes.iter_mut().for_each(Shared::seal);
+        self.replies.iter_mut().for_each(Shared::seal);
+        self.writer.seal();
+        self.recs.iter_mut().for_each(Shared::seal);
+        self.acked.seal();
+        self.submitted.seal();
+        self.ever_stored.seal();
     }
 }
 
-/// A hash with fixed keys (SipHash with zero keys): the same in every run.
+/// A hash with fixed keys (aHash, as stateright's own fingerprints): the
+/// same in every run.
 pub fn fingerprint<T: Hash>(t: &T) -> u64 {
-    #[allow(deprecated)]
-    let mut h = std::hash::SipHasher::new();
-    t.hash(&mut h);
-    h.finish()
-}
-
-impl Caller {
-    /// The same caller with recoverers `a` and `b` swapped.
-    fn swapped(&self, a: usize, b: usize) -> Caller {
-        let sw = |r: usize| {
-            if r == a {
-                b
-            } else if r == b {
-                a
-            } else {
-                r
-            }
-        };
-        let mut c = self.clone();
-        match &mut c {
-            Caller::Fence { rec, .. } | Caller::Read { rec, .. } | Caller::Write { rec, .. } => *rec = sw(*rec),
-            Caller::WriterAdd { .. } | Caller::WriterLac => {}
-        }
-        c
-    }
+    const SEEDS: [u64; 4] =
+        [0x243f_6a88_85a3_08d3, 0x1319_8a2e_0370_7344, 0xa409_3822_299f_31d0, 0x082e_fa98_ec4e_6c89];
+    ahash::RandomState::with_seeds(SEEDS[0], SEEDS[1], SEEDS[2], SEEDS[3]).hash_one(t)
 }
 
 impl Party {
@@ -311,26 +416,18 @@ impl Party {
 impl State {
     /// The same world with recoverers `a` and `b` trading places: the
     /// recoverers run the same code, so the two are the same state up to
-    /// their names (symmetry reduction).
+    /// their names (symmetry reduction). Messages name no recoverer (their
+    /// lane does), so trading places is trading rows.
     pub fn with_recoverers_swapped(&self, a: usize, b: usize) -> State {
         let mut s = self.clone();
         s.recs.swap(a, b);
         s.sched.current = self.sched.current.map(|p| p.swapped(a, b));
-        s.lanes = self
-            .lanes
-            .iter()
-            .map(|((p, bk), q)| ((p.swapped(a, b), *bk), q.iter().map(|(c, r)| (c.swapped(a, b), r.clone())).collect()))
-            .collect();
-        s.replies = self
-            .replies
-            .iter()
-            .map(|((bk, p), q)| {
-                (
-                    (*bk, p.swapped(a, b)),
-                    q.iter().map(|r| Reply { caller: r.caller.swapped(a, b), resp: r.resp.clone() }).collect(),
-                )
-            })
-            .collect();
+        let n = self.bookies.len();
+        let (ra, rb) = (Party::Recoverer(a).index() * n, Party::Recoverer(b).index() * n);
+        for bookie in 0..n {
+            s.lanes.swap(ra + bookie, rb + bookie);
+            s.replies.swap(ra + bookie, rb + bookie);
+        }
         s
     }
 }
@@ -343,12 +440,11 @@ impl stateright::Representative for State {
             return self.clone();
         }
         // Most states tell the two apart by the recoverers alone: ordering
-        // by them costs two small hashes, not a copy and two hashes of the
-        // world. (Any state symmetric to this one is a sound
-        // representative; the ordering only decides how often two
-        // symmetric states meet as one.)
+        // by them costs two cached fingerprints, not a hash of the world.
+        // (Any state symmetric to this one is a sound representative; the
+        // ordering only decides how often two symmetric states meet as one.)
         if self.recs[0] != self.recs[1] {
-            return if fingerprint(&self.recs[1]) < fingerprint(&self.recs[0]) {
+            return if self.recs[1].fingerprint() < self.recs[0].fingerprint() {
                 self.with_recoverers_swapped(0, 1)
             } else {
                 self.clone()

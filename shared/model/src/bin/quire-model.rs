@@ -53,7 +53,8 @@ struct Args {
     /// Checker threads.
     #[arg(long, default_value_t = 2)]
     threads: usize,
-    /// Stop after this many distinct states (0: explore everything).
+    /// Stop after generating this many states (repeats included: the
+    /// checker's own count; 0: explore everything).
     #[arg(long, default_value_t = 0)]
     max_states: usize,
 }
