@@ -5,7 +5,8 @@
 //! | guarantee | rule |
 //! |---|---|
 //! | 1. an acknowledged entry is durable and readable | every acknowledged add is in its ledger's final read, with its bytes ([`Violation::LostAck`], [`Violation::ChangedAck`]); a ledger with acknowledged adds recovers ([`Violation::Unrecoverable`]) |
-//! | 2. no read past the LAC; readers agree | every entry a reader saw is in the final ledger with the same bytes ([`Violation::DirtyRead`]); two reads of one entry agree ([`Violation::DivergentReads`]); two acknowledged adds never share an entry id ([`Violation::DuplicateEntryId`]) |
+//! | 2. no read past the LAC; readers agree | no reader is given bytes past the LAC it held ([`Violation::ReadPastLac`]); every entry a reader saw is in the final ledger with the same bytes ([`Violation::DirtyRead`]); two reads of one entry agree ([`Violation::DivergentReads`]); two acknowledged adds never share an entry id ([`Violation::DuplicateEntryId`]) |
+//! | 1. what is committed stays readable | a reader holding a LAC at or past an entry is never told "no such entry" ([`Violation::AbsentAtOrBelowLac`]) |
 //! | 3. no acknowledgement after fencing | no add invoked after a recovery completed is acknowledged ([`Violation::AckAfterFence`]); none beyond the recovered end ([`Violation::AckBeyondRecovery`]) |
 //! | 4. recovery never truncates acknowledged entries | the recovered end is at or past every acknowledged entry ([`Violation::AckBeyondRecovery`]); every recovery of a ledger, concurrent ones too, and its final read agree on its end ([`Violation::RecoveriesDisagree`]) |
 //! | 6. autorecovery restores Qw copies | no entry short of copies after healing ([`Violation::UnderReplicated`]) |
@@ -30,6 +31,12 @@ pub enum Violation {
     Unrecoverable { ledger: u64, acked_entries: usize },
     /// A reader saw bytes the final ledger does not hold at that entry.
     DirtyRead { ledger: u64, entry: u64, read: u64, recovered: Option<u64>, process: u32, at_us: u64 },
+    /// A reader was given bytes for an entry past the LAC it held
+    /// (guarantee 2: a reader never sees past the LAC).
+    ReadPastLac { ledger: u64, entry: u64, lac: i64, process: u32, at_us: u64 },
+    /// A reader holding a LAC at or past an entry was told "no such
+    /// entry": a committed entry was not readable (guarantee 1).
+    AbsentAtOrBelowLac { ledger: u64, entry: u64, lac: i64, process: u32, at_us: u64 },
     /// Readers saw different bytes for one entry.
     DivergentReads { ledger: u64, entry: u64, digests: Vec<u64> },
     /// Two acknowledged adds were given the same entry id with different bytes.
@@ -49,9 +56,14 @@ pub enum Violation {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Report {
     pub violations: Vec<Violation>,
+    /// Ledgers created, and creations that failed or never answered.
+    pub creates: usize,
+    pub failed_creates: usize,
     pub acked_adds: usize,
     pub unknown_adds: usize,
+    /// Reads answered (bytes or "no such entry"), and of them the absences.
     pub reads: usize,
+    pub absent_reads: usize,
     pub recoveries: usize,
     pub ledgers_final: usize,
 }
@@ -76,16 +88,32 @@ pub fn check(events: &[Event]) -> Report {
 
     for e in events {
         match (&e.op, e.outcome) {
+            (Op::Create { ledger: Some(_) }, Outcome::Ok) => r.creates += 1,
+            (Op::Create { .. }, _) => r.failed_creates += 1,
             (Op::Add { ledger, entry: Some(entry), digest, .. }, Outcome::Ok) => {
                 r.acked_adds += 1;
                 acked.entry((*ledger, *entry)).or_default().insert(*digest);
             }
             (Op::Add { .. }, Outcome::Unknown) => r.unknown_adds += 1,
-            (Op::Read { ledger, entry, digest: Some(d) }, Outcome::Ok) => {
+            (Op::Read { ledger, entry, digest: Some(d), lac }, Outcome::Ok) => {
                 r.reads += 1;
                 reads.entry((*ledger, *entry)).or_default().entry(*d).or_insert((e.process, e.completed_us));
+                if let Some(lac) = *lac {
+                    if *entry as i64 > lac {
+                        r.violations.push(Violation::ReadPastLac {
+                            ledger: *ledger,
+                            entry: *entry,
+                            lac,
+                            process: e.process,
+                            at_us: e.completed_us,
+                        });
+                    }
+                }
             }
-            (Op::Read { .. }, Outcome::Ok) => r.reads += 1,
+            (Op::Read { .. }, Outcome::Ok) => {
+                r.reads += 1;
+                r.absent_reads += 1;
+            }
             (Op::Recover { ledger, last_entry }, Outcome::Ok) => {
                 r.recoveries += 1;
                 recoveries.entry(*ledger).or_default().push((e.completed_us, *last_entry));
@@ -165,6 +193,26 @@ pub fn check(events: &[Event]) -> Report {
         }
     }
 
+    // A reader that holds a LAC at or past an entry knows it is committed:
+    // "no such entry" is then a lost entry, not a lagging view. (Past the
+    // LAC it holds, absence is the answer by design: reads stop at the
+    // LAC, and an entry acknowledged a moment ago may not be in any
+    // bookie's LAC yet: the writer's LAC travels with its next add.)
+    for e in events {
+        let (Op::Read { ledger, entry, digest: None, lac: Some(lac) }, Outcome::Ok) = (&e.op, e.outcome) else {
+            continue;
+        };
+        if *entry as i64 <= *lac {
+            r.violations.push(Violation::AbsentAtOrBelowLac {
+                ledger: *ledger,
+                entry: *entry,
+                lac: *lac,
+                process: e.process,
+                at_us: e.completed_us,
+            });
+        }
+    }
+
     // A ledger is closed once: every recovery's end and the final read's agree.
     for (ledger, recs) in &recoveries {
         let mut ends: BTreeSet<i64> = recs.iter().map(|&(_, last)| last).collect();
@@ -218,7 +266,7 @@ mod tests {
         ev(1, at, Outcome::Ok, Op::Add { ledger: 1, handle: 1, entry: Some(entry), digest })
     }
     fn read(at: u64, entry: u64, digest: u64) -> Event {
-        ev(2, at, Outcome::Ok, Op::Read { ledger: 1, entry, digest: Some(digest) })
+        ev(2, at, Outcome::Ok, Op::Read { ledger: 1, entry, digest: Some(digest), lac: None })
     }
     fn fin(entries: &[(u64, u64)]) -> Event {
         let last = entries.last().map_or(-1, |e| e.0 as i64);
@@ -257,6 +305,7 @@ mod tests {
         let r = check(&clean());
         assert!(r.ok(), "{:?}", r.violations);
         assert_eq!((r.acked_adds, r.unknown_adds, r.reads, r.recoveries, r.ledgers_final), (2, 1, 2, 1, 1));
+        assert_eq!((r.creates, r.failed_creates, r.absent_reads), (0, 0, 0));
     }
 
     #[test]
@@ -301,7 +350,7 @@ mod tests {
     #[test]
     fn readers_that_disagree_are_divergent() {
         let mut h = clean();
-        h.push(ev(4, 80, Outcome::Ok, Op::Read { ledger: 1, entry: 0, digest: Some(555) }));
+        h.push(ev(4, 80, Outcome::Ok, Op::Read { ledger: 1, entry: 0, digest: Some(555), lac: None }));
         let v = check(&h).violations;
         assert!(v.contains(&Violation::DivergentReads { ledger: 1, entry: 0, digests: vec![100, 555] }), "{v:?}");
         assert!(v.iter().any(|x| matches!(x, Violation::DirtyRead { read: 555, process: 4, .. })), "{v:?}");
@@ -362,6 +411,40 @@ mod tests {
             check(&h).violations,
             vec![Violation::UnderReplicated { ledger: 1, write_quorum: 3, short: vec![(1, 2)] }]
         );
+    }
+
+    #[test]
+    fn a_read_past_the_lac_the_reader_held_is_caught() {
+        let mut h = clean();
+        h.push(ev(4, 80, Outcome::Ok, Op::Read { ledger: 1, entry: 2, digest: Some(102), lac: Some(2) }));
+        assert!(check(&h).ok(), "{:?}", check(&h).violations);
+        h.push(ev(4, 90, Outcome::Ok, Op::Read { ledger: 1, entry: 2, digest: Some(102), lac: Some(1) }));
+        let v = check(&h).violations;
+        assert_eq!(v, vec![Violation::ReadPastLac { ledger: 1, entry: 2, lac: 1, process: 4, at_us: 95 }]);
+    }
+
+    #[test]
+    fn a_committed_entry_answered_absent_is_caught_and_past_the_lac_is_not() {
+        let mut h = clean();
+        // Entry 1 was acknowledged at 25, but the bookies' LAC (the
+        // reader's) was still 0: past it, "no such entry" is by design.
+        h.push(ev(4, 26, Outcome::Ok, Op::Read { ledger: 1, entry: 1, digest: None, lac: Some(0) }));
+        assert!(check(&h).ok(), "{:?}", check(&h).violations);
+        // At or below the LAC the reader held, it is a committed entry lost.
+        h.push(ev(4, 27, Outcome::Ok, Op::Read { ledger: 1, entry: 1, digest: None, lac: Some(1) }));
+        let v = check(&h).violations;
+        assert_eq!(v, vec![Violation::AbsentAtOrBelowLac { ledger: 1, entry: 1, lac: 1, process: 4, at_us: 32 }]);
+    }
+
+    #[test]
+    fn creations_and_absences_are_counted() {
+        let mut h = clean();
+        h.push(ev(1, 1, Outcome::Ok, Op::Create { ledger: Some(1) }));
+        h.push(ev(1, 2, Outcome::Unknown, Op::Create { ledger: None }));
+        h.push(ev(1, 3, Outcome::Fail, Op::Create { ledger: None }));
+        h.push(ev(2, 80, Outcome::Ok, Op::Read { ledger: 1, entry: 7, digest: None, lac: Some(2) }));
+        let r = check(&h);
+        assert_eq!((r.creates, r.failed_creates, r.reads, r.absent_reads), (1, 2, 3, 1));
     }
 
     #[test]

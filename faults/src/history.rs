@@ -30,12 +30,22 @@ pub enum Outcome {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Op {
+    /// A ledger's creation: its id once created (None when the creation
+    /// failed or its outcome is unknown).
+    Create { ledger: Option<u64> },
     /// An add through writer handle `handle`; `entry` is the id the writer
     /// gave it, known once acknowledged.
     Add { ledger: u64, handle: u64, entry: Option<u64>, digest: u64 },
     /// A reader's read of one entry: the digest of what came back, or None
-    /// when the answer was "no such entry".
-    Read { ledger: u64, entry: u64, digest: Option<u64> },
+    /// when the answer was "no such entry"; and the LAC the reader held
+    /// once answered (it refreshes its LAC before it reads past it).
+    Read {
+        ledger: u64,
+        entry: u64,
+        digest: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lac: Option<i64>,
+    },
     /// Fence, recover and close: the ledger's last entry afterwards (-1: empty).
     Recover { ledger: u64, last_entry: i64 },
     /// After the faults healed: the whole recovered ledger, read back in
@@ -47,14 +57,15 @@ pub enum Op {
 }
 
 impl Op {
-    /// The ledger the operation is about.
-    pub fn ledger(&self) -> u64 {
+    /// The ledger the operation is about (none for a failed creation).
+    pub fn ledger(&self) -> Option<u64> {
         match self {
+            Op::Create { ledger } => *ledger,
             Op::Add { ledger, .. }
             | Op::Read { ledger, .. }
             | Op::Recover { ledger, .. }
             | Op::Final { ledger, .. }
-            | Op::Replicas { ledger, .. } => *ledger,
+            | Op::Replicas { ledger, .. } => Some(*ledger),
         }
     }
 }

@@ -6,10 +6,12 @@
 //! histories written by hand.
 
 pub mod check;
+pub mod floors;
 pub mod history;
 pub mod lab;
 pub mod schedule;
 
 pub use check::{check, Report, Violation};
+pub use floors::{shortfalls, unapplied_kinds, Floors};
 pub use history::{Event, History, HistoryError, Op, Outcome};
 pub use schedule::{schedule, Fault, FileKind, Step, Target, Timing, Topology};

@@ -96,6 +96,27 @@ pub enum Fault {
 }
 
 impl Fault {
+    /// The kind of fault, for counts: what a run applied of each, and
+    /// whether every kind its schedule holds was applied at least once.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Fault::Kill { target: Target::Bookie(_) } => "kill bookie",
+            Fault::Kill { target: Target::Metadata(_) | Target::MetadataLeader } => "kill metadata",
+            Fault::Kill { .. } => "kill worker/auditor/gateway",
+            Fault::Restart { .. } => "restart",
+            Fault::Partition { .. } => "partition",
+            Fault::DropOneWay { .. } => "drop one way",
+            Fault::Heal => "heal",
+            Fault::SlowDisk { .. } => "slow disk",
+            Fault::FastDisk { .. } => "fast disk",
+            Fault::ReplaceBookie { .. } => "replace bookie",
+            Fault::FlipBits { file: FileKind::EntryLog, .. } => "flip entry-log bits",
+            Fault::FlipBits { file: FileKind::Journal, .. } => "flip journal bits",
+            Fault::ZeroJournalLength { .. } => "zero a journal length",
+            Fault::ClockJump { .. } => "clock jump",
+        }
+    }
+
     /// Whether it destroys data a bookie acknowledged (the harness waits for
     /// the last such fault to be repaired before the next).
     pub fn destroys_data(&self) -> bool {

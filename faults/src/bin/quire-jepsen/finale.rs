@@ -55,7 +55,7 @@ pub async fn read_back(
                 done.insert(id, digests);
             }
             Ok((id, Err(e))) => failed.push((id, e)),
-            Err(e) => failed.push((0, format!("finale task: {e}"))),
+            Err(e) => panic!("a finale read-back task failed: {e}"),
         }
     }
     failed.sort();
@@ -131,6 +131,14 @@ async fn short_copies(client: &Client, meta: &LedgerMeta, digests: &[u64]) -> Ve
     short
 }
 
+/// What the copy count found: ledgers still short of Qw copies at the
+/// deadline, and ledgers whose copies could never be counted (their
+/// metadata never read, or their task failed), with why.
+pub struct CopyCount {
+    pub short: usize,
+    pub uncounted: Vec<(u64, String)>,
+}
+
 /// Counts copies until every entry has Qw good ones or `deadline` passes;
 /// records one `Replicas` event per ledger (its last count).
 pub async fn replicas(
@@ -138,11 +146,12 @@ pub async fn replicas(
     sh: &Arc<Shared>,
     ledgers: &BTreeMap<u64, Vec<u64>>,
     deadline: Duration,
-) -> usize {
+) -> CopyCount {
     let until = Instant::now() + deadline;
     let mut pending: Vec<u64> = ledgers.keys().copied().collect();
     let mut last: BTreeMap<u64, (u32, Vec<(u64, u32)>)> = BTreeMap::new();
     let started = sh.now_us();
+    let mut uncounted: BTreeMap<u64, String> = BTreeMap::new();
     loop {
         let mut tasks = tokio::task::JoinSet::new();
         let turns = Arc::new(tokio::sync::Semaphore::new(FINALE_CONCURRENCY));
@@ -153,23 +162,30 @@ pub async fn replicas(
             tasks.spawn(async move {
                 let _turn = turns.acquire_owned().await.expect("never closed");
                 match client.metadata(id).await {
-                    Ok(meta) => (id, meta.quorums.write as u32, Some(short_copies(&client, &meta, &digests).await)),
-                    Err(_) => (id, 0, None),
+                    Ok(meta) => (id, meta.quorums.write as u32, Ok(short_copies(&client, &meta, &digests).await)),
+                    Err(e) => (id, 0, Err(format!("metadata: {e}"))),
                 }
             });
         }
         let mut still = Vec::new();
         while let Some(r) = tasks.join_next().await {
-            let Ok((id, qw, short)) = r else { continue };
+            let (id, qw, short) = r.expect("a copy-count task panicked");
             match short {
-                Some(s) if s.is_empty() => {
+                Ok(s) if s.is_empty() => {
+                    uncounted.remove(&id);
                     last.insert(id, (qw, s));
                 }
-                Some(s) => {
+                Ok(s) => {
+                    uncounted.remove(&id);
                     last.insert(id, (qw, s));
                     still.push(id);
                 }
-                None => still.push(id),
+                Err(e) => {
+                    if !last.contains_key(&id) {
+                        uncounted.insert(id, e);
+                    }
+                    still.push(id);
+                }
             }
         }
         pending = still;
@@ -188,5 +204,6 @@ pub async fn replicas(
             None,
         );
     }
-    pending.len()
+    let short = pending.iter().filter(|id| last.contains_key(id)).count();
+    CopyCount { short, uncounted: uncounted.into_iter().collect() }
 }

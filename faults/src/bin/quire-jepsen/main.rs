@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Parser;
 use quire_client::{Client, ClientOptions};
-use quire_faults::{check, schedule, History, Timing, Topology};
+use quire_faults::{check, schedule, shortfalls, unapplied_kinds, Floors, History, Timing, Topology};
 use quire_metaclient::{MetaClient, MetaClientOptions};
 use quire_proto::Role;
 use quire_rpc::{Credentials, RpcClient, TlsFiles};
@@ -68,6 +68,10 @@ struct Args {
     #[arg(long)]
     dry_run: bool,
 }
+
+/// How long client tasks have to finish what they have in flight once told
+/// to stop (an add times out after 5 s, a recovery's reads after 3 s each).
+const CLIENT_STOP: Duration = Duration::from_secs(60);
 
 const TOPOLOGY: Topology = Topology { bookies: 5, metadata: 3, workers: 2, auditors: 1, gateways: 1 };
 
@@ -114,8 +118,9 @@ fn main() -> anyhow::Result<()> {
 
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let cluster = cluster::Cluster::launch(&dir, TOPOLOGY)?;
-    if !cluster.clocks {
-        eprintln!("quire-jepsen: libfaketime not installed (Debian's faketime): clock jumps are skipped");
+    if !cluster.clocks && steps.iter().any(|s| matches!(s.fault, quire_faults::Fault::ClockJump { .. })) {
+        // A fault not applied is a fault not tested: never a pass.
+        anyhow::bail!("the schedule jumps clocks and libfaketime is not installed (Debian's faketime)");
     }
     // Interrupted (Ctrl-C, SIGTERM, a CI timeout): take the cluster down
     // with us; destructors do not run on a signal.
@@ -192,11 +197,20 @@ fn main() -> anyhow::Result<()> {
     .join()
     .map_err(|_| anyhow::anyhow!("the nemesis thread panicked"))?;
 
-    // The finale: clients stop, everything runs, nothing is faulty.
+    // The finale: clients stop, everything runs, nothing is faulty. A
+    // client that panicked or never stopped is a failure of the run: its
+    // operations are missing from the history.
     sh.stop.store(true, Ordering::Relaxed);
+    let mut failures: Vec<String> = Vec::new();
     rt.block_on(async {
-        for t in tasks {
-            let _ = tokio::time::timeout(Duration::from_secs(60), t).await;
+        for (i, t) in tasks.into_iter().enumerate() {
+            match tokio::time::timeout(CLIENT_STOP, t).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => failures.push(format!("client task {i} failed: {e}")),
+                Err(_) => {
+                    failures.push(format!("client task {i} still running {} s after the stop", CLIENT_STOP.as_secs()))
+                }
+            }
         }
     });
     let mut nem = nem;
@@ -218,29 +232,49 @@ fn main() -> anyhow::Result<()> {
         ledgers.len(),
         unrecovered.len()
     );
-    let short = rt.block_on(finale::replicas(&c, &sh, &ledgers, finale));
+    let copies = rt.block_on(finale::replicas(&c, &sh, &ledgers, finale));
+    let short = copies.short;
     progress.abort();
 
     let events = sh.history.events();
     let report = check(&events);
+    // Nothing passes by being skipped: every ledger is read back and its
+    // copies counted, every fault of the schedule applied, and the run did
+    // at least its floors of each operation.
+    for (id, e) in &unrecovered {
+        failures.push(format!("ledger {id} never recovered and read back: {e}"));
+    }
+    for (id, e) in &copies.uncounted {
+        failures.push(format!("ledger {id}'s copies were never counted: {e}"));
+    }
+    failures.extend(nem.failures.iter().map(|f| format!("nemesis: {f}")));
+    for kind in unapplied_kinds(&steps, &nem.applied) {
+        failures.push(format!("the schedule's \"{kind}\" faults were never applied"));
+    }
+    failures.extend(shortfalls(&report, &Floors::for_run(args.duration_secs)));
     let mut summary = String::new();
     summary.push_str(&format!(
-        "seed {}: {} events; {} acknowledged adds, {} unknown, {} reads, {} recoveries, {} ledgers read back ({} never), {} short of Qw copies\n",
+        "seed {}: {} events; {} ledgers created ({} creations failed), {} acknowledged adds, {} unknown, {} reads ({} absent), {} recoveries, {} ledgers read back ({} never), {} short of Qw copies\n",
         args.seed,
         events.len(),
+        report.creates,
+        report.failed_creates,
         report.acked_adds,
         report.unknown_adds,
         report.reads,
+        report.absent_reads,
         report.recoveries,
         report.ledgers_final,
         unrecovered.len(),
         short
     ));
-    for (id, e) in &unrecovered {
-        summary.push_str(&format!("  ledger {id} never recovered: {e}\n"));
-    }
+    let applied: Vec<String> = nem.applied.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    summary.push_str(&format!("  faults applied: {}\n", applied.join(", ")));
     for f in &nem.findings {
         summary.push_str(&format!("  nemesis: {f}\n"));
+    }
+    for f in &failures {
+        summary.push_str(&format!("  RUN FAILED: {f}\n"));
     }
     for v in &report.violations {
         summary.push_str(&format!("  VIOLATION {v:?}\n"));
@@ -249,14 +283,19 @@ fn main() -> anyhow::Result<()> {
     print!("{summary}");
     nem.cluster.stop_all();
     drop(nem);
-    if report.ok() {
+    if report.ok() && failures.is_empty() {
         println!("quire-jepsen: every guarantee held (seed {})", args.seed);
         if !args.keep && args.dir.is_none() {
             let _ = std::fs::remove_dir_all(&dir);
         }
         Ok(())
     } else {
-        println!("quire-jepsen: {} violations; the run is kept in {}", report.violations.len(), dir.display());
+        println!(
+            "quire-jepsen: {} violations, {} failures of the run; the run is kept in {}",
+            report.violations.len(),
+            failures.len(),
+            dir.display()
+        );
         std::process::exit(1);
     }
 }

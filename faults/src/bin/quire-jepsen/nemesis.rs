@@ -2,6 +2,7 @@
 //! thread (starting a process blocks until it serves). Every step applied is
 //! logged to `nemesis.jsonl` with what it resolved to and how it went.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,8 +37,15 @@ pub struct Nemesis {
     log: std::fs::File,
     /// Wall-clock ms when the last data-destroying fault was applied.
     last_destructive_ms: Option<u64>,
-    /// Steps that could not be applied as written, and what was done instead.
+    /// What happened that the schedule did not say (a bookie that refused
+    /// its damaged disk was replaced by an empty one): reported, not failed.
     pub findings: Vec<String>,
+    /// Steps that could not be applied (an error, a destructive fault
+    /// skipped because the last damage was never repaired, a clock jump
+    /// without libfaketime): each fails the run.
+    pub failures: Vec<String>,
+    /// Steps applied, by kind of fault.
+    pub applied: BTreeMap<&'static str, u32>,
 }
 
 /// How far back from a segment's end a zeroed length goes, in records.
@@ -62,6 +70,8 @@ impl Nemesis {
             log,
             last_destructive_ms: None,
             findings: Vec::new(),
+            failures: Vec::new(),
+            applied: BTreeMap::new(),
         })
     }
 
@@ -81,8 +91,9 @@ impl Nemesis {
             });
             let _ = writeln!(self.log, "{line}");
             eprintln!("[{:>7.1}s] nemesis: {}", at as f64 / 1000.0, line["result"].as_str().unwrap_or(""));
-            if let Err(e) = result {
-                self.findings.push(format!("at {at} ms, {:?}: {e:#}", step.fault));
+            match result {
+                Ok(_) => *self.applied.entry(step.fault.kind()).or_default() += 1,
+                Err(e) => self.failures.push(format!("at {at} ms, {:?}: {e:#}", step.fault)),
             }
         }
     }
@@ -230,7 +241,7 @@ impl Nemesis {
             Fault::ZeroJournalLength { bookie } => self.zero_journal_length(*bookie)?,
             Fault::ClockJump { target, offset_ms } => {
                 if !self.cluster.clocks {
-                    return Ok("clock jump skipped: libfaketime is not installed".into());
+                    anyhow::bail!("not applied: libfaketime is not installed (Debian's faketime)");
                 }
                 // The jump out keeps the resolved leader; the jump back uses it.
                 let keep = self.episode_leader.is_none();

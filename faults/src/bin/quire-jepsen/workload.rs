@@ -114,14 +114,18 @@ pub fn spec() -> CreateLedger {
 pub async fn writer(process: u32, client: Client, sh: Arc<Shared>, seed: u64, pace: Duration) {
     let mut rng = Rng::new(seed);
     while !sh.stopped() {
+        let invoked = sh.now_us();
         let w = match client.create(spec()).await {
             Ok(w) => w,
-            Err(_) => {
+            Err(e) => {
+                let outcome = if refused(&e) { Outcome::Fail } else { Outcome::Unknown };
+                sh.record(process, invoked, outcome, Op::Create { ledger: None }, Some(e.to_string()));
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;
             }
         };
         let ledger = w.ledger_id();
+        sh.record(process, invoked, Outcome::Ok, Op::Create { ledger: Some(ledger) }, None);
         let handle = sh.next_handle.fetch_add(1, Ordering::Relaxed);
         sh.writing(ledger, true);
         let quota = rng.range(20, 400);
@@ -192,18 +196,23 @@ pub async fn http_writer(process: u32, http_addr: String, sh: Arc<Shared>, seed:
     let mut rng = Rng::new(seed);
     let body = serde_json::json!({ "ensemble": 3, "write_quorum": 2, "ack_quorum": 2 }).to_string();
     while !sh.stopped() {
+        let invoked = sh.now_us();
         let created = http::call(&http_addr, "POST", "/v1/ledgers", body.as_bytes()).await;
-        let ledger = match created {
+        let (outcome, ledger, error) = match created {
             Ok((201, reply)) => {
                 match serde_json::from_str::<serde_json::Value>(&reply).ok().and_then(|v| v["ledger_id"].as_u64()) {
-                    Some(id) => id,
-                    None => continue,
+                    Some(id) => (Outcome::Ok, Some(id), None),
+                    None => (Outcome::Unknown, None, Some(format!("201 without a ledger id: {reply}"))),
                 }
             }
-            _ => {
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                continue;
-            }
+            Ok((code @ 400..=499, reply)) => (Outcome::Fail, None, Some(format!("{code}: {reply}"))),
+            Ok((code, reply)) => (Outcome::Unknown, None, Some(format!("{code}: {reply}"))),
+            Err(e) => (Outcome::Unknown, None, Some(e.to_string())),
+        };
+        sh.record(process, invoked, outcome, Op::Create { ledger }, error);
+        let Some(ledger) = ledger else {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            continue;
         };
         let handle = sh.next_handle.fetch_add(1, Ordering::Relaxed);
         sh.writing(ledger, true);
@@ -279,7 +288,8 @@ pub async fn reader(process: u32, client: Client, sh: Arc<Shared>, seed: u64) {
                 Err(e) => (if refused(&e) { Outcome::Fail } else { Outcome::Unknown }, None, Some(e.to_string())),
             };
             let failed = outcome != Outcome::Ok;
-            sh.record(process, invoked, outcome, Op::Read { ledger, entry, digest: digest_read }, error);
+            let lac = Some(r.known_lac());
+            sh.record(process, invoked, outcome, Op::Read { ledger, entry, digest: digest_read, lac }, error);
             if failed {
                 break;
             }
@@ -324,7 +334,8 @@ pub async fn recoverer(process: u32, clients: [Client; 2], http_addr: String, sh
             }));
         }
         for r in runs {
-            let _ = r.await;
+            // A recovery task that panicked fails this task, and so the run.
+            r.await.expect("a recovery task panicked");
         }
     }
 }
