@@ -263,7 +263,8 @@ async fn copies_of_a_closed_ledger_moved_off_a_bookie_are_dropped_there_but_not_
     let client = s.client().await;
     let spec = CreateLedger { ensemble: 2, write_quorum: 2, ack_quorum: 2, custom: BTreeMap::new() };
     let written = write(&client, &spec, 1, 300).await;
-    let (&id, _) = written.iter().next().unwrap();
+    let (&id, data) = written.iter().next().unwrap();
+    let first = data[0].clone();
     let m = client.metadata(id).await.unwrap();
     let from = m.segments[0].members[0].bookie_id.clone();
     let from_i = s.cluster.bookies.iter().position(|b| b.id == from).unwrap();
@@ -289,7 +290,8 @@ async fn copies_of_a_closed_ledger_moved_off_a_bookie_are_dropped_there_but_not_
         .unwrap();
     let r = s.run_gc(from_i, false).await.unwrap();
     assert_eq!(r.ledgers_not_here, 0, "{r:?}");
-    assert!(client.bookies().read(&from, id, 0, false, Duration::from_secs(5)).await.is_ok());
+    let kept = client.bookies().read(&from, id, 0, false, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(kept.body.entry.map(|e| e.payload), Some(first), "the copy on {from} stays, bytes and all");
     client
         .meta()
         .call(v1::ReleaseLockRequest { name: format!("replicate/{id}"), lock_id: lock.lock_id })

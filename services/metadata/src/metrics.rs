@@ -39,6 +39,13 @@ pub fn render(raft: &MetaRaft, shared: &Shared) -> String {
         "Voters in the current membership.",
         m.membership_config.membership().voter_ids().count(),
     );
+    metric(
+        &mut s,
+        "quire_metadata_snapshots_installed_total",
+        "counter",
+        "Snapshots this replica received from a leader and installed since it started.",
+        shared.snapshots_installed.load(std::sync::atomic::Ordering::Relaxed),
+    );
     let st = shared.state.read().expect("state lock");
     metric(&mut s, "quire_metadata_ledgers", "gauge", "Ledgers in the metadata store.", st.ledgers.len());
     metric(&mut s, "quire_metadata_bookies", "gauge", "Bookies registered.", st.bookies.len());

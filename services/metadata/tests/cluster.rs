@@ -383,6 +383,12 @@ async fn a_replica_with_an_empty_disk_catches_up_from_a_snapshot() {
     .await
     .unwrap()
     .unwrap();
+    // Caught up by a snapshot, not by a log the leader no longer holds.
+    let victim_proc = &cluster.procs[&victim];
+    let seen = wait_until(Duration::from_secs(10), "the snapshot's log line", || {
+        victim_proc.log().contains("installed a snapshot from the leader").then_some(())
+    });
+    assert!(seen.is_ok(), "{}", victim_proc.log());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

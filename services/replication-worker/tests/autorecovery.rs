@@ -512,7 +512,10 @@ async fn an_open_ledger_on_a_bookie_replaced_by_an_empty_one_is_recovered_and_re
         panic!("{e}\n--- auditor ---\n{}\n--- worker ---\n{}\n{}", auditor.log(), worker.log(), s.cluster.logs());
     }
     // The writer that was idle is fenced out: its next add fails.
-    assert!(w.add(payload(4, 30)).await.is_err());
+    match w.add(payload(4, 30)).await {
+        Err(quire_client::ClientError::LedgerFenced(l)) => assert_eq!(l, id),
+        other => panic!("the idle writer is fenced out: {other:?}"),
+    }
 }
 
 /// An open ledger in limbo whose writer is gone (the fault suite's seed 44,
@@ -558,7 +561,10 @@ async fn an_open_ledger_in_limbo_whose_writer_is_gone_is_recovered_and_the_check
         panic!("{e}\n--- auditor ---\n{}\n--- worker ---\n{}\n{}", auditor.log(), worker.log(), s.cluster.logs());
     }
     // The writer that was idle is fenced out; nothing it was told was stored is lost.
-    assert!(w.add(payload(5, 30)).await.is_err());
+    match w.add(payload(5, 30)).await {
+        Err(quire_client::ClientError::LedgerFenced(l)) => assert_eq!(l, id),
+        other => panic!("the idle writer is fenced out: {other:?}"),
+    }
 }
 
 /// Waits until ledger `id` is closed, no mark is left, every copy of `data`

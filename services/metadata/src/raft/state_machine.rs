@@ -31,6 +31,9 @@ pub struct Shared {
     pub state: RwLock<MetaState>,
     /// The last applied log index, for watches.
     pub applied: watch::Sender<u64>,
+    /// Snapshots received from a leader and installed (a replica too far
+    /// behind for the log to catch it up).
+    pub snapshots_installed: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -159,6 +162,7 @@ impl StateMachineStore {
         let shared = Arc::new(Shared {
             state: RwLock::new(state),
             applied: watch::Sender::new(last_applied.map_or(0, |l| l.index)),
+            snapshots_installed: std::sync::atomic::AtomicU64::new(0),
         });
         Ok(StateMachineStore { db: db.clone(), sm, snap, shared, last_applied, membership })
     }
@@ -343,6 +347,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         if let Some(l) = self.last_applied {
             self.shared.applied.send_replace(l.index);
         }
+        self.shared.snapshots_installed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(last_log = ?meta.last_log_id, "installed a snapshot from the leader");
         Ok(())
     }
 
