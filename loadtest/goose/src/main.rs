@@ -9,7 +9,7 @@
 //! variables (loadtest/README.md). At the end it prints, besides goose's
 //! report, one summary: per operation requests/s and latency percentiles,
 //! entries/s and MB/s appended and read, and every check that failed. A read
-//! that returns wrong bytes makes the run exit non-zero.
+//! that returns wrong bytes, or any failed request, makes the run exit non-zero.
 
 mod gateway;
 mod payload;
@@ -134,6 +134,12 @@ async fn main() -> Result<(), GooseError> {
     // A wrong byte read back is a broken guarantee, whatever the throughput.
     if summary.totals.wrong_replies > 0 {
         eprintln!("{} replies contradicted what was written", summary.totals.wrong_replies);
+        std::process::exit(1);
+    }
+    // A failed append or read is not a measurement: figures from a run
+    // that failed requests describe a cluster that was not serving them.
+    if summary.totals.failures > 0 {
+        eprintln!("{} requests failed", summary.totals.failures);
         std::process::exit(1);
     }
     Ok(())
