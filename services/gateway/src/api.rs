@@ -88,7 +88,7 @@ endpoints! {
     post "/v1/ledgers/{id}/recover" => recover, "Fence, recover to the true tail, close", "", "Ledger", [200, 400, 404, 503];
     get "/v1/bookies" => bookies, "The bookie registry", "", "BookieList", [200, 503];
     get "/v1/bookies/{bookie}" => get_bookie, "One bookie, and the ledgers that still name it", "", "BookieDetail", [200, 404, 503];
-    post "/v1/bookies/{bookie}/decommission" => decommission, "Drain a bookie (re-replicated elsewhere), then retire it", "", "BookieDetail", [202, 404, 409, 503];
+    post "/v1/bookies/{bookie}/decommission" => decommission, "Drain a bookie (re-replicated elsewhere), then retire it", "", "BookieDetail", [202, 400, 404, 409, 503];
     get "/v1/cluster" => cluster, "Metadata leader, bookies, under-replication, auditor", "", "Cluster", [200, 503];
 }
 
