@@ -7,7 +7,7 @@
 //! | 1. an acknowledged entry is durable and readable | every acknowledged add is in its ledger's final read, with its bytes ([`Violation::LostAck`], [`Violation::ChangedAck`]); a ledger with acknowledged adds recovers ([`Violation::Unrecoverable`]) |
 //! | 2. no read past the LAC; readers agree | no reader is given bytes past the LAC it held ([`Violation::ReadPastLac`]); every entry a reader saw is in the final ledger with the same bytes ([`Violation::DirtyRead`]); two reads of one entry agree ([`Violation::DivergentReads`]); two acknowledged adds never share an entry id ([`Violation::DuplicateEntryId`]) |
 //! | 1. what is committed stays readable | a reader holding a LAC at or past an entry is never told "no such entry" ([`Violation::AbsentAtOrBelowLac`]) |
-//! | 3. no acknowledgement after fencing | no add invoked after a recovery completed is acknowledged ([`Violation::AckAfterFence`]); none beyond the recovered end ([`Violation::AckBeyondRecovery`]) |
+//! | 3. no acknowledgement after fencing | no add invoked after a recovery completed is acknowledged ([`Violation::AckAfterFence`]); none beyond the recovered end ([`Violation::AckBeyondRecovery`]); no add invoked after the ledger was seen closed in the metadata, by anyone, a worker's recovery included, is acknowledged ([`Violation::AckAfterClose`]), none past the closed end ([`Violation::AckBeyondClose`]) |
 //! | 4. recovery never truncates acknowledged entries | the recovered end is at or past every acknowledged entry ([`Violation::AckBeyondRecovery`]); every recovery of a ledger, concurrent ones too, and its final read agree on its end ([`Violation::RecoveriesDisagree`]) |
 //! | 6. autorecovery restores Qw copies | no entry short of copies after healing ([`Violation::UnderReplicated`]) |
 //!
@@ -43,6 +43,11 @@ pub enum Violation {
     DuplicateEntryId { ledger: u64, entry: u64, digests: Vec<u64> },
     /// An add invoked after the ledger was fenced and recovered was acknowledged.
     AckAfterFence { ledger: u64, entry: Option<u64>, handle: u64, fenced_at_us: u64, invoked_us: u64 },
+    /// An add invoked after its ledger was seen closed (by anyone: a
+    /// worker's recovery too) was acknowledged.
+    AckAfterClose { ledger: u64, entry: Option<u64>, handle: u64, closed_seen_us: u64, invoked_us: u64 },
+    /// An acknowledged add lies past the end its ledger was closed at.
+    AckBeyondClose { ledger: u64, entry: u64, closed_last_entry: i64 },
     /// An acknowledged add lies past the end recovery settled on.
     AckBeyondRecovery { ledger: u64, entry: u64, recovered_last_entry: i64 },
     /// Recoveries of one ledger (or a recovery and the final read) ended it
@@ -65,6 +70,8 @@ pub struct Report {
     pub reads: usize,
     pub absent_reads: usize,
     pub recoveries: usize,
+    /// Ledgers seen closed in the metadata while their writer still wrote.
+    pub closes_seen: usize,
     pub ledgers_final: usize,
 }
 
@@ -221,6 +228,40 @@ pub fn check(events: &[Event]) -> Report {
         }
         if ends.len() > 1 {
             r.violations.push(Violation::RecoveriesDisagree { ledger: *ledger, ends: ends.into_iter().collect() });
+        }
+    }
+
+    // Closing, whoever closed (a worker's recovery is seen only as this):
+    // nothing invoked after the close was seen is acknowledged, nothing
+    // acknowledged lies past the closed end.
+    let mut closes: BTreeMap<u64, (u64, i64)> = BTreeMap::new();
+    for e in events {
+        if let (Op::Closed { ledger, last_entry }, Outcome::Ok) = (&e.op, e.outcome) {
+            r.closes_seen += 1;
+            let first = closes.entry(*ledger).or_insert((e.completed_us, *last_entry));
+            first.0 = first.0.min(e.completed_us);
+        }
+    }
+    for e in events {
+        let (Op::Add { ledger, handle, entry, .. }, Outcome::Ok) = (&e.op, e.outcome) else { continue };
+        let Some(&(seen_us, last)) = closes.get(ledger) else { continue };
+        if e.invoked_us > seen_us {
+            r.violations.push(Violation::AckAfterClose {
+                ledger: *ledger,
+                entry: *entry,
+                handle: *handle,
+                closed_seen_us: seen_us,
+                invoked_us: e.invoked_us,
+            });
+        }
+        if let Some(entry) = entry {
+            if *entry as i64 > last {
+                r.violations.push(Violation::AckBeyondClose {
+                    ledger: *ledger,
+                    entry: *entry,
+                    closed_last_entry: last,
+                });
+            }
         }
     }
 
@@ -434,6 +475,28 @@ mod tests {
         h.push(ev(4, 27, Outcome::Ok, Op::Read { ledger: 1, entry: 1, digest: None, lac: Some(1) }));
         let v = check(&h).violations;
         assert_eq!(v, vec![Violation::AbsentAtOrBelowLac { ledger: 1, entry: 1, lac: 1, process: 4, at_us: 32 }]);
+    }
+
+    #[test]
+    fn an_add_acknowledged_after_its_ledger_was_seen_closed_is_caught() {
+        // A worker closed the ledger at entry 1 (seen at 45): an add invoked
+        // at 50 and acknowledged as entry 2 broke the seal.
+        let mut h = vec![add(10, 0, 100), add(20, 1, 101), fin(&[(0, 100), (1, 101)])];
+        h.push(ev(7, 40, Outcome::Ok, Op::Closed { ledger: 1, last_entry: 1 }));
+        assert!(check(&h).ok(), "{:?}", check(&h).violations);
+        h.push(ev(1, 50, Outcome::Ok, Op::Add { ledger: 1, handle: 1, entry: Some(2), digest: 102 }));
+        let v = check(&h).violations;
+        assert!(
+            v.contains(&Violation::AckAfterClose {
+                ledger: 1,
+                entry: Some(2),
+                handle: 1,
+                closed_seen_us: 45,
+                invoked_us: 50
+            }),
+            "{v:?}"
+        );
+        assert!(v.contains(&Violation::AckBeyondClose { ledger: 1, entry: 2, closed_last_entry: 1 }), "{v:?}");
     }
 
     #[test]

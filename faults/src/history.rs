@@ -48,6 +48,10 @@ pub enum Op {
     },
     /// Fence, recover and close: the ledger's last entry afterwards (-1: empty).
     Recover { ledger: u64, last_entry: i64 },
+    /// The ledger was seen closed in the metadata (by whoever closed it:
+    /// its writer, a recoverer, a replication worker), at or before
+    /// `completed_us`, at `last_entry`.
+    Closed { ledger: u64, last_entry: i64 },
     /// After the faults healed: the whole recovered ledger, read back in
     /// order, as (entry, digest).
     Final { ledger: u64, last_entry: i64, entries: Vec<(u64, u64)> },
@@ -64,6 +68,7 @@ impl Op {
             Op::Add { ledger, .. }
             | Op::Read { ledger, .. }
             | Op::Recover { ledger, .. }
+            | Op::Closed { ledger, .. }
             | Op::Final { ledger, .. }
             | Op::Replicas { ledger, .. } => Some(*ledger),
         }

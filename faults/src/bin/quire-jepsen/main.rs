@@ -168,6 +168,7 @@ fn main() -> anyhow::Result<()> {
     let second = client(&certs, metadata.clone())?;
     let recoverers = [c.clone(), second];
     tasks.push(rt.spawn(workload::recoverer(200, recoverers, http_addr, sh.clone(), args.seed.wrapping_add(300))));
+    tasks.push(rt.spawn(workload::seal_watcher(300, c.clone(), sh.clone())));
 
     // The nemesis on its own thread, with its own metadata client.
     let nem_rpc = RpcClient::new(
@@ -254,7 +255,7 @@ fn main() -> anyhow::Result<()> {
     failures.extend(shortfalls(&report, &Floors::for_run(args.duration_secs)));
     let mut summary = String::new();
     summary.push_str(&format!(
-        "seed {}: {} events; {} ledgers created ({} creations failed), {} acknowledged adds, {} unknown, {} reads ({} absent), {} recoveries, {} ledgers read back ({} never), {} short of Qw copies\n",
+        "seed {}: {} events; {} ledgers created ({} creations failed), {} acknowledged adds, {} unknown, {} reads ({} absent), {} recoveries, {} closes seen, {} ledgers read back ({} never), {} short of Qw copies\n",
         args.seed,
         events.len(),
         report.creates,
@@ -264,6 +265,7 @@ fn main() -> anyhow::Result<()> {
         report.reads,
         report.absent_reads,
         report.recoveries,
+        report.closes_seen,
         report.ledgers_final,
         unrecovered.len(),
         short

@@ -340,6 +340,32 @@ pub async fn recoverer(process: u32, clients: [Client; 2], http_addr: String, sh
     }
 }
 
+/// The seal watcher: polls the metadata of every ledger a writer still adds
+/// to and records when it is first seen closed, by whoever closed it: its
+/// writer, a recoverer, or a replication worker, whose recoveries the
+/// harness does not run and would otherwise never see. An add invoked
+/// after that and acknowledged breaks guarantee 3 (`AckAfterClose`).
+pub async fn seal_watcher(process: u32, client: Client, sh: Arc<Shared>) {
+    let mut seen = std::collections::BTreeSet::new();
+    while !sh.stopped() {
+        let open: Vec<u64> = {
+            let l = sh.ledgers.lock().expect("ledgers lock");
+            l.iter().filter(|(id, &w)| w && !seen.contains(*id)).map(|(&id, _)| id).collect()
+        };
+        for id in open {
+            let invoked = sh.now_us();
+            if let Ok(m) = client.metadata(id).await {
+                if m.state == quire_client::meta::LedgerState::Closed {
+                    let op = Op::Closed { ledger: id, last_entry: m.last_entry_id };
+                    sh.record(process, invoked, Outcome::Ok, op, None);
+                    seen.insert(id);
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// `POST /v1/ledgers/{ledger}/recover` on the gateway: the outcome, the
 /// recovered last entry, and the error.
 async fn recover_over_http(http_addr: &str, ledger: u64) -> (Outcome, i64, Option<String>) {
