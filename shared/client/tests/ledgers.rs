@@ -82,7 +82,7 @@ async fn a_ledger_is_written_tailed_closed_and_read_back() {
     assert_eq!(closed.length, length);
     assert_eq!(closed.custom.get("app").map(|b| &b[..]), Some(&b"test"[..]));
     match w.add(payload(201)).await {
-        Err(ClientError::WriterClosed(l)) => assert_eq!(l, id, "a closed writer takes no adds"),
+        Err(ClientError::LedgerClosed(l)) => assert_eq!(l, id, "a closed writer takes no adds"),
         other => panic!("a closed writer takes no adds: {other:?}"),
     }
     let r = client.open(id).await.unwrap();

@@ -160,8 +160,20 @@ impl LedgerWriter {
         // A traced caller's add carries its span, so that the requests to the
         // bookies join the caller's trace (untraced: nothing is kept).
         let span = quire_rpc::trace::current().map(|_| tracing::Span::current());
-        self.tx.send(Msg::Add(payload, reply, span)).await.map_err(|_| ClientError::WriterClosed(self.ledger_id))?;
+        self.tx.send(Msg::Add(payload, reply, span)).await.map_err(|_| self.gone())?;
         Ok(PendingAdd { rx, ledger_id: self.ledger_id })
+    }
+
+    /// Why an add cannot be taken once the writer's actor has ended: the
+    /// ledger is closed (as answered while the actor still waited for
+    /// copies in flight: one answer, whichever moment the add comes), or
+    /// the handle's writer is gone for another reason.
+    fn gone(&self) -> ClientError {
+        if self.shared.meta.lock().expect("meta lock").state == crate::meta::LedgerState::Closed {
+            ClientError::LedgerClosed(self.ledger_id)
+        } else {
+            ClientError::WriterClosed(self.ledger_id)
+        }
     }
 
     /// Adds one entry and waits for its acknowledgement.
@@ -294,6 +306,19 @@ impl Actor {
             }
             if (self.finished || (!self.rx_open && self.w.pending() == 0)) && self.tasks.is_empty() {
                 break;
+            }
+        }
+        // What was sent while the last turn ran is answered as a live actor
+        // would answer it (a finished writer refuses with its reason:
+        // LedgerClosed after our close), not dropped into WriterClosed.
+        self.rx.close();
+        while let Ok(msg) = self.rx.try_recv() {
+            match msg {
+                Msg::Add(payload, reply, span) => self.on_add(payload, reply, span),
+                Msg::Close(reply) => {
+                    let res = self.close_result.clone().unwrap_or(Err(ClientError::WriterClosed(ledger_id)));
+                    let _ = reply.send(res);
+                }
             }
         }
         tracing::debug!(ledger_id, "writer stopped");
