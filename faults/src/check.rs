@@ -117,9 +117,23 @@ pub fn check(events: &[Event]) -> Report {
                     }
                 }
             }
-            (Op::Read { .. }, Outcome::Ok) => {
+            (Op::Read { ledger, entry, digest: None, lac }, Outcome::Ok) => {
                 r.reads += 1;
                 r.absent_reads += 1;
+                // A reader that holds a LAC at or past the entry knows it is
+                // committed: "no such entry" is a lost entry, not a lagging
+                // view. (Past its LAC, absence is the answer by design: reads
+                // stop at the LAC, and an entry acknowledged a moment ago is
+                // in no bookie's LAC until the writer's next add carries it.)
+                if let Some(lac) = lac.filter(|&lac| *entry as i64 <= lac) {
+                    r.violations.push(Violation::AbsentAtOrBelowLac {
+                        ledger: *ledger,
+                        entry: *entry,
+                        lac,
+                        process: e.process,
+                        at_us: e.completed_us,
+                    });
+                }
             }
             (Op::Recover { ledger, last_entry }, Outcome::Ok) => {
                 r.recoveries += 1;
@@ -200,26 +214,6 @@ pub fn check(events: &[Event]) -> Report {
         }
     }
 
-    // A reader that holds a LAC at or past an entry knows it is committed:
-    // "no such entry" is then a lost entry, not a lagging view. (Past the
-    // LAC it holds, absence is the answer by design: reads stop at the
-    // LAC, and an entry acknowledged a moment ago may not be in any
-    // bookie's LAC yet: the writer's LAC travels with its next add.)
-    for e in events {
-        let (Op::Read { ledger, entry, digest: None, lac: Some(lac) }, Outcome::Ok) = (&e.op, e.outcome) else {
-            continue;
-        };
-        if *entry as i64 <= *lac {
-            r.violations.push(Violation::AbsentAtOrBelowLac {
-                ledger: *ledger,
-                entry: *entry,
-                lac: *lac,
-                process: e.process,
-                at_us: e.completed_us,
-            });
-        }
-    }
-
     // A ledger is closed once: every recovery's end and the final read's agree.
     for (ledger, recs) in &recoveries {
         let mut ends: BTreeSet<i64> = recs.iter().map(|&(_, last)| last).collect();
@@ -231,63 +225,37 @@ pub fn check(events: &[Event]) -> Report {
         }
     }
 
-    // Closing, whoever closed (a worker's recovery is seen only as this):
-    // nothing invoked after the close was seen is acknowledged, nothing
-    // acknowledged lies past the closed end.
-    let mut closes: BTreeMap<u64, (u64, i64)> = BTreeMap::new();
+    // Seals: a recovery that completed (the harness's own) and a close seen
+    // in the metadata (whoever closed: a worker's recovery is seen only as
+    // this). After a seal, no add invoked later is acknowledged, and none
+    // acknowledged lies past the sealed end.
+    let mut seals: BTreeMap<u64, Vec<(u64, i64, bool)>> = BTreeMap::new();
+    for (ledger, recs) in &recoveries {
+        seals.entry(*ledger).or_default().extend(recs.iter().map(|&(at, last)| (at, last, true)));
+    }
     for e in events {
         if let (Op::Closed { ledger, last_entry }, Outcome::Ok) = (&e.op, e.outcome) {
             r.closes_seen += 1;
-            let first = closes.entry(*ledger).or_insert((e.completed_us, *last_entry));
-            first.0 = first.0.min(e.completed_us);
+            seals.entry(*ledger).or_default().push((e.completed_us, *last_entry, false));
         }
     }
     for e in events {
         let (Op::Add { ledger, handle, entry, .. }, Outcome::Ok) = (&e.op, e.outcome) else { continue };
-        let Some(&(seen_us, last)) = closes.get(ledger) else { continue };
-        if e.invoked_us > seen_us {
-            r.violations.push(Violation::AckAfterClose {
-                ledger: *ledger,
-                entry: *entry,
-                handle: *handle,
-                closed_seen_us: seen_us,
-                invoked_us: e.invoked_us,
-            });
-        }
-        if let Some(entry) = entry {
-            if *entry as i64 > last {
-                r.violations.push(Violation::AckBeyondClose {
-                    ledger: *ledger,
-                    entry: *entry,
-                    closed_last_entry: last,
+        let (ledger, handle, entry, invoked_us) = (*ledger, *handle, *entry, e.invoked_us);
+        for &(at_us, last, by_recovery) in seals.get(&ledger).into_iter().flatten() {
+            if invoked_us > at_us {
+                r.violations.push(if by_recovery {
+                    Violation::AckAfterFence { ledger, entry, handle, fenced_at_us: at_us, invoked_us }
+                } else {
+                    Violation::AckAfterClose { ledger, entry, handle, closed_seen_us: at_us, invoked_us }
                 });
             }
-        }
-    }
-
-    // Fencing: nothing acknowledged past the recovered end, nothing invoked
-    // after a recovery completed acknowledged at all.
-    for e in events {
-        let (Op::Add { ledger, handle, entry, .. }, Outcome::Ok) = (&e.op, e.outcome) else { continue };
-        let Some(recs) = recoveries.get(ledger) else { continue };
-        for &(fenced_at_us, last) in recs {
-            if e.invoked_us > fenced_at_us {
-                r.violations.push(Violation::AckAfterFence {
-                    ledger: *ledger,
-                    entry: *entry,
-                    handle: *handle,
-                    fenced_at_us,
-                    invoked_us: e.invoked_us,
+            if let Some(entry) = entry.filter(|&e| e as i64 > last) {
+                r.violations.push(if by_recovery {
+                    Violation::AckBeyondRecovery { ledger, entry, recovered_last_entry: last }
+                } else {
+                    Violation::AckBeyondClose { ledger, entry, closed_last_entry: last }
                 });
-            }
-            if let Some(entry) = entry {
-                if *entry as i64 > last {
-                    r.violations.push(Violation::AckBeyondRecovery {
-                        ledger: *ledger,
-                        entry: *entry,
-                        recovered_last_entry: last,
-                    });
-                }
             }
         }
     }

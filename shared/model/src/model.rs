@@ -225,9 +225,6 @@ impl LedgerModel {
 
     /// The writer's ensemble change failed for good: it stops.
     fn writer_abort(&self, s: &mut State, reason: FailReason) {
-        if !matches!(*s.writer, WriterSide::Running { .. }) {
-            return;
-        }
         let cmds = match s.writer.get_mut() {
             WriterSide::Running { w, change, .. } => {
                 *change = None;
@@ -239,9 +236,6 @@ impl LedgerModel {
     }
 
     fn writer_answer(&self, s: &mut State, entry_id: u64, position: usize, member: &Member, answer: Answer) {
-        if !matches!(*s.writer, WriterSide::Running { .. }) {
-            return;
-        }
         let cmds = match s.writer.get_mut() {
             WriterSide::Running { w, .. } => w.answer(entry_id, position, member, answer),
             WriterSide::Stopped { .. } => return,
@@ -315,38 +309,38 @@ impl LedgerModel {
         self.rec_steps(s, rec, steps);
     }
 
-    /// A caller learns the outcome of its request (`None`: it timed out).
+    /// An add's outcome as the writer machines take it.
+    fn add_answer(resp: Option<BookieResp>) -> Answer {
+        match resp {
+            Some(BookieResp::Added { instance_id }) => Answer::Stored { instance_id },
+            Some(BookieResp::LedgerFenced) => Answer::Fenced,
+            Some(BookieResp::MetadataUnavailable) => Answer::Unavailable,
+            _ => Answer::Failed,
+        }
+    }
+
+    /// A caller (of `party`, whose lane it came back on) learns the outcome
+    /// of its request (`None`: it timed out).
     fn answered(&self, s: &mut State, party: Party, caller: Caller, resp: Option<BookieResp>) {
-        // Only recoverers send fences, reads and write-backs.
-        let rec = match party {
-            Party::Recoverer(r) => r,
-            Party::Writer => 0,
-        };
-        match caller {
-            Caller::WriterAdd { entry_id, position, member } => {
-                let answer = match resp {
-                    Some(BookieResp::Added { instance_id }) => Answer::Stored { instance_id },
-                    Some(BookieResp::LedgerFenced) => Answer::Fenced,
-                    Some(BookieResp::MetadataUnavailable) => Answer::Unavailable,
-                    _ => Answer::Failed,
-                };
-                self.writer_answer(s, entry_id, position, &member, answer);
+        match (party, caller) {
+            (Party::Writer, Caller::WriterAdd { entry_id, position, member }) => {
+                self.writer_answer(s, entry_id, position, &member, Self::add_answer(resp));
             }
-            Caller::WriterLac => {
+            (Party::Writer, Caller::WriterLac) => {
                 if let (Some(BookieResp::LedgerFenced), WriterSide::Running { .. }) = (&resp, &*s.writer) {
                     let WriterSide::Running { w, .. } = s.writer.get_mut() else { unreachable!() };
                     let cmds = w.fenced();
                     self.writer_cmds(s, cmds);
                 }
             }
-            Caller::Fence { run, position } => {
+            (Party::Recoverer(rec), Caller::Fence { run, position }) => {
                 let answer = match resp {
                     Some(BookieResp::FenceDone { lac }) => FenceAnswer::Fenced { lac },
                     _ => FenceAnswer::Failed,
                 };
                 self.with_rec(s, rec, run, |r, now| r.fence_answered(position, answer, now));
             }
-            Caller::Read { run, entry_id, position } => {
+            (Party::Recoverer(rec), Caller::Read { run, entry_id, position }) => {
                 let read = match resp {
                     Some(BookieResp::Entry(e)) => BookieRead::Entry(e),
                     Some(BookieResp::NoSuchEntry { instance_id }) => BookieRead::NoSuchEntry { instance_id },
@@ -355,15 +349,11 @@ impl LedgerModel {
                 };
                 self.with_rec(s, rec, run, |r, now| r.read_answered(entry_id, position, read, now));
             }
-            Caller::Write { run, entry_id, position, member } => {
-                let answer = match resp {
-                    Some(BookieResp::Added { instance_id }) => Answer::Stored { instance_id },
-                    Some(BookieResp::LedgerFenced) => Answer::Fenced,
-                    Some(BookieResp::MetadataUnavailable) => Answer::Unavailable,
-                    _ => Answer::Failed,
-                };
+            (Party::Recoverer(rec), Caller::Write { run, entry_id, position, member }) => {
+                let answer = Self::add_answer(resp);
                 self.with_rec(s, rec, run, |r, now| r.write_answered(entry_id, position, &member, answer, now));
             }
+            (party, caller) => unreachable!("{caller:?} travels on the lanes of {party:?}"),
         }
     }
 
