@@ -18,7 +18,8 @@ build:
 # multi-process tests. nextest where installed (per-test processes, parallel);
 # cargo test otherwise. Then the load tooling (loadtest/, its own workspace)
 # against a real cluster: its unit tests, every goose scenario briefly, and
-# `make bench`'s pipeline at toy scale (loadtest/smoke.sh). Last, the fault
+# `make bench`'s pipeline at toy scale (loadtest/smoke.sh); README's command
+# lines as written against make run's cluster (deploy/local/readme-check.sh). Last, the fault
 # suite on a bounded schedule (needs root: network namespaces; docs/faults.md).
 test: build loadtest-build
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
@@ -28,6 +29,7 @@ test: build loadtest-build
 	fi
 	$(CARGO) test --release --manifest-path loadtest/goose/Cargo.toml
 	bash loadtest/smoke.sh
+	bash deploy/local/readme-check.sh
 	target/release/quire-jepsen --seed $(JEPSEN_CI_SEED) --duration-secs $(JEPSEN_CI_SECS)
 
 fmt:

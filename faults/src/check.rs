@@ -7,7 +7,7 @@
 //! | 1. an acknowledged entry is durable and readable | every acknowledged add is in its ledger's final read, with its bytes ([`Violation::LostAck`], [`Violation::ChangedAck`]); a ledger with acknowledged adds recovers ([`Violation::Unrecoverable`]) |
 //! | 2. no read past the LAC; readers agree | no reader is given bytes past the LAC it held ([`Violation::ReadPastLac`]); every entry a reader saw is in the final ledger with the same bytes ([`Violation::DirtyRead`]); two reads of one entry agree ([`Violation::DivergentReads`]); two acknowledged adds never share an entry id ([`Violation::DuplicateEntryId`]) |
 //! | 1. what is committed stays readable | a reader holding a LAC at or past an entry is never told "no such entry" ([`Violation::AbsentAtOrBelowLac`]) |
-//! | 3. no acknowledgement after fencing | no add invoked after a recovery completed is acknowledged ([`Violation::AckAfterFence`]); none beyond the recovered end ([`Violation::AckBeyondRecovery`]); no add invoked after the ledger was seen closed in the metadata, by anyone, a worker's recovery included, is acknowledged ([`Violation::AckAfterClose`]), none past the closed end ([`Violation::AckBeyondClose`]) |
+//! | 3. no acknowledgement after fencing | no add invoked after a recovery's fence took hold (its completion when the moment is unknown) is acknowledged ([`Violation::AckAfterFence`]); none beyond the recovered end ([`Violation::AckBeyondRecovery`]); no add invoked after the ledger was seen closed in the metadata, by anyone, a worker's recovery included, is acknowledged ([`Violation::AckAfterClose`]), none past the closed end ([`Violation::AckBeyondClose`]) |
 //! | 4. recovery never truncates acknowledged entries | the recovered end is at or past every acknowledged entry ([`Violation::AckBeyondRecovery`]); every recovery of a ledger, concurrent ones too, and its final read agree on its end ([`Violation::RecoveriesDisagree`]) |
 //! | 6. autorecovery restores Qw copies | no entry short of copies after healing ([`Violation::UnderReplicated`]) |
 //!
@@ -41,7 +41,7 @@ pub enum Violation {
     DivergentReads { ledger: u64, entry: u64, digests: Vec<u64> },
     /// Two acknowledged adds were given the same entry id with different bytes.
     DuplicateEntryId { ledger: u64, entry: u64, digests: Vec<u64> },
-    /// An add invoked after the ledger was fenced and recovered was acknowledged.
+    /// An add invoked after a recovery's fence took hold was acknowledged.
     AckAfterFence { ledger: u64, entry: Option<u64>, handle: u64, fenced_at_us: u64, invoked_us: u64 },
     /// An add invoked after its ledger was seen closed (by anyone: a
     /// worker's recovery too) was acknowledged.
@@ -70,6 +70,8 @@ pub struct Report {
     pub reads: usize,
     pub absent_reads: usize,
     pub recoveries: usize,
+    /// Of them, those whose fence moment is known (judged from it).
+    pub fence_times: usize,
     /// Ledgers seen closed in the metadata while their writer still wrote.
     pub closes_seen: usize,
     pub ledgers_final: usize,
@@ -90,7 +92,8 @@ pub fn check(events: &[Event]) -> Report {
     let mut finals: BTreeMap<u64, (i64, BTreeMap<u64, u64>)> = BTreeMap::new();
     // (ledger, entry) -> digests read, with the first read of each
     let mut reads: BTreeMap<(u64, u64), BTreeMap<u64, (u32, u64)>> = BTreeMap::new();
-    // ledger -> (completed_us, last entry) of successful recoveries
+    // ledger -> (fenced by, last entry) of successful recoveries: the
+    // moment the fence took hold when the recoverer said, else completion
     let mut recoveries: BTreeMap<u64, Vec<(u64, i64)>> = BTreeMap::new();
 
     for e in events {
@@ -135,9 +138,13 @@ pub fn check(events: &[Event]) -> Report {
                     });
                 }
             }
-            (Op::Recover { ledger, last_entry }, Outcome::Ok) => {
+            (Op::Recover { ledger, last_entry, fenced_us }, Outcome::Ok) => {
                 r.recoveries += 1;
-                recoveries.entry(*ledger).or_default().push((e.completed_us, *last_entry));
+                if fenced_us.is_some() {
+                    r.fence_times += 1;
+                }
+                let at = fenced_us.unwrap_or(e.completed_us).min(e.completed_us);
+                recoveries.entry(*ledger).or_default().push((at, *last_entry));
             }
             (Op::Final { ledger, last_entry, entries }, Outcome::Ok) => {
                 r.ledgers_final += 1;
@@ -225,9 +232,10 @@ pub fn check(events: &[Event]) -> Report {
         }
     }
 
-    // Seals: a recovery that completed (the harness's own) and a close seen
-    // in the metadata (whoever closed: a worker's recovery is seen only as
-    // this). After a seal, no add invoked later is acknowledged, and none
+    // Seals: a recovery's fence (the harness's own recoveries, from the
+    // moment the fence took hold when known, else from completion) and a
+    // close seen in the metadata (whoever closed: a worker's recovery is
+    // seen only as this). After a seal, no add invoked later is acknowledged, and none
     // acknowledged lies past the sealed end.
     let mut seals: BTreeMap<u64, Vec<(u64, i64, bool)>> = BTreeMap::new();
     for (ledger, recs) in &recoveries {
@@ -290,7 +298,7 @@ mod tests {
             read(30, 0, 100),
             // An add with no answer that recovery kept: fine.
             ev(1, 40, Outcome::Unknown, Op::Add { ledger: 1, handle: 1, entry: None, digest: 102 }),
-            ev(3, 50, Outcome::Ok, Op::Recover { ledger: 1, last_entry: 2 }),
+            ev(3, 50, Outcome::Ok, Op::Recover { ledger: 1, last_entry: 2, fenced_us: None }),
             // The old handle is refused after the fence.
             ev(1, 60, Outcome::Fail, Op::Add { ledger: 1, handle: 1, entry: None, digest: 103 }),
             read(70, 2, 102),
@@ -302,9 +310,9 @@ mod tests {
     #[test]
     fn two_recoveries_that_end_a_ledger_at_different_entries_disagree() {
         let mut h = clean();
-        h.push(ev(4, 55, Outcome::Ok, Op::Recover { ledger: 1, last_entry: 2 }));
+        h.push(ev(4, 55, Outcome::Ok, Op::Recover { ledger: 1, last_entry: 2, fenced_us: None }));
         assert!(check(&h).ok(), "{:?}", check(&h).violations);
-        h.push(ev(5, 56, Outcome::Ok, Op::Recover { ledger: 1, last_entry: 3 }));
+        h.push(ev(5, 56, Outcome::Ok, Op::Recover { ledger: 1, last_entry: 3, fenced_us: None }));
         let v = check(&h).violations;
         assert!(v.contains(&Violation::RecoveriesDisagree { ledger: 1, ends: vec![2, 3] }), "{v:?}");
     }
@@ -394,10 +402,31 @@ mod tests {
     }
 
     #[test]
+    fn an_add_acknowledged_after_the_fence_took_hold_is_caught_before_recovery_completes() {
+        // The fence held at 40; recovery closed at 205. An add invoked at
+        // 30 may be acknowledged (it raced the fence); one invoked at 60
+        // may not, though recovery had not completed yet.
+        let mut h = vec![add(10, 0, 100), add(30, 1, 101)];
+        h.push(Event {
+            invoked_us: 20,
+            ..ev(3, 200, Outcome::Ok, Op::Recover { ledger: 1, last_entry: 2, fenced_us: Some(40) })
+        });
+        h.push(fin(&[(0, 100), (1, 101), (2, 102)]));
+        assert!(check(&h).ok(), "{:?}", check(&h).violations);
+        assert_eq!(check(&h).fence_times, 1);
+        h.push(ev(1, 60, Outcome::Ok, Op::Add { ledger: 1, handle: 1, entry: Some(2), digest: 102 }));
+        let v = check(&h).violations;
+        assert_eq!(
+            v,
+            vec![Violation::AckAfterFence { ledger: 1, entry: Some(2), handle: 1, fenced_at_us: 40, invoked_us: 60 }]
+        );
+    }
+
+    #[test]
     fn recovery_that_truncates_an_acknowledged_entry_is_caught_without_a_late_add() {
         // Seed 004's shape: recovery settles below what was acknowledged.
         let mut h = vec![add(10, 0, 100), add(20, 1, 101)];
-        h.push(ev(3, 50, Outcome::Ok, Op::Recover { ledger: 1, last_entry: 0 }));
+        h.push(ev(3, 50, Outcome::Ok, Op::Recover { ledger: 1, last_entry: 0, fenced_us: None }));
         h.push(fin(&[(0, 100)]));
         let v = check(&h).violations;
         assert!(v.contains(&Violation::AckBeyondRecovery { ledger: 1, entry: 1, recovered_last_entry: 0 }), "{v:?}");

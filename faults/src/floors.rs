@@ -20,6 +20,9 @@ pub struct Floors {
     pub acked_adds: usize,
     pub reads: usize,
     pub recoveries: usize,
+    /// Recoveries whose fence moment is known: guarantee 3 is judged from
+    /// the fence only for these.
+    pub fence_times: usize,
     pub ledgers_final: usize,
 }
 
@@ -32,6 +35,7 @@ impl Floors {
             acked_adds: 2_000 * minutes,
             reads: 500 * minutes,
             recoveries: 3 * minutes,
+            fence_times: 2 * minutes,
             ledgers_final: 10 * minutes,
         }
     }
@@ -44,6 +48,7 @@ pub fn shortfalls(report: &Report, floors: &Floors) -> Vec<String> {
         ("acknowledged adds", report.acked_adds, floors.acked_adds),
         ("reads answered", report.reads, floors.reads),
         ("recoveries completed", report.recoveries, floors.recoveries),
+        ("recoveries that said when their fence held", report.fence_times, floors.fence_times),
         ("ledgers read back at the finale", report.ledgers_final, floors.ledgers_final),
     ]
     .into_iter()
@@ -70,6 +75,7 @@ mod tests {
             acked_adds: 50_000,
             reads: 9_000,
             recoveries: 30,
+            fence_times: 20,
             ledgers_final: 100,
             ..Report::default()
         }
@@ -90,7 +96,7 @@ mod tests {
         assert_eq!(s.len(), 2, "{s:?}");
         assert!(s[0].contains("3 reads answered"), "{s:?}");
         assert!(s[1].contains("0 recoveries completed"), "{s:?}");
-        assert_eq!(shortfalls(&Report::default(), &floors).len(), 5);
+        assert_eq!(shortfalls(&Report::default(), &floors).len(), 6);
     }
 
     #[test]

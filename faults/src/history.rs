@@ -46,8 +46,16 @@ pub enum Op {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lac: Option<i64>,
     },
-    /// Fence, recover and close: the ledger's last entry afterwards (-1: empty).
-    Recover { ledger: u64, last_entry: i64 },
+    /// Fence, recover and close: the ledger's last entry afterwards (-1:
+    /// empty), and the time by which this recovery's fence had taken hold
+    /// (None: it fenced nothing, or the recoverer could not say; the
+    /// completion then stands in, which is later and so weaker).
+    Recover {
+        ledger: u64,
+        last_entry: i64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fenced_us: Option<u64>,
+    },
     /// The ledger was seen closed in the metadata (by whoever closed it:
     /// its writer, a recoverer, a replication worker), at or before
     /// `completed_us`, at `last_entry`.

@@ -39,16 +39,16 @@ struct Args {
     metadata: Vec<String>,
 
     /// Between audit passes, in milliseconds.
-    #[arg(long, default_value_t = 5_000)]
+    #[arg(long, env = "QUIRE_AUDIT_INTERVAL_MS", default_value_t = 5_000)]
     audit_interval_ms: u64,
 
     /// A bookie whose registration has been gone this long is lost and its
     /// ledgers are re-replicated (BookKeeper's lostBookieRecoveryDelay), in ms.
-    #[arg(long, default_value_t = 30_000)]
+    #[arg(long, env = "QUIRE_LOST_BOOKIE_GRACE_MS", default_value_t = 30_000)]
     lost_bookie_grace_ms: u64,
 
     /// Between replica checks (every entry read back on its bookies), in ms; 0: never.
-    #[arg(long, default_value_t = 3_600_000)]
+    #[arg(long, env = "QUIRE_REPLICA_CHECK_INTERVAL_MS", default_value_t = 3_600_000)]
     replica_check_interval_ms: u64,
 
     /// Serve Prometheus metrics (GET /metrics) on this TCP address.

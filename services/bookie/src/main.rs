@@ -58,6 +58,8 @@ struct Args {
 
     /// Start as a new bookie instance on directories that hold another cookie
     /// or none (after a disk replacement). Existing data is not trusted.
+    /// Deliberately a flag only, with no QUIRE_* variable: a variable left in
+    /// a deployment would start a new instance at every restart.
     #[arg(long)]
     format: bool,
 
@@ -74,7 +76,7 @@ struct Args {
     advertise_addr: Option<String>,
 
     /// Registration lease, in milliseconds; renewed every third of it.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, env = "QUIRE_LEASE_MS", default_value_t = 10_000)]
     lease_ms: u32,
 
     /// Rack (or zone) for placement policies.
@@ -82,101 +84,101 @@ struct Args {
     rack: String,
 
     /// Longest a journal record waits for others to share its fdatasync, in microseconds.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, env = "QUIRE_JOURNAL_MAX_WAIT_US", default_value_t = 2000)]
     journal_max_wait_us: u64,
 
     /// Sync as soon as the journal queue is empty (lowest latency at low load)
     /// instead of waiting up to --journal-max-wait-us for company.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = "QUIRE_JOURNAL_FLUSH_WHEN_QUEUE_EMPTY", default_value_t = true, action = clap::ArgAction::Set)]
     journal_flush_when_queue_empty: bool,
 
     /// Largest group-commit batch, in KiB.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, env = "QUIRE_JOURNAL_MAX_BATCH_KIB", default_value_t = 4096)]
     journal_max_batch_kib: usize,
 
     /// Journal segment size, in MiB.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, env = "QUIRE_JOURNAL_SEGMENT_MIB", default_value_t = 256)]
     journal_segment_mib: u64,
 
     /// Write cache (journaled, not yet in an entry log), in MiB. Adds wait when it is full.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, env = "QUIRE_WRITE_CACHE_MIB", default_value_t = 64)]
     write_cache_mib: usize,
 
     /// Longest between flushes of the write cache, in milliseconds.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, env = "QUIRE_FLUSH_INTERVAL_MS", default_value_t = 1000)]
     flush_interval_ms: u64,
 
     /// Flush the write cache as soon as this much is waiting, in KiB.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, env = "QUIRE_FLUSH_KIB", default_value_t = 4096)]
     flush_kib: usize,
 
     /// Entry log file size, in MiB.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, env = "QUIRE_ENTRY_LOG_MIB", default_value_t = 1024)]
     entry_log_mib: u64,
 
     /// Read-ahead cache, in MiB.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, env = "QUIRE_READ_CACHE_MIB", default_value_t = 16)]
     read_cache_mib: usize,
 
     /// Largest entry payload accepted, in bytes.
-    #[arg(long, default_value_t = quire_proto::MAX_ENTRY_BYTES)]
+    #[arg(long, env = "QUIRE_MAX_ENTRY_BYTES", default_value_t = quire_proto::MAX_ENTRY_BYTES)]
     max_entry_bytes: usize,
 
     /// Long polls parked at once.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, env = "QUIRE_MAX_PARKED_WAITS", default_value_t = 10_000)]
     max_parked_waits: usize,
 
     /// Turn read-only when a data filesystem is this full (fraction).
-    #[arg(long, default_value_t = 0.95)]
+    #[arg(long, env = "QUIRE_DISK_HIGH_WATER", default_value_t = 0.95)]
     disk_high_water: f64,
 
     /// Turn writable again when back under this (fraction).
-    #[arg(long, default_value_t = 0.90)]
+    #[arg(long, env = "QUIRE_DISK_LOW_WATER", default_value_t = 0.90)]
     disk_low_water: f64,
 
     /// How often to check disk usage, in milliseconds.
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, env = "QUIRE_DISK_CHECK_INTERVAL_MS", default_value_t = 5000)]
     disk_check_interval_ms: u64,
 
     /// The data-integrity check: `auto` when data this instance held is
     /// missing (or a check has not finished), `always` at every start (after
     /// restoring data from a backup, say), `never`.
-    #[arg(long, value_enum, default_value_t = integrity::CheckMode::Auto)]
+    #[arg(long, env = "QUIRE_INTEGRITY_CHECK", value_enum, default_value_t = integrity::CheckMode::Auto)]
     integrity_check: integrity::CheckMode,
 
     /// During the integrity check, an open ledger in limbo whose LAC here has
     /// not moved for this long is marked for recovery (its writer looks
     /// gone, and it would stay in limbo until closed), in milliseconds.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, env = "QUIRE_LIMBO_IDLE_WRITER_MS", default_value_t = 10_000)]
     limbo_idle_writer_ms: u64,
 
     /// Between garbage-collection passes (deleted ledgers, dead entry logs), in milliseconds.
-    #[arg(long, default_value_t = 900_000)]
+    #[arg(long, env = "QUIRE_GC_INTERVAL_MS", default_value_t = 900_000)]
     gc_interval_ms: u64,
 
     /// Minor compaction: entry logs under this live fraction are compacted (0 turns it off).
-    #[arg(long, default_value_t = 0.2)]
+    #[arg(long, env = "QUIRE_MINOR_COMPACTION_THRESHOLD", default_value_t = 0.2)]
     minor_compaction_threshold: f64,
 
     /// Between minor compactions, in milliseconds.
-    #[arg(long, default_value_t = 3_600_000)]
+    #[arg(long, env = "QUIRE_MINOR_COMPACTION_INTERVAL_MS", default_value_t = 3_600_000)]
     minor_compaction_interval_ms: u64,
 
     /// Major compaction: entry logs under this live fraction are compacted (0 turns it off).
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, env = "QUIRE_MAJOR_COMPACTION_THRESHOLD", default_value_t = 0.8)]
     major_compaction_threshold: f64,
 
     /// Between major compactions, in milliseconds.
-    #[arg(long, default_value_t = 86_400_000)]
+    #[arg(long, env = "QUIRE_MAJOR_COMPACTION_INTERVAL_MS", default_value_t = 86_400_000)]
     major_compaction_interval_ms: u64,
 
     /// Compaction's disk budget (bytes read plus written per second; 0: unlimited).
-    #[arg(long, default_value_t = 16 * 1024 * 1024)]
+    #[arg(long, env = "QUIRE_COMPACTION_RATE_BYTES_PER_SEC", default_value_t = 16 * 1024 * 1024)]
     compaction_rate_bytes_per_sec: u64,
 
     /// Between checks for closed ledgers no ensemble names this bookie in
     /// any more (their copies moved away), in milliseconds; 0 turns it off.
-    #[arg(long, default_value_t = 86_400_000)]
+    #[arg(long, env = "QUIRE_GC_NOT_HERE_INTERVAL_MS", default_value_t = 86_400_000)]
     gc_not_here_interval_ms: u64,
 
     /// Serve Prometheus metrics (GET /metrics) on this TCP address.
@@ -255,6 +257,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
         // (The store wrote the pending marker before it checkpointed past the damage.)
         tracing::warn!("the journal was damaged: running the data-integrity check");
         check = true;
+    } else if store.journal_damaged() && !check {
+        // Static mode has no peers to refill from, and checks turned off
+        // refill nothing: say so rather than serve on in silence.
+        tracing::error!(
+            metadata = meta_configured,
+            integrity_check = ?args.integrity_check,
+            "the journal was damaged: acknowledged entries may be missing from this bookie, and no integrity \
+             check runs (it needs --metadata and --integrity-check other than never)"
+        );
     }
 
     let me = BookieIdentity {

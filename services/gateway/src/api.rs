@@ -85,7 +85,7 @@ endpoints! {
     get "/v1/ledgers/{id}/entries/{eid}" => read_one, "One entry, raw bytes", "", "bytes", [200, 400, 404];
     get "/v1/ledgers/{id}/lac" => lac, "The LAC; with after and timeout_ms, a long poll", "", "Lac", [200, 400, 404];
     post "/v1/ledgers/{id}/close" => close, "Close a ledger this gateway writes", "", "Ledger", [200, 400, 404, 409];
-    post "/v1/ledgers/{id}/recover" => recover, "Fence, recover to the true tail, close", "", "Ledger", [200, 400, 404, 503];
+    post "/v1/ledgers/{id}/recover" => recover, "Fence, recover to the true tail, close", "", "Recovered", [200, 400, 404, 503];
     get "/v1/bookies" => bookies, "The bookie registry", "", "BookieList", [200, 503];
     get "/v1/bookies/{bookie}" => get_bookie, "One bookie, and the ledgers that still name it", "", "BookieDetail", [200, 404, 503];
     post "/v1/bookies/{bookie}/decommission" => decommission, "Drain a bookie (re-replicated elsewhere), then retire it", "", "BookieDetail", [202, 400, 404, 409, 503];
@@ -511,15 +511,30 @@ async fn close(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError>
 async fn recover(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let id = id_param(&req, "id")?;
     let s = state.get_ref().clone();
-    let meta = state
+    let r = state
         .run(async move {
-            let m = s.client.recover(id).await?;
+            let r = s.client.recover_observed(id).await?;
             // A writer this gateway held is fenced now.
             s.writers.lock().expect("writers lock").remove(&id);
-            Ok(m)
+            Ok(r)
         })
         .await?;
-    Ok(HttpResponse::Ok().json(ledger_json(&meta)))
+    Ok(HttpResponse::Ok().json(recovered_json(&r)))
+}
+
+/// The recovered ledger, and how long its recovery took to fence and in
+/// all: an operator's view of where recovery spends its time, and what lets
+/// a caller bound when the fence took hold (`total_us - fence_us` before the
+/// reply) on its own clock.
+fn recovered_json(r: &quire_client::Recovered) -> serde_json::Value {
+    let us = |d: std::time::Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    let mut v = ledger_json(&r.meta);
+    v["recovery"] = serde_json::json!({
+        "fenced": r.fenced_at.is_some(),
+        "fence_us": r.fenced_at.map(|f| us(f - r.started_at)),
+        "total_us": us(r.finished_at - r.started_at),
+    });
+    v
 }
 
 fn bookie_state(s: i32) -> &'static str {

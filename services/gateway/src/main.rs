@@ -56,11 +56,11 @@ struct Args {
     http_ready_file: Option<PathBuf>,
 
     /// HTTP worker threads.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, env = "QUIRE_HTTP_WORKERS", default_value_t = 2)]
     http_workers: usize,
 
     /// Largest entry accepted, in bytes (bookies should accept at least this).
-    #[arg(long, default_value_t = 4 << 20)]
+    #[arg(long, env = "QUIRE_MAX_ENTRY_BYTES", default_value_t = 4 << 20)]
     max_entry_bytes: usize,
 
     /// Bearer tokens, one per line: with it, every /v1 request needs
@@ -69,7 +69,7 @@ struct Args {
     auth_token_file: Option<PathBuf>,
 
     /// Most entries one range read returns (streamed; the caller pages on).
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, env = "QUIRE_MAX_RANGE_ENTRIES", default_value_t = 100_000)]
     max_range_entries: usize,
 
     /// Serve HTTPS with this certificate chain (PEM); needs --https-key.
@@ -84,7 +84,7 @@ struct Args {
 
     /// Longest a request may take end to end (a LAC long poll is capped below
     /// it), in milliseconds; past it the caller gets 504 Timeout.
-    #[arg(long, default_value_t = 75_000)]
+    #[arg(long, env = "QUIRE_REQUEST_TIMEOUT_MS", default_value_t = 75_000)]
     request_timeout_ms: u64,
 }
 

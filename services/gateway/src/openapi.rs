@@ -49,37 +49,48 @@ pub fn schemas() -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("Error".into(), object(&["error", "message"], json!({ "error": string(), "message": string() })));
     m.insert("Status".into(), object(&["status"], json!({ "status": string(), "bookies": uint() })));
-    m.insert(
-        "Ledger".into(),
-        object(
-            &[
-                "ledger_id",
-                "state",
-                "ensemble",
-                "write_quorum",
-                "ack_quorum",
-                "ensembles",
-                "last_entry_id",
-                "length",
-                "version",
-                "created_at_ms",
-                "metadata",
-            ],
-            json!({
-                "ledger_id": uint(),
-                "state": { "type": "string", "enum": ["open", "in_recovery", "closed"] },
-                "ensemble": uint(), "write_quorum": uint(), "ack_quorum": uint(),
-                "ensembles": array_of(object(&["first_entry_id", "bookies"], json!({
-                    "first_entry_id": uint(), "bookies": array_of(string()),
-                }))),
-                "last_entry_id": int(),
-                "length": uint(),
-                "version": uint(),
-                "created_at_ms": uint(),
-                "metadata": { "type": "object", "additionalProperties": string() },
-            }),
-        ),
+    let ledger_required = [
+        "ledger_id",
+        "state",
+        "ensemble",
+        "write_quorum",
+        "ack_quorum",
+        "ensembles",
+        "last_entry_id",
+        "length",
+        "version",
+        "created_at_ms",
+        "metadata",
+    ];
+    let ledger_props = json!({
+        "ledger_id": uint(),
+        "state": { "type": "string", "enum": ["open", "in_recovery", "closed"] },
+        "ensemble": uint(), "write_quorum": uint(), "ack_quorum": uint(),
+        "ensembles": array_of(object(&["first_entry_id", "bookies"], json!({
+            "first_entry_id": uint(), "bookies": array_of(string()),
+        }))),
+        "last_entry_id": int(),
+        "length": uint(),
+        "version": uint(),
+        "created_at_ms": uint(),
+        "metadata": { "type": "object", "additionalProperties": string() },
+    });
+    m.insert("Ledger".into(), object(&ledger_required, ledger_props.clone()));
+    // The ledger as recovery closed it, and the recovery's phases: whether
+    // this call fenced (not when the ledger was closed already), how long
+    // fencing took, and the whole call.
+    let mut recovered_props = ledger_props;
+    recovered_props["recovery"] = object(
+        &["fenced", "fence_us", "total_us"],
+        json!({
+            "fenced": { "type": "boolean" },
+            "fence_us": { "type": "integer", "format": "uint64", "minimum": 0, "nullable": true },
+            "total_us": uint(),
+        }),
     );
+    let mut recovered_required = ledger_required.to_vec();
+    recovered_required.push("recovery");
+    m.insert("Recovered".into(), object(&recovered_required, recovered_props));
     m.insert(
         "LedgerList".into(),
         object(

@@ -8,7 +8,7 @@ use std::time::Duration;
 use base64::Engine;
 use quire_pki::{init_dir, IssueOptions, LocalCluster};
 use quire_testkit::{bin_path, Process, TestCluster};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 struct Gateway {
     _dir: tempfile::TempDir,
@@ -321,6 +321,13 @@ fn bad_input_gets_the_documented_error_and_stored_data_stays_intact() {
     // ...which any gateway may recover: fenced, recovered to its tail, closed.
     let (status, v) = g.json("POST", &format!("/v1/ledgers/{other}/recover"), "");
     assert_eq!((status, v["state"].as_str(), v["last_entry_id"].as_i64()), (200, Some("closed"), Some(0)), "{v}");
+    // This call fenced, and says how long that took within the whole.
+    let (fence_us, total_us) = (v["recovery"]["fence_us"].as_u64(), v["recovery"]["total_us"].as_u64());
+    assert_eq!(v["recovery"]["fenced"], true, "{v}");
+    assert!(fence_us.zip(total_us).is_some_and(|(f, t)| f <= t), "{v}");
+    // Again: closed already, nothing fenced.
+    let (status, v) = g.json("POST", &format!("/v1/ledgers/{other}/recover"), "");
+    assert_eq!((status, &v["recovery"]["fenced"], &v["recovery"]["fence_us"]), (200, &json!(false), &Value::Null));
     let (status, body) = g.call("GET", &format!("/v1/ledgers/{other}/entries/0"), None, b"");
     assert_eq!((status, body), (200, b"from-the-library".to_vec()));
 

@@ -43,7 +43,7 @@ struct Args {
     peers: Vec<String>,
 
     /// Raft heartbeat, in milliseconds.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, env = "QUIRE_HEARTBEAT_MS", default_value_t = 100)]
     heartbeat_ms: u64,
 
     /// Shortest election timeout, in milliseconds (the longest, twice this,
@@ -51,16 +51,16 @@ struct Args {
     /// lease plus up to this at random asks for a pre-vote, then stands:
     /// 0.87 to 1.14 s from a leader's death to its successor under load at
     /// 400 (`make bench-failover`, docs/benchmarks.md).
-    #[arg(long, default_value_t = 400)]
+    #[arg(long, env = "QUIRE_ELECTION_TIMEOUT_MS", default_value_t = 400)]
     election_timeout_ms: u64,
 
     /// Snapshot (and compact the log) every this many entries.
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, env = "QUIRE_SNAPSHOT_EVERY", default_value_t = 5000)]
     snapshot_every: u64,
 
     /// Log entries kept behind a snapshot (a lagging replica catches up from
     /// them instead of a whole snapshot).
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, env = "QUIRE_LOGS_TO_KEEP", default_value_t = 500)]
     logs_to_keep: u64,
 }
 

@@ -43,19 +43,19 @@ struct Args {
 
     /// How long an open ledger's writer may stay on a missing bookie before
     /// the worker recovers (fences and closes) the ledger, in milliseconds.
-    #[arg(long, default_value_t = 30_000)]
+    #[arg(long, env = "QUIRE_OPEN_LEDGER_GRACE_MS", default_value_t = 30_000)]
     open_ledger_grace_ms: u64,
 
     /// Lease on a claimed ledger, in milliseconds (renewed every third).
-    #[arg(long, default_value_t = 30_000)]
+    #[arg(long, env = "QUIRE_CLAIM_LEASE_MS", default_value_t = 30_000)]
     claim_lease_ms: u64,
 
     /// Pause between scans when nothing is marked, in milliseconds.
-    #[arg(long, default_value_t = 1_000)]
+    #[arg(long, env = "QUIRE_POLL_MS", default_value_t = 1_000)]
     poll_ms: u64,
 
     /// Marked ledgers repaired at once (each under its own claim).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, env = "QUIRE_PARALLEL_LEDGERS", default_value_t = 8)]
     parallel_ledgers: usize,
 
     /// Serve Prometheus metrics (GET /metrics) on this TCP address.

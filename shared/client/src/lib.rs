@@ -29,5 +29,6 @@ pub mod sim;
 pub mod writer;
 
 pub use shell::{
-    Added, Client, ClientError, ClientOptions, CreateLedger, LedgerReader, LedgerWriter, PendingAdd, Repair, Throttle,
+    Added, Client, ClientError, ClientOptions, CreateLedger, LedgerReader, LedgerWriter, PendingAdd, Recovered, Repair,
+    Throttle,
 };

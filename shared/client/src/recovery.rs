@@ -253,6 +253,9 @@ pub struct Recovery {
     opts: RecoveryOptions,
     phase: Phase,
     fence_answers: BTreeMap<usize, FenceAnswer>,
+    /// The fence covers every write set: no add of the old writer can
+    /// reach Qa from here on (stays true once set, failure included).
+    fenced: bool,
     lac: i64,
     /// First entry that may be unacknowledged.
     start: u64,
@@ -282,6 +285,7 @@ impl Recovery {
             opts: RecoveryOptions { writer: WriterOptions { recovery: true, ..opts.writer.clone() }, ..opts },
             phase: Phase::Fencing,
             fence_answers: BTreeMap::new(),
+            fenced: false,
             lac: -1,
             start: 0,
             reads: BTreeMap::new(),
@@ -300,6 +304,14 @@ impl Recovery {
     /// Whether recovery has finished (closed or failed).
     pub fn finished(&self) -> bool {
         matches!(self.phase, Phase::Done)
+    }
+
+    /// Whether the fence has covered every write set with Qw - Qa + 1
+    /// bookies: from the answer that made it so, the old writer can have no
+    /// add acknowledged that it invoked later (guarantee 3 is judged from
+    /// this moment, not from the close).
+    pub fn fenced(&self) -> bool {
+        self.fenced
     }
 
     /// The LAC the fence answers gave.
@@ -331,6 +343,7 @@ impl Recovery {
             .map(|(p, _)| *p)
             .collect();
         if fence_covers_every_write_set(self.quorums, &fenced) {
+            self.fenced = true;
             self.lac = self
                 .fence_answers
                 .values()
@@ -675,7 +688,9 @@ mod tests {
             let (mut r, fences) = Recovery::new(m, RecoveryOptions { read_window: 2, ..Default::default() });
             assert_eq!(fences.len(), 3);
             assert!(r.fence_answered(0, FenceAnswer::Fenced { lac: 3 }, t).is_empty(), "one fence covers nothing");
+            assert!(!r.fenced(), "Qw - Qa + 1 = 2 of the write set are needed");
             let steps = r.fence_answered(2, FenceAnswer::Fenced { lac: 4 }, t);
+            assert!(r.fenced());
             // Anchor 4 (for the length) and a window of two: 5 and 6, each from all three.
             let rs = reads(&steps);
             assert_eq!(rs.iter().filter(|(e, _)| *e == 4).count(), 3);
@@ -757,6 +772,7 @@ mod tests {
             r.fence_answered(1, FenceAnswer::Failed, t);
             let out = r.fence_answered(2, FenceAnswer::Failed, t);
             assert_eq!(out, vec![Step::Failed(RecoveryError::FenceIncomplete { fenced: vec![0] })]);
+            assert!(!r.fenced(), "a fence that covered too little is not a fence");
         }
 
         #[test]

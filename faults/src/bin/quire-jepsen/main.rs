@@ -13,6 +13,9 @@
 //!
 //! `make jepsen SEED=7 DURATION=300`; a failing run is re-run by its seed.
 
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod cluster;
 mod finale;
 mod http;
@@ -255,7 +258,7 @@ fn main() -> anyhow::Result<()> {
     failures.extend(shortfalls(&report, &Floors::for_run(args.duration_secs)));
     let mut summary = String::new();
     summary.push_str(&format!(
-        "seed {}: {} events; {} ledgers created ({} creations failed), {} acknowledged adds, {} unknown, {} reads ({} absent), {} recoveries, {} closes seen, {} ledgers read back ({} never), {} short of Qw copies\n",
+        "seed {}: {} events; {} ledgers created ({} creations failed), {} acknowledged adds, {} unknown, {} reads ({} absent), {} recoveries ({} with their fence moment), {} closes seen, {} ledgers read back ({} never), {} short of Qw copies\n",
         args.seed,
         events.len(),
         report.creates,
@@ -265,6 +268,7 @@ fn main() -> anyhow::Result<()> {
         report.reads,
         report.absent_reads,
         report.recoveries,
+        report.fence_times,
         report.closes_seen,
         report.ledgers_final,
         unrecovered.len(),

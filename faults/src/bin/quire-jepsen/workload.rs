@@ -57,6 +57,11 @@ impl Shared {
         self.t0.elapsed().as_micros() as u64
     }
 
+    /// An instant of this process on the run's clock.
+    pub fn us_at(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.t0).as_micros() as u64
+    }
+
     fn stopped(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
     }
@@ -322,15 +327,17 @@ pub async fn recoverer(process: u32, clients: [Client; 2], http_addr: String, sh
             runs.push(tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
                 let invoked = sh.now_us();
-                let (outcome, last_entry, error) = if k == 1 {
-                    recover_over_http(&http_addr, ledger).await
+                let (outcome, last_entry, fenced_us, error) = if k == 1 {
+                    recover_over_http(&http_addr, ledger, &sh).await
                 } else {
-                    match client.recover(ledger).await {
-                        Ok(meta) => (Outcome::Ok, meta.last_entry_id, None),
-                        Err(e) => (if refused(&e) { Outcome::Fail } else { Outcome::Unknown }, -1, Some(e.to_string())),
+                    match client.recover_observed(ledger).await {
+                        Ok(r) => (Outcome::Ok, r.meta.last_entry_id, r.fenced_at.map(|t| sh.us_at(t)), None),
+                        Err(e) => {
+                            (if refused(&e) { Outcome::Fail } else { Outcome::Unknown }, -1, None, Some(e.to_string()))
+                        }
                     }
                 };
-                sh.record(by, invoked, outcome, Op::Recover { ledger, last_entry }, error);
+                sh.record(by, invoked, outcome, Op::Recover { ledger, last_entry, fenced_us }, error);
             }));
         }
         for r in runs {
@@ -367,18 +374,27 @@ pub async fn seal_watcher(process: u32, client: Client, sh: Arc<Shared>) {
 }
 
 /// `POST /v1/ledgers/{ledger}/recover` on the gateway: the outcome, the
-/// recovered last entry, and the error.
-async fn recover_over_http(http_addr: &str, ledger: u64) -> (Outcome, i64, Option<String>) {
+/// recovered last entry, when the fence held, and the error. The gateway
+/// says how long fencing took and the whole recovery on its own monotonic
+/// clock; the fence held at least `total_us - fence_us` before the reply,
+/// which arrived no later than now: a bound on the harness's clock that is
+/// never earlier than the fence, so judging from it is sound.
+async fn recover_over_http(http_addr: &str, ledger: u64, sh: &Shared) -> (Outcome, i64, Option<u64>, Option<String>) {
     match http::call(http_addr, "POST", &format!("/v1/ledgers/{ledger}/recover"), b"").await {
         Ok((200, body)) => {
-            let last = serde_json::from_str::<serde_json::Value>(&body).ok().and_then(|v| v["last_entry_id"].as_i64());
-            match last {
-                Some(last) => (Outcome::Ok, last, None),
-                None => (Outcome::Unknown, -1, Some(format!("200 without a last entry: {body}"))),
+            let back_us = sh.now_us();
+            let v = serde_json::from_str::<serde_json::Value>(&body).unwrap_or_default();
+            let fenced_us = v["recovery"]["fence_us"]
+                .as_u64()
+                .zip(v["recovery"]["total_us"].as_u64())
+                .map(|(fence, total)| back_us.saturating_sub(total.saturating_sub(fence)));
+            match v["last_entry_id"].as_i64() {
+                Some(last) => (Outcome::Ok, last, fenced_us, None),
+                None => (Outcome::Unknown, -1, None, Some(format!("200 without a last entry: {body}"))),
             }
         }
-        Ok((status @ (400 | 404 | 409), body)) => (Outcome::Fail, -1, Some(format!("{status}: {body}"))),
-        Ok((status, body)) => (Outcome::Unknown, -1, Some(format!("{status}: {body}"))),
-        Err(e) => (Outcome::Unknown, -1, Some(e.to_string())),
+        Ok((status @ (400 | 404 | 409), body)) => (Outcome::Fail, -1, None, Some(format!("{status}: {body}"))),
+        Ok((status, body)) => (Outcome::Unknown, -1, None, Some(format!("{status}: {body}"))),
+        Err(e) => (Outcome::Unknown, -1, None, Some(e.to_string())),
     }
 }

@@ -10,6 +10,9 @@
 //! write-back replacements stored by CAS as made, the code before issue #19
 //! item 1), to show that the checkers find the loss it causes.
 
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::time::Instant;
 
 fn main() {

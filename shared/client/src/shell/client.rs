@@ -281,6 +281,12 @@ impl Client {
 
     /// Recovers a ledger (see [`crate::recovery`]); returns its closed metadata.
     pub async fn recover(&self, ledger_id: u64) -> Result<LedgerMeta, ClientError> {
+        Ok(self.recover_observed(ledger_id).await?.meta)
+    }
+
+    /// Recovers a ledger, and says when its fence took hold (for a caller
+    /// that reports recovery's phases or judges guarantee 3 from the fence).
+    pub async fn recover_observed(&self, ledger_id: u64) -> Result<crate::Recovered, ClientError> {
         crate::shell::recover::recover(self, ledger_id).await
     }
 

@@ -16,5 +16,6 @@ pub use client::{Client, ClientOptions, CreateLedger};
 pub use error::ClientError;
 pub use ledger_writer::{Added, LedgerWriter, PendingAdd};
 pub use reader::LedgerReader;
+pub use recover::Recovered;
 pub use rereplicate::Repair;
 pub use throttle::Throttle;

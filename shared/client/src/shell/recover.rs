@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Instant;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
@@ -21,14 +22,31 @@ enum Event {
 
 type Task = Pin<Box<dyn Future<Output = Event> + Send>>;
 
+/// What one recovery did: the closed ledger, and when this recovery's
+/// fence took hold.
+#[derive(Debug, Clone)]
+pub struct Recovered {
+    /// The ledger as closed (by this recovery or one that closed it first).
+    pub meta: LedgerMeta,
+    pub started_at: Instant,
+    /// When the fence answers covered every write set with Qw - Qa + 1
+    /// bookies, taken after the answer that made it so: no add the old
+    /// writer invoked later can be acknowledged. None when the ledger was
+    /// closed already and this recovery fenced nothing.
+    pub fenced_at: Option<Instant>,
+    pub finished_at: Instant,
+}
+
 /// Marks the ledger in recovery (unless closed or already so), then recovers it.
-pub(crate) async fn recover(client: &Client, ledger_id: u64) -> Result<LedgerMeta, ClientError> {
+pub(crate) async fn recover(client: &Client, ledger_id: u64) -> Result<Recovered, ClientError> {
+    let started_at = Instant::now();
+    let done = |meta, fenced_at| Recovered { meta, started_at, fenced_at, finished_at: Instant::now() };
     let mut meta = client.metadata(ledger_id).await?;
     // `meta` stays the record as recovery found it: recovery's own ensemble
     // changes are stored only with its close.
     loop {
         match meta.state {
-            LedgerState::Closed => return Ok(meta),
+            LedgerState::Closed => return Ok(done(meta, None)),
             // Another recovery may have stopped half-way: recovery is safe to repeat.
             LedgerState::InRecovery => break,
             LedgerState::Open => {
@@ -47,6 +65,7 @@ pub(crate) async fn recover(client: &Client, ledger_id: u64) -> Result<LedgerMet
     let mut tasks: FuturesUnordered<Task> = FuturesUnordered::new();
     let mut queue = steps;
     let mut tick = tokio::time::interval((opts.add_timeout / 4).max(std::time::Duration::from_millis(5)));
+    let mut fenced_at = None;
     loop {
         for step in std::mem::take(&mut queue) {
             match step {
@@ -78,7 +97,8 @@ pub(crate) async fn recover(client: &Client, ledger_id: u64) -> Result<LedgerMet
                 }
                 Step::Write(_) => {}
                 Step::Close { last_entry_id, length, ensembles } => {
-                    return close_recovered(client, meta, r.base(), last_entry_id, length, ensembles).await;
+                    let closed = close_recovered(client, meta, r.base(), last_entry_id, length, ensembles).await?;
+                    return Ok(done(closed, fenced_at));
                 }
                 Step::Failed(e) => {
                     tracing::warn!(ledger_id, error = %e, "recovery failed; the ledger stays in recovery");
@@ -86,7 +106,7 @@ pub(crate) async fn recover(client: &Client, ledger_id: u64) -> Result<LedgerMet
                 }
             }
         }
-        let now = std::time::Instant::now();
+        let now = Instant::now();
         tokio::select! {
             Some(ev) = tasks.next(), if !tasks.is_empty() => {
                 queue = match ev {
@@ -105,6 +125,10 @@ pub(crate) async fn recover(client: &Client, ledger_id: u64) -> Result<LedgerMet
                 };
             }
             _ = tick.tick() => queue = r.tick(now),
+        }
+        if fenced_at.is_none() && r.fenced() {
+            // Now, not `now`: that was taken before the answer arrived.
+            fenced_at = Some(Instant::now());
         }
     }
 }
