@@ -73,9 +73,10 @@ impl BookieService {
     /// Re-replication copies are for the roles that repair: workers, a bookie
     /// refilling itself, the operator. They bypass fencing, so no writer may
     /// send one.
+    /// (The RPC server refuses such a frame already, `role::allowed_body`;
+    /// checked again here, per add, where the copy is taken.)
     fn check_replication(role: quire_proto::Role) -> Result<(), ServiceError> {
-        use quire_proto::Role::*;
-        if matches!(role, ReplicationWorker | Bookie | Admin) {
+        if quire_proto::role::may_replicate(role) {
             Ok(())
         } else {
             Err(ServiceError::new(ErrorCode::PermissionDenied, format!("a {role} may not send replication adds")))

@@ -348,3 +348,28 @@ async fn a_batch_of_adds_is_judged_add_by_add() {
     assert!(r.outcomes.iter().all(|o| o.code == ErrorCode::Ok as i32), "{r:?}");
     assert_eq!(code(peer.call(add(52, 1)).await), Some(ErrorCode::LedgerFenced), "a recovery add fences");
 }
+
+/// Issue #20 item 3: ReadEntry is open to the auditor and to bookies, but a
+/// fencing read fences the ledger. Without FenceLedger's right it is refused
+/// (PermissionDenied) and fences nothing: the writer's next add is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fencing_read_needs_the_right_to_fence() {
+    let fx = Fixture::new();
+    let (_bookie, addr) = fx.bookie("1", &fx.data("bookie-1"), &[]);
+    let client = fx.client();
+    let writer = client.peer(&addr, Role::Bookie, Some("1"));
+    writer.call(add(7, 0)).await.unwrap();
+    let fencing_read = || v1::ReadEntryRequest { ledger_id: 7, entry_id: 0, fence: true, metadata_version: 1 };
+    for (role, id) in [(Role::Auditor, "1"), (Role::Bookie, "2")] {
+        let creds = Credentials::load(&TlsFiles::in_dir(&fx.certs, role, id)).unwrap();
+        let other = RpcClient::new(&creds, ClientOptions::default()).unwrap();
+        let peer = other.peer(&addr, Role::Bookie, Some("1"));
+        assert_eq!(read(&peer, 7, 0).await.unwrap().payload, payload(7, 0), "a plain read is the {role}'s");
+        assert_eq!(code(peer.call(fencing_read()).await), Some(ErrorCode::PermissionDenied), "{role}");
+    }
+    // Not fenced by those: the writer goes on.
+    writer.call(add(7, 1)).await.unwrap();
+    // A role that may fence may do it by reading, and then the writer stops.
+    writer.call(fencing_read()).await.unwrap();
+    assert_eq!(code(writer.call(add(7, 2)).await), Some(ErrorCode::LedgerFenced));
+}

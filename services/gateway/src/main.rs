@@ -63,8 +63,9 @@ struct Args {
     #[arg(long, env = "QUIRE_MAX_ENTRY_BYTES", default_value_t = 4 << 20)]
     max_entry_bytes: usize,
 
-    /// Bearer tokens, one per line: with it, every /v1 request needs
-    /// `Authorization: Bearer <token>` (health, readiness and metrics stay open).
+    /// Bearer tokens, one per line: with it, every request needs
+    /// `Authorization: Bearer <token>` except GET /healthz, /readyz,
+    /// /metrics and /openapi.json, spelled exactly so.
     #[arg(long, env = "QUIRE_AUTH_TOKEN_FILE")]
     auth_token_file: Option<PathBuf>,
 
@@ -169,10 +170,12 @@ fn main() -> anyhow::Result<()> {
             App::new()
                 .app_data(data.clone())
                 .app_data(m.clone())
-                // Bearer tokens, when configured, guard the API.
+                // Bearer tokens, when configured, guard everything but the
+                // probes' exact paths (deny by default: auth.rs says why).
+                // A refusal is logged by the access log below, as a 401.
                 .wrap_fn(move |req, srv| {
                     let refused = !tokens.is_empty()
-                        && req.path().starts_with("/v1/")
+                        && !auth::open_without_token(req.method(), req.path())
                         && !auth::authorised(req.headers().get("authorization").and_then(|h| h.to_str().ok()), &tokens);
                     let fut = if refused { None } else { Some(srv.call(req)) };
                     async move {

@@ -440,6 +440,107 @@ fn with_tokens_configured_the_api_needs_a_bearer_token() {
     }
 }
 
+/// Every way of spelling `path` that a router might decode to it: each
+/// character percent-encoded on its own (upper- and lower-case hex), the
+/// separators encoded, dot segments, doubled slashes, another case, and
+/// seeded random mixes of all of it.
+fn spellings(path: &str, seed: u64) -> Vec<String> {
+    let enc = |c: char, upper: bool| {
+        let mut b = [0u8; 4];
+        c.encode_utf8(&mut b)
+            .bytes()
+            .map(|x| if upper { format!("%{x:02X}") } else { format!("%{x:02x}") })
+            .collect::<String>()
+    };
+    let chars: Vec<char> = path.chars().collect();
+    let mut out = Vec::new();
+    for i in 1..chars.len() {
+        for upper in [true, false] {
+            let mut s: String = chars[..i].iter().collect();
+            s.push_str(&enc(chars[i], upper));
+            s.extend(&chars[i + 1..]);
+            out.push(s);
+        }
+    }
+    let rest = path.strip_prefix("/v1").expect("an API path");
+    for prefix in ["//v1", "/./v1", "/v1/.", "/v1/../v1", "/x/../v1", "/V1", "/v1/", "/%2e/v1", "/v1/%2e", "/%2576%31"]
+    {
+        out.push(format!("{prefix}{rest}"));
+    }
+    out.push(path.replace('/', "//"));
+    out.push(path.replace('/', "/./"));
+    out.push(path.to_uppercase());
+    let mut x = seed | 1;
+    for _ in 0..20 {
+        let mut s = String::new();
+        for (i, &c) in chars.iter().enumerate() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            s.push_str(&if i > 0 && x % 3 == 0 { enc(c, x % 2 == 0) } else { c.to_string() });
+        }
+        out.push(s);
+    }
+    out
+}
+
+/// Issue #20 item 1: with a token configured, no request reaches an API
+/// handler without it, however its path is spelled (the guard once tested
+/// the raw path for a `/v1/` prefix while the router matched the decoded
+/// one: `DELETE /%761/ledgers/4` deleted ledger 4 with no token).
+#[test]
+fn no_spelling_of_an_api_path_and_no_method_gets_past_the_token() {
+    let g = start_with_token(Some("s3cret"));
+    let good = [("Authorization", "Bearer s3cret")];
+    let (status, _, body) = call_with(&g.http, "POST", "/v1/ledgers", None, &good, b"");
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+    let id = json(&body)["ledger_id"].as_u64().unwrap();
+    let entries = format!("/v1/ledgers/{id}/entries");
+    let (status, _, body) = call_with(&g.http, "POST", &entries, Some("application/octet-stream"), &good, b"keep");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+
+    let (status, doc) = g.json("GET", "/openapi.json", "");
+    assert_eq!(status, 200);
+    let mut api_paths: Vec<String> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|p| p.starts_with("/v1/"))
+        .map(|p| p.replace("{id}", &id.to_string()).replace("{eid}", "0").replace("{bookie}", "1"))
+        .collect();
+    api_paths.sort();
+    api_paths.dedup();
+    assert!(api_paths.len() >= 10, "{api_paths:?}");
+    let methods = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"];
+    let mut tried = 0;
+    let mut through = Vec::new();
+    for (n, path) in api_paths.iter().enumerate() {
+        let mut all = spellings(path, 0x9e37_79b9_7f4a_7c15 ^ n as u64);
+        all.push(path.clone());
+        for spelled in &all {
+            for m in methods {
+                let (status, _, body) = call_with(&g.http, m, spelled, None, &[], b"");
+                tried += 1;
+                if (200..400).contains(&status) {
+                    through.push(format!("{m} {spelled} -> {status} {}", String::from_utf8_lossy(&body)));
+                }
+            }
+        }
+    }
+    assert!(tried > 5_000, "{tried}");
+    assert!(
+        through.is_empty(),
+        "{} of {tried} requests without a token got through:\n{}",
+        through.len(),
+        through.join("\n")
+    );
+    // Nothing was changed: the ledger is there, open, with its entry.
+    let (status, _, body) = call_with(&g.http, "GET", &format!("{entries}/0"), None, &good, b"");
+    assert_eq!((status, body), (200, b"keep".to_vec()));
+    let (status, _, body) = call_with(&g.http, "GET", &format!("/v1/ledgers/{id}"), None, &good, b"");
+    assert_eq!((status, json(&body)["state"].as_str()), (200, Some("open")));
+}
+
 #[test]
 fn the_openapi_document_lists_every_route_and_each_one_answers() {
     let g = start();

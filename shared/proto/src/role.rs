@@ -150,6 +150,37 @@ pub fn allowed(role: Role, method: Method) -> bool {
     }
 }
 
+/// Whether `role` may send replication adds: copies from another replica,
+/// which bypass fencing (workers, a bookie refilling itself, the operator;
+/// never a writer, whose adds fencing must stop).
+pub fn may_replicate(role: Role) -> bool {
+    matches!(role, Role::ReplicationWorker | Role::Bookie | Role::Admin)
+}
+
+/// Rights a request's body asks for beyond its method's (checked by the RPC
+/// server after [`allowed`], before the service sees the request):
+/// - a fencing read (`ReadEntry` with `fence`) fences the ledger, so it
+///   needs `FenceLedger`'s right, not only `ReadEntry`'s;
+/// - a replication add (`AddEntry`/`AddEntries` with `replication`) needs
+///   [`may_replicate`].
+///
+/// The refusal's reason, or `Ok`.
+pub fn allowed_body(role: Role, body: &v1::request_frame::Body) -> Result<(), String> {
+    use v1::request_frame::Body as B;
+    match body {
+        B::ReadEntry(r) if r.fence && !allowed(role, Method::FenceLedger) => {
+            Err(format!("role {role} may not fence a ledger: a fencing ReadEntry needs FenceLedger's right"))
+        }
+        B::AddEntry(a) if a.replication && !may_replicate(role) => {
+            Err(format!("role {role} may not send replication adds"))
+        }
+        B::AddEntries(b) if b.adds.iter().any(|a| a.replication) && !may_replicate(role) => {
+            Err(format!("role {role} may not send replication adds"))
+        }
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,6 +207,26 @@ mod tests {
         assert!(allowed(Role::Client, Method::MarkUnderReplicated));
         assert!(!allowed(Role::Client, Method::ClearUnderReplicated));
         assert!(!allowed(Role::Gateway, Method::ClearUnderReplicated));
+    }
+
+    #[test]
+    fn a_fencing_read_needs_the_right_to_fence_and_a_copy_the_right_to_replicate() {
+        use v1::request_frame::Body as B;
+        let read = |fence| B::ReadEntry(v1::ReadEntryRequest { ledger_id: 1, entry_id: 0, fence, metadata_version: 1 });
+        for role in Role::ALL {
+            assert!(allowed_body(*role, &read(false)).is_ok());
+            assert_eq!(allowed_body(*role, &read(true)).is_ok(), allowed(*role, Method::FenceLedger), "{role}");
+        }
+        // The auditor and bookies read entries, and may not fence by reading.
+        assert!(allowed(Role::Auditor, Method::ReadEntry) && allowed_body(Role::Auditor, &read(true)).is_err());
+        assert!(allowed(Role::Bookie, Method::ReadEntry) && allowed_body(Role::Bookie, &read(true)).is_err());
+        let copy = v1::AddEntryRequest { replication: true, ..Default::default() };
+        let plain = v1::AddEntryRequest::default();
+        let batch = |adds| B::AddEntries(v1::AddEntriesRequest { adds });
+        assert!(allowed_body(Role::Client, &B::AddEntry(copy.clone())).is_err());
+        assert!(allowed_body(Role::Gateway, &batch(vec![plain.clone(), copy.clone()])).is_err());
+        assert!(allowed_body(Role::Client, &batch(vec![plain.clone()])).is_ok());
+        assert!(allowed_body(Role::ReplicationWorker, &batch(vec![copy])).is_ok());
     }
 
     /// ARCHITECTURE.md carries this table; on a mismatch the test prints the

@@ -398,7 +398,7 @@ async fn serve_lane(
             continue;
         };
         let method = Method::of_request(&body);
-        if let Some(err) = admit(&shared, &peer, method) {
+        if let Some(err) = admit(&shared, &peer, method, &body) {
             if tx.send(refuse(err)).await.is_err() {
                 break;
             }
@@ -520,7 +520,7 @@ fn is_long_poll(m: Method) -> bool {
 }
 
 /// Refuses a request the server will not run, with the reason.
-fn admit(shared: &Shared, peer: &PeerIdentity, method: Method) -> Option<ServiceError> {
+fn admit(shared: &Shared, peer: &PeerIdentity, method: Method, body: &Req) -> Option<ServiceError> {
     if shared.shutting_down.load(Ordering::Relaxed) {
         return Some(ServiceError::new(ErrorCode::ShuttingDown, "server is shutting down"));
     }
@@ -537,6 +537,11 @@ fn admit(shared: &Shared, peer: &PeerIdentity, method: Method) -> Option<Service
             ErrorCode::PermissionDenied,
             format!("role {} may not call {}", peer.role, method.name()),
         ));
+    }
+    if let Err(reason) = quire_proto::role::allowed_body(peer.role, body) {
+        shared.stats.permission_denied.fetch_add(1, Ordering::Relaxed);
+        warn!(%peer, method = method.name(), reason, "refused request: role not permitted");
+        return Some(ServiceError::new(ErrorCode::PermissionDenied, reason));
     }
     None
 }
