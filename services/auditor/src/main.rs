@@ -79,7 +79,7 @@ fn main() -> anyhow::Result<()> {
         )?;
         let interval = Duration::from_millis(args.audit_interval_ms.max(100));
         let cfg = auditor::AuditorConfig {
-            owner: format!("{}/{instance}", creds.identity().id),
+            owner: format!("{}:{instance}", creds.identity()),
             // Renewed every pass: a lease of three passes (at least 3 s).
             election_lease: (interval * 3).max(Duration::from_secs(3)),
             interval,

@@ -235,7 +235,7 @@ impl Collector {
                 _ => continue,
             }
             let name = format!("replicate/{ledger_id}");
-            let owner = format!("bookie/{}/gc", self.me);
+            let owner = format!("bookie/{}:gc", self.me);
             let lock = match meta.call(v1::AcquireLockRequest { name: name.clone(), owner, lease_ms: 30_000 }).await {
                 Ok(r) => match r.lock {
                     Some(l) => l,

@@ -147,6 +147,7 @@ fn refusal(r: Refusal) -> ServiceError {
         Refusal::AlreadyExists(m) => (ErrorCode::AlreadyExists, m),
         Refusal::LockHeld(m) => (ErrorCode::LockHeld, m),
         Refusal::Decommissioned(m) => (ErrorCode::BookieDecommissioned, m),
+        Refusal::PermissionDenied(m) => (ErrorCode::PermissionDenied, m),
     };
     ServiceError::new(code, msg)
 }
@@ -198,7 +199,7 @@ impl quire_rpc::Service for MetaService {
         let gate = self.gate.clone();
         Box::pin(async move {
             match body {
-                Req::Raft(r) => raft_rpc(&raft, &gate, r).await,
+                Req::Raft(r) => raft_rpc(&raft, &gate, &ctx.peer, r).await,
                 Req::CreateLedger(c) => {
                     let ledger = NewLedger {
                         ensemble_size: c.ensemble_size,
@@ -366,25 +367,48 @@ impl quire_rpc::Service for MetaService {
                     Ok(v1::ListUnderReplicatedResponse { marks: marks.iter().map(mark_to_wire).collect(), next }.into())
                 }
                 Req::AcquireLock(a) => {
-                    if a.name.len() > LOCK_NAME_MAX {
-                        return Err(ServiceError::bad_request(format!("lock names are at most {LOCK_NAME_MAX} bytes")));
+                    if a.name.len() > LOCK_NAME_MAX || a.owner.len() > LOCK_NAME_MAX {
+                        return Err(ServiceError::bad_request(format!(
+                            "lock names and owner labels are at most {LOCK_NAME_MAX} bytes"
+                        )));
                     }
+                    if !quire_proto::role::may_lock(ctx.peer.role, &a.name) {
+                        return Err(ServiceError::new(
+                            ErrorCode::PermissionDenied,
+                            format!("{} may not take the lock {:?}", ctx.peer, a.name),
+                        ));
+                    }
+                    // The owner is the caller's certificate identity; the
+                    // request's owner is only a label telling its processes
+                    // apart (it cannot name anyone else).
+                    let me = ctx.peer.to_string();
+                    let owner = if a.owner.is_empty() || a.owner == me || a.owner.starts_with(&format!("{me}:")) {
+                        if a.owner.is_empty() {
+                            me
+                        } else {
+                            a.owner
+                        }
+                    } else {
+                        format!("{me}:{}", a.owner)
+                    };
                     let lease_ms = u64::from(a.lease_ms).clamp(LEASE_MS_MIN, LEASE_MS_MAX);
-                    let cmd = Command::AcquireLock { name: a.name, owner: a.owner, lease_ms, now_ms: now_ms() };
+                    let cmd = Command::AcquireLock { name: a.name, owner, lease_ms, now_ms: now_ms() };
                     match proposer.propose(cmd).await? {
                         Outcome::Lock(l) => Ok(v1::AcquireLockResponse { lock: Some(lock_to_wire(&l)) }.into()),
                         other => Err(ServiceError::internal(format!("unexpected outcome {other:?}"))),
                     }
                 }
                 Req::RenewLock(r) => {
-                    let cmd = Command::RenewLock { name: r.name, lock_id: r.lock_id, now_ms: now_ms() };
+                    let caller = ctx.peer.to_string();
+                    let cmd = Command::RenewLockAs { name: r.name, lock_id: r.lock_id, now_ms: now_ms(), caller };
                     match proposer.propose(cmd).await? {
                         Outcome::Lock(l) => Ok(v1::RenewLockResponse { lock: Some(lock_to_wire(&l)) }.into()),
                         other => Err(ServiceError::internal(format!("unexpected outcome {other:?}"))),
                     }
                 }
                 Req::ReleaseLock(r) => {
-                    proposer.propose(Command::ReleaseLock { name: r.name, lock_id: r.lock_id }).await?;
+                    let caller = ctx.peer.to_string();
+                    proposer.propose(Command::ReleaseLockAs { name: r.name, lock_id: r.lock_id, caller }).await?;
                     Ok(v1::ReleaseLockResponse {}.into())
                 }
                 Req::GetLock(g) => {
@@ -476,15 +500,32 @@ async fn watch<T>(shared: &Shared, timeout: Duration, check: impl Fn(&MetaState)
     }
 }
 
+/// A Raft message speaks for the replica its vote (or candidacy) names: that
+/// must be the sender's own certificate id, or one replica's certificate
+/// could campaign, lead or install snapshots as another (issue #20 item 3).
+fn sender_is(peer: &quire_rpc::PeerIdentity, claimed: Option<u64>, what: &str) -> Result<(), ServiceError> {
+    if claimed.is_some_and(|id| id.to_string() == peer.id) {
+        return Ok(());
+    }
+    tracing::warn!(%peer, ?claimed, what, "refused a raft message that names another replica");
+    Err(ServiceError::new(
+        ErrorCode::PermissionDenied,
+        format!("{what} names replica {claimed:?}, but the certificate is {peer}'s"),
+    ))
+}
+
 async fn raft_rpc(
     raft: &MetaRaft,
     gate: &ElectionGate,
+    peer: &quire_rpc::PeerIdentity,
     r: v1::RaftRequest,
 ) -> Result<v1::response_frame::Body, ServiceError> {
     let bad = |e: postcard::Error| ServiceError::bad_request(format!("undecodable raft message: {e}"));
     let payload = match r.kind {
         kind::APPEND_ENTRIES => {
-            let req = postcard::from_bytes(&r.payload).map_err(bad)?;
+            let req: openraft::raft::AppendEntriesRequest<crate::raft::TypeConfig> =
+                postcard::from_bytes(&r.payload).map_err(bad)?;
+            sender_is(peer, req.vote.leader_id().voted_for(), "append-entries")?;
             let res = raft.append_entries(req).await;
             // Accepted from the leader of our term (a conflict too): it lives.
             if matches!(&res, Ok(a) if !matches!(a, openraft::raft::AppendEntriesResponse::HigherVote(_))) {
@@ -493,7 +534,8 @@ async fn raft_rpc(
             postcard::to_stdvec(&res)
         }
         kind::VOTE => {
-            let req = postcard::from_bytes(&r.payload).map_err(bad)?;
+            let req: openraft::raft::VoteRequest<u64> = postcard::from_bytes(&r.payload).map_err(bad)?;
+            sender_is(peer, req.vote.leader_id().voted_for(), "vote request")?;
             let res = raft.vote(req).await;
             if matches!(&res, Ok(v) if v.vote_granted) {
                 gate.leader_heard();
@@ -501,7 +543,9 @@ async fn raft_rpc(
             postcard::to_stdvec(&res)
         }
         kind::INSTALL_SNAPSHOT => {
-            let req = postcard::from_bytes(&r.payload).map_err(bad)?;
+            let req: openraft::raft::InstallSnapshotRequest<crate::raft::TypeConfig> =
+                postcard::from_bytes(&r.payload).map_err(bad)?;
+            sender_is(peer, req.vote.leader_id().voted_for(), "install-snapshot")?;
             let res = raft.install_snapshot(req).await;
             if res.is_ok() {
                 gate.leader_heard();
@@ -510,6 +554,7 @@ async fn raft_rpc(
         }
         kind::PRE_VOTE => {
             let req: PreVoteRequest = postcard::from_bytes(&r.payload).map_err(bad)?;
+            sender_is(peer, Some(req.candidate), "pre-vote")?;
             postcard::to_stdvec(&gate.answer(raft, &req).await)
         }
         k => return Err(ServiceError::bad_request(format!("unknown raft message kind {k}"))),

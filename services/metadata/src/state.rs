@@ -309,6 +309,27 @@ pub enum Command {
         /// Leader clock.
         now_ms: u64,
     },
+    /// RenewLock by a caller named by its certificate (`role/id`): only the
+    /// identity the grant was made to may renew it. (New variants go last:
+    /// postcard numbers variants, and Raft logs written before must decode.)
+    RenewLockAs {
+        name: String,
+        lock_id: u64,
+        now_ms: u64,
+        /// The caller's certificate identity, `role/id`.
+        caller: String,
+    },
+    /// ReleaseLock by a caller named by its certificate: only the identity
+    /// the grant was made to, or the operator, may release it.
+    ReleaseLockAs { name: String, lock_id: u64, caller: String },
+}
+
+/// The certificate identity (`role/id`) a lock's owner names: owners are
+/// `role/id` or `role/id:label`, set by the metadata service from the
+/// caller's certificate (the label tells one process of an identity from
+/// another).
+pub fn lock_owner_identity(owner: &str) -> &str {
+    owner.split_once(':').map_or(owner, |(identity, _)| identity)
 }
 
 /// Why a command was refused: maps one to one to wire error codes.
@@ -333,6 +354,8 @@ pub enum Refusal {
     LockHeld(String),
     /// The bookie id was decommissioned.
     Decommissioned(String),
+    /// The caller's identity may not do this (another's lock grant).
+    PermissionDenied(String),
 }
 
 /// A command's result, returned to the proposer.
@@ -744,6 +767,14 @@ impl MetaState {
                 self.locks.insert(name.clone(), lock.clone());
                 Ok((Outcome::Lock(lock), vec![Touched::Lock(name), Touched::Counters]))
             }
+            Command::RenewLockAs { name, lock_id, now_ms, caller } => {
+                self.lock_grant_is_callers(&name, lock_id, &caller, false)?;
+                self.try_apply(Command::RenewLock { name, lock_id, now_ms })
+            }
+            Command::ReleaseLockAs { name, lock_id, caller } => {
+                self.lock_grant_is_callers(&name, lock_id, &caller, true)?;
+                self.try_apply(Command::ReleaseLock { name, lock_id })
+            }
             Command::RenewLock { name, lock_id, now_ms } => {
                 let lock = self.locks.get_mut(&name).filter(|l| l.lock_id == lock_id && l.expires_at_ms > now_ms);
                 let Some(lock) = lock else {
@@ -770,6 +801,26 @@ impl MetaState {
                 // the lease may have ended and another owner taken over.
                 Ok((Outcome::Released, Vec::new()))
             }
+        }
+    }
+
+    /// A grant (`lock_id` of `name`, when it is the current one) is renewed
+    /// or released only by the certificate identity it was granted to; the
+    /// operator may also release it (a stuck holder). A grant that is no
+    /// longer current is nobody's: the command is then a no-op or expired,
+    /// as before.
+    fn lock_grant_is_callers(&self, name: &str, lock_id: u64, caller: &str, release: bool) -> Result<(), Refusal> {
+        match self.locks.get(name) {
+            Some(l) if l.lock_id == lock_id && lock_owner_identity(&l.owner) != caller => {
+                if release && caller.starts_with("admin/") {
+                    return Ok(());
+                }
+                Err(Refusal::PermissionDenied(format!(
+                    "lock {name} grant {lock_id} is {}'s, not {caller}'s",
+                    lock_owner_identity(&l.owner)
+                )))
+            }
+            _ => Ok(()),
         }
     }
 
@@ -1444,6 +1495,42 @@ mod tests {
         assert_eq!(s.live_lock("auditor", 2600).map(|l| l.owner.as_str()), Some("a2"));
         s.apply(Command::ReleaseLock { name: "auditor".into(), lock_id: b.lock_id });
         assert!(s.live_lock("auditor", 2600).is_none());
+    }
+
+    #[test]
+    fn only_the_identity_a_grant_was_made_to_renews_or_releases_it() {
+        let mut s = MetaState::default();
+        let acq = Command::AcquireLock {
+            name: "replicate/7".into(),
+            owner: "replication-worker/1:abc".into(),
+            lease_ms: 1000,
+            now_ms: 0,
+        };
+        let Outcome::Lock(g) = s.apply(acq).0 else { panic!() };
+        let renew = |caller: &str| Command::RenewLockAs {
+            name: "replicate/7".into(),
+            lock_id: g.lock_id,
+            now_ms: 100,
+            caller: caller.into(),
+        };
+        let release = |caller: &str| Command::ReleaseLockAs {
+            name: "replicate/7".into(),
+            lock_id: g.lock_id,
+            caller: caller.into(),
+        };
+        // Another identity that learned the grant's id can neither renew nor release it.
+        for other in ["bookie/2", "replication-worker/2", "auditor/1"] {
+            assert!(matches!(s.apply(renew(other)).0, Outcome::Refused(Refusal::PermissionDenied(_))), "{other}");
+            assert!(matches!(s.apply(release(other)).0, Outcome::Refused(Refusal::PermissionDenied(_))), "{other}");
+        }
+        assert!(matches!(s.apply(renew("admin/1")).0, Outcome::Refused(Refusal::PermissionDenied(_))));
+        assert_eq!(s.live_lock("replicate/7", 200).map(|l| l.lock_id), Some(g.lock_id));
+        // Its own identity renews (another process of it too); the operator may release.
+        assert!(matches!(s.apply(renew("replication-worker/1")).0, Outcome::Lock(_)));
+        assert_eq!(s.apply(release("admin/1")).0, Outcome::Released);
+        assert!(s.live_lock("replicate/7", 200).is_none());
+        assert_eq!(lock_owner_identity("auditor/1:x:y"), "auditor/1");
+        assert_eq!(lock_owner_identity("auditor/1"), "auditor/1");
     }
 
     #[test]

@@ -453,7 +453,20 @@ async fn autorecovery_bookkeeping_marks_locks_and_watches() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::LockHeld), "{err}");
-    assert_eq!(w1.call(v1::GetLockRequest { name: name.clone() }).await.unwrap().lock.unwrap().owner, "worker-1");
+    // The owner is the certificate's identity; the request only labels it.
+    let owner = || async { w1.call(v1::GetLockRequest { name: name.clone() }).await.unwrap().lock.unwrap().owner };
+    assert_eq!(owner().await, "replication-worker/1:worker-1");
+    // Issue #20 item 3: a bookie certificate can neither take the auditor's
+    // lock (and so stop autorecovery) nor renew or release the worker's
+    // grant, though its id is public; the grant stays the worker's.
+    let b1 = MetaClient::new(cluster.rpc(Role::Bookie, "1"), cluster.addrs(), MetaClientOptions::default());
+    let take_auditor = v1::AcquireLockRequest { name: "auditor".into(), owner: "auditor/1".into(), lease_ms: 1500 };
+    assert_eq!(b1.call(take_auditor).await.unwrap_err().code(), Some(ErrorCode::PermissionDenied));
+    let renew = v1::RenewLockRequest { name: name.clone(), lock_id: lock.lock_id };
+    assert_eq!(b1.call(renew).await.unwrap_err().code(), Some(ErrorCode::PermissionDenied));
+    let release = v1::ReleaseLockRequest { name: name.clone(), lock_id: lock.lock_id };
+    assert_eq!(b1.call(release).await.unwrap_err().code(), Some(ErrorCode::PermissionDenied));
+    assert_eq!(owner().await, "replication-worker/1:worker-1");
 
     // The repair: the worker moves the ensemble and clears the mark.
     let mut moved = l.clone();
@@ -758,4 +771,23 @@ async fn a_bookie_may_mark_only_its_own_copies_missing() {
     }
     let m = as_bookie.call(mark(vec!["1"])).await.unwrap().mark.unwrap();
     assert_eq!((m.ledger_id, m.missing_bookie_ids), (ledger_id, vec!["1".to_string()]));
+}
+
+/// Issue #20 item 3: a Raft message speaks for the replica its vote names,
+/// and that must be the sender's certificate. Replica 2's certificate asking
+/// for votes as replica 1 (with a term that would depose the leader) is
+/// refused; asking as itself is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raft_message_may_only_name_its_senders_own_replica() {
+    let cluster = Cluster::start(&[]);
+    cluster.client().call(create(3, 2, 2)).await.unwrap();
+    let as_two = cluster.rpc(Role::Metadata, "2");
+    let vote_as = |node: u64| {
+        let req = openraft::raft::VoteRequest::<u64>::new(openraft::Vote::new(1_000, node), None);
+        v1::RaftRequest { kind: 2, payload: postcard::to_stdvec(&req).unwrap().into() }
+    };
+    let three = as_two.peer(&cluster.addr(3), Role::Metadata, Some("3"));
+    let err = three.call(vote_as(1)).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::PermissionDenied), "{err}");
+    three.call(vote_as(2)).await.unwrap();
 }

@@ -85,7 +85,7 @@ fn main() -> anyhow::Result<()> {
             ServerOptions::default(),
         )?;
         let cfg = worker::WorkerConfig {
-            owner: format!("{}/{instance}", creds.identity().id),
+            owner: format!("{}:{instance}", creds.identity()),
             claim_lease: Duration::from_millis(args.claim_lease_ms.max(1_000)),
             open_ledger_grace: Duration::from_millis(args.open_ledger_grace_ms),
             idle_poll: Duration::from_millis(args.poll_ms.max(50)),

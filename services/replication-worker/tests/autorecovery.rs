@@ -365,7 +365,8 @@ async fn a_worker_killed_mid_copy_leaves_nothing_another_cannot_finish() {
     let name = format!("replicate/{id}");
     eventually(Duration::from_secs(30), "worker 1 copying", || async {
         let lock = client.meta().call(v1::GetLockRequest { name: name.clone() }).await.ok()?.lock?;
-        (lock.owner.starts_with("1/") && first.log().contains("re-replicating a fragment")).then_some(())
+        (lock.owner.starts_with("replication-worker/1:") && first.log().contains("re-replicating a fragment"))
+            .then_some(())
     })
     .await;
     first.kill().unwrap();

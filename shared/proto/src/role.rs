@@ -157,6 +157,25 @@ pub fn may_replicate(role: Role) -> bool {
     matches!(role, Role::ReplicationWorker | Role::Bookie | Role::Admin)
 }
 
+/// Whether `role` may take the lock `name` (beyond `AcquireLock`'s right):
+/// each role only the locks its work needs. `auditor` (one active auditor)
+/// is the auditor's; `replicate/<ledger id>` (one repair of a ledger at a
+/// time; a bookie takes it before dropping copies no ensemble names it for)
+/// is the workers' and bookies'; the operator may take any (to pause
+/// autorecovery, or a repair).
+pub fn may_lock(role: Role, name: &str) -> bool {
+    if role == Role::Admin {
+        return true;
+    }
+    if name == "auditor" {
+        return role == Role::Auditor;
+    }
+    match name.strip_prefix("replicate/").map(str::parse::<u64>) {
+        Some(Ok(_)) => matches!(role, Role::ReplicationWorker | Role::Bookie),
+        _ => false,
+    }
+}
+
 /// Rights a request's body asks for beyond its method's (checked by the RPC
 /// server after [`allowed`], before the service sees the request):
 /// - a fencing read (`ReadEntry` with `fence`) fences the ledger, so it
@@ -227,6 +246,19 @@ mod tests {
         assert!(allowed_body(Role::Gateway, &batch(vec![plain.clone(), copy.clone()])).is_err());
         assert!(allowed_body(Role::Client, &batch(vec![plain.clone()])).is_ok());
         assert!(allowed_body(Role::ReplicationWorker, &batch(vec![copy])).is_ok());
+    }
+
+    #[test]
+    fn each_role_takes_only_the_locks_its_work_needs() {
+        assert!(may_lock(Role::Auditor, "auditor"));
+        assert!(!may_lock(Role::Bookie, "auditor"), "a bookie could stop autorecovery");
+        assert!(!may_lock(Role::ReplicationWorker, "auditor"));
+        assert!(may_lock(Role::ReplicationWorker, "replicate/7"));
+        assert!(may_lock(Role::Bookie, "replicate/7"));
+        assert!(!may_lock(Role::Auditor, "replicate/7"));
+        assert!(!may_lock(Role::Bookie, "replicate/x"));
+        assert!(!may_lock(Role::Bookie, "anything"));
+        assert!(may_lock(Role::Admin, "auditor") && may_lock(Role::Admin, "replicate/7"));
     }
 
     /// ARCHITECTURE.md carries this table; on a mismatch the test prints the
