@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::http::StatusCode;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 use base64::Engine;
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -78,13 +78,13 @@ endpoints! {
     post "/v1/ledgers" => create, "Create a ledger; this gateway holds its writer", "create", "Ledger", [201, 400, 503];
     get "/v1/ledgers" => list, "List ledger ids (start_after, limit)", "", "LedgerList", [200, 400, 503];
     get "/v1/ledgers/{id}" => get_ledger, "A ledger's metadata", "", "Ledger", [200, 400, 404];
-    delete "/v1/ledgers/{id}" => delete, "Delete a ledger (space reclaimed by GC)", "", "", [204, 400, 404];
-    post "/v1/ledgers/{id}/entries" => append, "Append one entry (raw body)", "raw", "Appended", [200, 400, 404, 409, 413, 503, 504];
-    post "/v1/ledgers/{id}/entries:batch" => append_batch, "Append several entries (base64)", "batch", "AppendedBatch", [200, 400, 404, 409, 413, 503, 504];
+    delete "/v1/ledgers/{id}" => delete, "Delete a ledger (space reclaimed by GC)", "", "", [204, 400, 403, 404];
+    post "/v1/ledgers/{id}/entries" => append, "Append one entry (raw body)", "raw", "Appended", [200, 400, 403, 404, 409, 413, 503, 504];
+    post "/v1/ledgers/{id}/entries:batch" => append_batch, "Append several entries (base64)", "batch", "AppendedBatch", [200, 400, 403, 404, 409, 413, 503, 504];
     get "/v1/ledgers/{id}/entries" => read_range, "Entries from..=to, at most up to the LAC (streamed)", "", "Entries", [200, 400, 404];
     get "/v1/ledgers/{id}/entries/{eid}" => read_one, "One entry, raw bytes", "", "bytes", [200, 400, 404];
     get "/v1/ledgers/{id}/lac" => lac, "The LAC; with after and timeout_ms, a long poll", "", "Lac", [200, 400, 404];
-    post "/v1/ledgers/{id}/close" => close, "Close a ledger this gateway writes", "", "Ledger", [200, 400, 404, 409];
+    post "/v1/ledgers/{id}/close" => close, "Close a ledger this gateway writes", "", "Ledger", [200, 400, 403, 404, 409];
     post "/v1/ledgers/{id}/recover" => recover, "Fence, recover to the true tail, close", "", "Recovered", [200, 400, 404, 503];
     get "/v1/bookies" => bookies, "The bookie registry", "", "BookieList", [200, 503];
     get "/v1/bookies/{bookie}" => get_bookie, "One bookie, and the ledgers that still name it", "", "BookieDetail", [200, 404, 503];
@@ -212,7 +212,7 @@ struct CreateBody {
     metadata: Option<BTreeMap<String, String>>,
 }
 
-async fn create(state: State, payload: web::Payload) -> Result<HttpResponse, ApiError> {
+async fn create(state: State, req: HttpRequest, payload: web::Payload) -> Result<HttpResponse, ApiError> {
     let raw = body(payload, 64 * 1024, body_too_large).await?;
     let b: CreateBody = if raw.iter().all(u8::is_ascii_whitespace) {
         CreateBody { ensemble: None, write_quorum: None, ack_quorum: None, metadata: None }
@@ -223,7 +223,12 @@ async fn create(state: State, payload: web::Payload) -> Result<HttpResponse, Api
     let ensemble = b.ensemble.unwrap_or(d.ensemble);
     let write_quorum = b.write_quorum.unwrap_or(ensemble.min(d.write_quorum));
     let ack_quorum = b.ack_quorum.unwrap_or(write_quorum.min(d.ack_quorum));
-    let custom = b.metadata.unwrap_or_default().into_iter().map(|(k, v)| (k, Bytes::from(v))).collect();
+    let mut custom: BTreeMap<String, Bytes> =
+        b.metadata.unwrap_or_default().into_iter().map(|(k, v)| (k, Bytes::from(v))).collect();
+    if let Some(k) = custom.keys().find(|k| k.starts_with("quire.")) {
+        return Err(ApiError::bad_request(format!("metadata key {k:?} is reserved (quire.* is the service's)")));
+    }
+    custom.insert(PRINCIPAL_KEY.into(), Bytes::from(principal(&req).0));
     let spec = CreateLedger { ensemble, write_quorum, ack_quorum, custom };
     let s = state.get_ref().clone();
     let meta = state
@@ -262,8 +267,10 @@ async fn get_ledger(state: State, req: HttpRequest) -> Result<HttpResponse, ApiE
 async fn delete(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let id = id_param(&req, "id")?;
     let s = state.get_ref().clone();
+    let who = principal(&req);
     state
         .run(async move {
+            principal_may(&s.client.metadata(id).await?, &who)?;
             s.client.delete(id).await?;
             s.writers.lock().expect("writers lock").remove(&id);
             Ok(())
@@ -272,9 +279,39 @@ async fn delete(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError
     Ok(HttpResponse::NoContent().finish())
 }
 
-/// The writer this gateway holds, or why there is none.
-async fn writer_of(state: &Arc<GatewayState>, id: u64) -> Result<quire_client::LedgerWriter, ApiError> {
+/// The key the gateway records a ledger's HTTP principal under.
+const PRINCIPAL_KEY: &str = "quire.principal";
+
+/// Who the request was authenticated as (the token guard put it there).
+fn principal(req: &HttpRequest) -> crate::auth::Principal {
+    req.extensions().get::<crate::auth::Principal>().cloned().unwrap_or_else(crate::auth::Principal::anonymous)
+}
+
+/// A ledger created through a gateway is its principal's to append to,
+/// close or delete (403 otherwise); anyone may read or recover it. A ledger
+/// created otherwise has no principal: the metadata service's owner rule
+/// decides for it.
+fn principal_may(meta: &quire_client::meta::LedgerMeta, who: &crate::auth::Principal) -> Result<(), ApiError> {
+    match meta.custom.get(PRINCIPAL_KEY) {
+        Some(p) if p.as_ref() != who.0.as_bytes() => Err(ApiError::forbidden(format!(
+            "ledger {} is {}'s; {} may read or recover it, not write or delete it",
+            meta.ledger_id,
+            String::from_utf8_lossy(p),
+            who.0
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The writer this gateway holds, or why there is none (or why it is not
+/// this caller's).
+async fn writer_of(
+    state: &Arc<GatewayState>,
+    id: u64,
+    who: &crate::auth::Principal,
+) -> Result<quire_client::LedgerWriter, ApiError> {
     if let Some(w) = state.writer(id) {
+        principal_may(&w.metadata(), who)?;
         return Ok(w);
     }
     // Not ours: say whether the ledger exists at all, and whether it is closed.
@@ -294,7 +331,7 @@ async fn append(
 ) -> Result<HttpResponse, ApiError> {
     let id = id_param(&req, "id")?;
     let data = body(payload, state.max_entry_bytes, entry_too_large).await?;
-    let w = writer_of(state.get_ref(), id).await?;
+    let w = writer_of(state.get_ref(), id, &principal(&req)).await?;
     // Straight to the writer actor (on the client's runtime) from this worker:
     // a channel send and a reply, no task hop.
     let started = std::time::Instant::now();
@@ -334,7 +371,7 @@ async fn append_batch(
         data.push(Bytes::from(bytes));
     }
     let n = data.len() as u64;
-    let w = writer_of(state.get_ref(), id).await?;
+    let w = writer_of(state.get_ref(), id, &principal(&req)).await?;
     let (first, last) = state.timed(async { Ok(w.add_batch(data).await?) }).await?;
     m.appends.fetch_add(n, Ordering::Relaxed);
     Ok(HttpResponse::Ok().json(serde_json::json!({ "first_entry_id": first, "last_entry_id": last })))
@@ -486,7 +523,10 @@ async fn lac(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
 async fn close(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let id = id_param(&req, "id")?;
     let w = match state.writer(id) {
-        Some(w) => w,
+        Some(w) => {
+            principal_may(&w.metadata(), &principal(&req))?;
+            w
+        }
         None => {
             // Closing a ledger closed already is idempotent; otherwise only its writer closes it.
             let s = state.get_ref().clone();

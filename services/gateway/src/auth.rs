@@ -19,14 +19,73 @@ pub fn open_without_token(method: &actix_web::http::Method, raw_path: &str) -> b
     (method == Method::GET || method == Method::HEAD) && OPEN_PATHS.contains(&raw_path)
 }
 
-/// Whether `header` (the Authorization header's value) carries one of `tokens`.
-/// Compared in constant time for equal lengths, so that timing does not
-/// reveal how much of a token matched.
-pub fn authorised(header: Option<&str>, tokens: &[String]) -> bool {
-    let Some(given) = header.and_then(|h| h.strip_prefix("Bearer ")).map(str::trim) else {
-        return false;
-    };
-    tokens.iter().fold(false, |ok, t| ok | constant_time_eq(given.as_bytes(), t.as_bytes()))
+/// Who an HTTP request was authenticated as; the guard puts it in the
+/// request's extensions. Ledgers created through the gateway record it
+/// (`quire.principal`), and only it may append to, close or delete them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal(pub String);
+
+impl Principal {
+    /// Every caller, when no tokens are configured.
+    pub fn anonymous() -> Principal {
+        Principal("anonymous".into())
+    }
+}
+
+/// A configured bearer token and the principal it authenticates.
+pub struct Token {
+    principal: String,
+    secret: String,
+}
+
+/// Reads a token file: one token per line, `NAME TOKEN` (NAME is the
+/// principal it authenticates: letters, digits, `.`, `_`, `-`, at most 64)
+/// or a bare `TOKEN`, whose principal is `token-` and the first 12 hex
+/// digits of its SHA-256 (stable, and useless to a reader of logs). Blank
+/// lines and lines starting with `#` are skipped.
+pub fn parse_tokens(text: &str) -> Result<Vec<Token>, String> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (principal, secret) = match fields[..] {
+            [secret] => {
+                let d = ring::digest::digest(&ring::digest::SHA256, secret.as_bytes());
+                let hex: String = d.as_ref()[..6].iter().map(|b| format!("{b:02x}")).collect();
+                (format!("token-{hex}"), secret)
+            }
+            [name, secret] => {
+                let ok = !name.is_empty()
+                    && name.len() <= 64
+                    && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+                if !ok {
+                    return Err(format!("line {}: a principal is 1-64 of [A-Za-z0-9._-], not {name:?}", n + 1));
+                }
+                (name.to_string(), secret)
+            }
+            _ => return Err(format!("line {}: expected `TOKEN` or `NAME TOKEN`", n + 1)),
+        };
+        out.push(Token { principal, secret: secret.to_string() });
+    }
+    Ok(out)
+}
+
+/// The principal whose token `header` (the Authorization header's value)
+/// carries. Every token is compared, in constant time for equal lengths,
+/// so that timing does not reveal how much of a token matched.
+pub fn principal_of<'a>(header: Option<&str>, tokens: &'a [Token]) -> Option<&'a str> {
+    let given = header.and_then(|h| h.strip_prefix("Bearer ")).map(str::trim)?;
+    tokens.iter().fold(None, |found, t| {
+        let hit = constant_time_eq(given.as_bytes(), t.secret.as_bytes());
+        if hit {
+            Some(t.principal.as_str())
+        } else {
+            found
+        }
+    })
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -54,14 +113,15 @@ mod tests {
     }
 
     #[test]
-    fn only_a_listed_bearer_token_passes() {
-        let tokens = vec!["s3cret".to_string(), "rotated".to_string()];
-        assert!(authorised(Some("Bearer s3cret"), &tokens));
-        assert!(authorised(Some("Bearer rotated"), &tokens));
-        assert!(!authorised(Some("Bearer s3cre"), &tokens));
-        assert!(!authorised(Some("Bearer s3cretX"), &tokens));
-        assert!(!authorised(Some("Basic s3cret"), &tokens));
-        assert!(!authorised(Some("s3cret"), &tokens));
-        assert!(!authorised(None, &tokens));
+    fn only_a_listed_bearer_token_passes_and_names_its_principal() {
+        let tokens = parse_tokens("# ops\nalice s3cret\n\nrotated\n").unwrap();
+        assert_eq!(principal_of(Some("Bearer s3cret"), &tokens), Some("alice"));
+        let unnamed = principal_of(Some("Bearer rotated"), &tokens).unwrap();
+        assert!(unnamed.starts_with("token-") && unnamed.len() == 18 && !unnamed.contains("rotated"), "{unnamed}");
+        for bad in [Some("Bearer s3cre"), Some("Bearer s3cretX"), Some("Basic s3cret"), Some("s3cret"), None] {
+            assert_eq!(principal_of(bad, &tokens), None, "{bad:?}");
+        }
+        assert!(parse_tokens("al ice s3cret").is_err());
+        assert!(parse_tokens("al/ice s3cret").is_err());
     }
 }

@@ -50,6 +50,11 @@ impl ApiError {
         }
     }
 
+    /// 403: authenticated, but this ledger is another principal's.
+    pub fn forbidden(message: impl Into<String>) -> ApiError {
+        ApiError { status: StatusCode::FORBIDDEN, code: "Forbidden", message: message.into() }
+    }
+
     /// 504 Timeout: the request's work outlived the gateway's request timeout.
     pub fn timeout(limit: std::time::Duration) -> ApiError {
         ApiError {
@@ -94,6 +99,7 @@ impl From<ClientError> for ApiError {
                 StatusCode::CONFLICT
             }
             ClientError::EntryTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ClientError::PermissionDenied(_) => StatusCode::FORBIDDEN,
             ClientError::NotEnoughBookies(_)
             | ClientError::MetadataUnavailable(_)
             | ClientError::Backpressure(_)

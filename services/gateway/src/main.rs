@@ -63,9 +63,10 @@ struct Args {
     #[arg(long, env = "QUIRE_MAX_ENTRY_BYTES", default_value_t = 4 << 20)]
     max_entry_bytes: usize,
 
-    /// Bearer tokens, one per line: with it, every request needs
-    /// `Authorization: Bearer <token>` except GET /healthz, /readyz,
-    /// /metrics and /openapi.json, spelled exactly so.
+    /// Bearer tokens, one per line (`NAME TOKEN`, or a bare `TOKEN`): with
+    /// it, every request needs `Authorization: Bearer <token>` except GET
+    /// /healthz, /readyz, /metrics and /openapi.json, spelled exactly so;
+    /// a ledger created with a token is its principal's to write and delete.
     #[arg(long, env = "QUIRE_AUTH_TOKEN_FILE")]
     auth_token_file: Option<PathBuf>,
 
@@ -122,10 +123,10 @@ fn main() -> anyhow::Result<()> {
     // Held for the life of the process: the id is this replica's while it runs.
     let _slot = args.common.claim_id()?;
     let telemetry = logging::init_from("quire-gateway", &args.common)?;
-    let tokens: Arc<Vec<String>> = Arc::new(match &args.auth_token_file {
+    let tokens: Arc<Vec<auth::Token>> = Arc::new(match &args.auth_token_file {
         Some(p) => {
             let text = std::fs::read_to_string(p).with_context(|| format!("read {}", p.display()))?;
-            let t: Vec<String> = text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect();
+            let t = auth::parse_tokens(&text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
             anyhow::ensure!(!t.is_empty(), "{} holds no token", p.display());
             t
         }
@@ -174,9 +175,16 @@ fn main() -> anyhow::Result<()> {
                 // probes' exact paths (deny by default: auth.rs says why).
                 // A refusal is logged by the access log below, as a 401.
                 .wrap_fn(move |req, srv| {
-                    let refused = !tokens.is_empty()
-                        && !auth::open_without_token(req.method(), req.path())
-                        && !auth::authorised(req.headers().get("authorization").and_then(|h| h.to_str().ok()), &tokens);
+                    let principal = if tokens.is_empty() {
+                        Some(auth::Principal::anonymous())
+                    } else {
+                        let header = req.headers().get("authorization").and_then(|h| h.to_str().ok());
+                        auth::principal_of(header, &tokens).map(|p| auth::Principal(p.to_string()))
+                    };
+                    let refused = principal.is_none() && !auth::open_without_token(req.method(), req.path());
+                    if let Some(p) = principal {
+                        actix_web::HttpMessage::extensions_mut(&req).insert(p);
+                    }
                     let fut = if refused { None } else { Some(srv.call(req)) };
                     async move {
                         match fut {

@@ -477,7 +477,7 @@ fn spellings(path: &str, seed: u64) -> Vec<String> {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            s.push_str(&if i > 0 && x % 3 == 0 { enc(c, x % 2 == 0) } else { c.to_string() });
+            s.push_str(&if i > 0 && x.is_multiple_of(3) { enc(c, x.is_multiple_of(2)) } else { c.to_string() });
         }
         out.push(s);
     }
@@ -539,6 +539,45 @@ fn no_spelling_of_an_api_path_and_no_method_gets_past_the_token() {
     assert_eq!((status, body), (200, b"keep".to_vec()));
     let (status, _, body) = call_with(&g.http, "GET", &format!("/v1/ledgers/{id}"), None, &good, b"");
     assert_eq!((status, json(&body)["state"].as_str()), (200, Some("open")));
+}
+
+/// Issue #20 item 3: a ledger created over HTTP is its principal's (the
+/// token it was created with) to append to, close and delete; another
+/// principal may read it and recover it, nothing more, and may not claim a
+/// ledger by naming a principal in its metadata.
+#[test]
+fn a_ledger_created_over_http_is_its_principals_to_write_and_delete() {
+    let g = start_with_token(Some("s3cret"));
+    let (a, b) = ([("Authorization", "Bearer s3cret")], [("Authorization", "Bearer other-token")]);
+    let (status, _, body) = call_with(&g.http, "POST", "/v1/ledgers", None, &a, b"");
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+    let v = json(&body);
+    let id = v["ledger_id"].as_u64().unwrap();
+    assert_eq!(v["metadata"]["quire.owner"], "gateway/1", "{v}");
+    let principal = v["metadata"]["quire.principal"].as_str().unwrap().to_string();
+    assert!(principal.starts_with("token-") && !principal.contains("s3cret"), "{v}");
+    let p = |tail: &str| format!("/v1/ledgers/{id}{tail}");
+    let raw = Some("application/octet-stream");
+    assert_eq!(call_with(&g.http, "POST", &p("/entries"), raw, &a, b"one").0, 200);
+    for (method, path, ct, body) in [
+        ("POST", p("/entries"), raw, &b"two"[..]),
+        ("POST", p("/entries:batch"), Some("application/json"), &br#"{"entries":["dHdv"]}"#[..]),
+        ("POST", p("/close"), None, &b""[..]),
+        ("DELETE", p(""), None, &b""[..]),
+    ] {
+        let (status, _, body) = call_with(&g.http, method, &path, ct, &b, body);
+        assert_eq!((status, error_of(&json(&body))), (403, "Forbidden"), "{method} {path}");
+    }
+    let (status, _, body) = call_with(&g.http, "GET", &p("/entries/0"), None, &b, b"");
+    assert_eq!((status, body), (200, b"one".to_vec()), "anyone may read");
+    let claim = format!(r#"{{"metadata":{{"quire.principal":"{principal}"}}}}"#);
+    let (status, _, body) = call_with(&g.http, "POST", "/v1/ledgers", Some("application/json"), &b, claim.as_bytes());
+    assert_eq!((status, error_of(&json(&body))), (400, "BadRequest"));
+    // Recovery is anyone's (how a new owner takes a log over): it closes the ledger.
+    let (status, _, body) = call_with(&g.http, "POST", &p("/recover"), None, &b, b"");
+    assert_eq!((status, json(&body)["last_entry_id"].as_i64()), (200, Some(0)));
+    assert_eq!(call_with(&g.http, "DELETE", &p(""), None, &b, b"").0, 403);
+    assert_eq!(call_with(&g.http, "DELETE", &p(""), None, &a, b"").0, 204);
 }
 
 #[test]

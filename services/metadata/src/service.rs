@@ -21,7 +21,7 @@ use crate::raft::election::{ElectionGate, PreVoteRequest};
 use crate::raft::network::kind;
 use crate::raft::state_machine::Shared;
 use crate::raft::MetaRaft;
-use crate::state::{Command, MetaState, NewLedger, Outcome, Refusal};
+use crate::state::{self, Command, MetaState, NewLedger, Outcome, Refusal};
 
 /// Ids per ListLedgers page, at most.
 pub const LIST_LIMIT_MAX: usize = 1000;
@@ -201,13 +201,27 @@ impl quire_rpc::Service for MetaService {
             match body {
                 Req::Raft(r) => raft_rpc(&raft, &gate, &ctx.peer, r).await,
                 Req::CreateLedger(c) => {
+                    let mut custom: std::collections::BTreeMap<String, Vec<u8>> =
+                        c.custom.into_iter().map(|(k, v)| (k, v.to_vec())).collect();
+                    // The owner is the creator's certificate; the reserved
+                    // keys are not the creator's to set (but a gateway names
+                    // the HTTP principal it creates for).
+                    if let Some(k) = custom.keys().find(|k| {
+                        k.starts_with(state::RESERVED_PREFIX)
+                            && !(k.as_str() == state::PRINCIPAL_KEY && ctx.peer.role == Role::Gateway)
+                    }) {
+                        return Err(ServiceError::bad_request(format!(
+                            "custom metadata key {k:?} is reserved (quire.* is the metadata service's)"
+                        )));
+                    }
+                    custom.insert(state::OWNER_KEY.into(), ctx.peer.to_string().into_bytes());
                     let ledger = NewLedger {
                         ensemble_size: c.ensemble_size,
                         write_quorum: c.write_quorum,
                         ack_quorum: c.ack_quorum,
                         bookie_ids: c.bookie_ids,
                         instance_ids: c.instance_ids,
-                        custom: c.custom.into_iter().map(|(k, v)| (k, v.to_vec())).collect(),
+                        custom,
                         now_ms: now_ms(),
                     };
                     let cmd = match c.request_id {
@@ -226,12 +240,14 @@ impl quire_rpc::Service for MetaService {
                 Req::UpdateLedger(u) => {
                     let wire = u.ledger.ok_or_else(|| ServiceError::bad_request("update without a ledger"))?;
                     let ledger = ledger_from_wire(&wire).map_err(ServiceError::bad_request)?;
-                    let cmd = Command::UpdateLedger { ledger, expected_version: u.expected_version };
+                    let caller = caller_of(&ctx.peer);
+                    let cmd = Command::UpdateLedgerAs { ledger, expected_version: u.expected_version, caller };
                     let l = ledger_outcome(proposer.propose(cmd).await?)?;
                     Ok(v1::UpdateLedgerResponse { ledger: Some(l) }.into())
                 }
                 Req::DeleteLedger(d) => {
-                    proposer.propose(Command::DeleteLedger { ledger_id: d.ledger_id }).await?;
+                    let cmd = Command::DeleteLedgerAs { ledger_id: d.ledger_id, caller: caller_of(&ctx.peer) };
+                    proposer.propose(cmd).await?;
                     Ok(v1::DeleteLedgerResponse {}.into())
                 }
                 Req::ListLedgers(l) => {
@@ -476,6 +492,11 @@ impl quire_rpc::Service for MetaService {
             }
         })
     }
+}
+
+/// The caller, for the state machine's per-ledger rights.
+fn caller_of(peer: &quire_rpc::PeerIdentity) -> state::Caller {
+    state::Caller { role: peer.role.as_str().to_string(), id: peer.id.clone() }
 }
 
 /// The operator's state for a bookie, as its lease answers carry it.

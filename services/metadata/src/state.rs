@@ -322,6 +322,65 @@ pub enum Command {
     /// ReleaseLock by a caller named by its certificate: only the identity
     /// the grant was made to, or the operator, may release it.
     ReleaseLockAs { name: String, lock_id: u64, caller: String },
+    /// UpdateLedger by a caller named by its certificate ([`ledger_right`]).
+    UpdateLedgerAs { ledger: Ledger, expected_version: u64, caller: Caller },
+    /// DeleteLedger by a caller named by its certificate ([`ledger_right`]).
+    DeleteLedgerAs { ledger_id: u64, caller: Caller },
+}
+
+/// Who proposed a command, from the certificate the request came with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Caller {
+    /// The role's name (`quire_proto::Role::as_str`).
+    pub role: String,
+    pub id: String,
+}
+
+impl Caller {
+    /// `role/id`, as owners are written.
+    pub fn identity(&self) -> String {
+        format!("{}/{}", self.role, self.id)
+    }
+}
+
+/// Custom-metadata keys under this prefix are the metadata service's: a
+/// creator may not set them and no update may change them.
+pub const RESERVED_PREFIX: &str = "quire.";
+/// The ledger's owner, `role/id` of the certificate that created it.
+pub const OWNER_KEY: &str = "quire.owner";
+/// For a ledger created through the gateway: the HTTP principal it was
+/// created for (set by the gateway, which checks it; the one reserved key a
+/// creator may set, and only a gateway).
+pub const PRINCIPAL_KEY: &str = "quire.principal";
+
+/// Whether `caller` may make the change `new` (None: a deletion) to the
+/// stored ledger `stored` (issue #20 item 3). The owner, the replication
+/// workers (repairs, and recovery of an open ledger left on a lost bookie)
+/// and the operator may change anything. Any other writer may only
+/// recover: mark the ledger in recovery, and close it from there (how a
+/// new owner of a log takes it over from a dead or zombie one, as in
+/// BookKeeper); never an ensemble change of an open ledger, its own close,
+/// a repair of a closed one, or a deletion. A gateway acts for any gateway
+/// (scaled replicas share the API; the gateway checks the HTTP principal).
+/// A ledger created before owners were recorded has none: anyone may.
+pub fn ledger_right(stored: &Ledger, new: Option<&Ledger>, caller: &Caller) -> Result<(), Refusal> {
+    let Some(owner) = stored.custom.get(OWNER_KEY) else { return Ok(()) };
+    let owner = String::from_utf8_lossy(owner);
+    let owns = owner == caller.identity() || (caller.role == "gateway" && owner.starts_with("gateway/"));
+    if owns || caller.role == "admin" || caller.role == "replication-worker" {
+        return Ok(());
+    }
+    if let Some(new) = new {
+        if new.state == LedgerState::InRecovery || stored.state == LedgerState::InRecovery {
+            return Ok(());
+        }
+    }
+    let what = if new.is_some() { "change" } else { "delete" };
+    Err(Refusal::PermissionDenied(format!(
+        "ledger {} is {owner}'s: {} may recover it, not {what} it",
+        stored.ledger_id,
+        caller.identity()
+    )))
 }
 
 /// The certificate identity (`role/id`) a lock's owner names: owners are
@@ -767,6 +826,16 @@ impl MetaState {
                 self.locks.insert(name.clone(), lock.clone());
                 Ok((Outcome::Lock(lock), vec![Touched::Lock(name), Touched::Counters]))
             }
+            Command::UpdateLedgerAs { ledger, expected_version, caller } => {
+                let stored = self.ledgers.get(&ledger.ledger_id).ok_or(Refusal::NoSuchLedger(ledger.ledger_id))?;
+                ledger_right(stored, Some(&ledger), &caller)?;
+                self.try_apply(Command::UpdateLedger { ledger, expected_version })
+            }
+            Command::DeleteLedgerAs { ledger_id, caller } => {
+                let stored = self.ledgers.get(&ledger_id).ok_or(Refusal::NoSuchLedger(ledger_id))?;
+                ledger_right(stored, None, &caller)?;
+                self.try_apply(Command::DeleteLedger { ledger_id })
+            }
             Command::RenewLockAs { name, lock_id, now_ms, caller } => {
                 self.lock_grant_is_callers(&name, lock_id, &caller, false)?;
                 self.try_apply(Command::RenewLock { name, lock_id, now_ms })
@@ -1053,6 +1122,12 @@ impl MetaState {
         }
         if new.state == LedgerState::Closed && new.last_entry_id < -1 {
             return bad("a closed ledger's last entry id is -1 or more");
+        }
+        fn reserved(l: &Ledger) -> Vec<(&String, &Vec<u8>)> {
+            l.custom.iter().filter(|(k, _)| k.starts_with(RESERVED_PREFIX)).collect()
+        }
+        if reserved(new) != reserved(old) {
+            return bad("the quire.* metadata (the ledger's owner) is fixed at creation");
         }
         validate_custom(&new.custom)
     }
@@ -1495,6 +1570,39 @@ mod tests {
         assert_eq!(s.live_lock("auditor", 2600).map(|l| l.owner.as_str()), Some("a2"));
         s.apply(Command::ReleaseLock { name: "auditor".into(), lock_id: b.lock_id });
         assert!(s.live_lock("auditor", 2600).is_none());
+    }
+
+    #[test]
+    fn a_ledger_is_changed_by_its_owner_the_repairers_and_the_operator_and_recovered_by_anyone() {
+        let caller = |role: &str, id: &str| Caller { role: role.into(), id: id.into() };
+        let mut stored = Ledger {
+            ledger_id: 9,
+            ..ledger({
+                let mut s = MetaState::default();
+                for b in ["b1", "b2", "b3"] {
+                    register(&mut s, b, 0);
+                }
+                s.apply(create(3, 3, 2)).0
+            })
+        };
+        // Created before owners were recorded: anyone may.
+        assert!(ledger_right(&stored, None, &caller("client", "7")).is_ok());
+        stored.custom.insert(OWNER_KEY.into(), b"gateway/1".to_vec());
+        let mut closed = stored.clone();
+        closed.state = LedgerState::Closed;
+        let mut recovering = stored.clone();
+        recovering.state = LedgerState::InRecovery;
+        for (who, may_change) in [
+            (caller("gateway", "2"), true), // any gateway: scaled replicas share the API
+            (caller("admin", "1"), true),
+            (caller("replication-worker", "3"), true),
+            (caller("client", "1"), false),
+        ] {
+            assert_eq!(ledger_right(&stored, Some(&closed), &who).is_ok(), may_change, "{who:?} close");
+            assert_eq!(ledger_right(&stored, None, &who).is_ok(), may_change, "{who:?} delete");
+            assert!(ledger_right(&stored, Some(&recovering), &who).is_ok(), "{who:?} may recover");
+            assert!(ledger_right(&recovering, Some(&closed), &who).is_ok(), "{who:?} may close a recovery");
+        }
     }
 
     #[test]

@@ -183,6 +183,50 @@ async fn recovery_fences_the_writer_and_closes_at_the_true_tail() {
     assert_eq!(other.recover(id).await.unwrap().last_entry_id, 39);
 }
 
+/// Issue #20 item 3: a ledger is the certificate's that created it. Another
+/// client may recover it (fence and close it: how a new owner of a log takes
+/// it over), but not close it as its writer, change its ensemble or delete
+/// it, nor name an owner at creation; the operator may delete it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_is_its_creators_and_another_client_may_only_recover_it() {
+    use quire_proto::{v1, Role};
+    let s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let owner = s.client();
+    let other = s.client_as(Role::Client, "2");
+    let w = owner.create(spec(3, 3, 2)).await.unwrap();
+    let id = w.ledger_id();
+    w.add(payload(0)).await.unwrap();
+    let m = other.metadata(id).await.unwrap();
+    assert_eq!(m.custom.get("quire.owner"), Some(&Bytes::from_static(b"client/1")));
+
+    let denied = |e: quire_rpc::RpcError| assert_eq!(e.code(), Some(v1::ErrorCode::PermissionDenied), "{e}");
+    // A writer's close, by the other client: refused.
+    let mut closed = m.to_proto();
+    closed.state = v1::LedgerState::Closed as i32;
+    closed.last_entry_id = 0;
+    let update = |l| v1::UpdateLedgerRequest { ledger: Some(l), expected_version: m.version };
+    denied(other.meta().call(update(closed)).await.unwrap_err());
+    // An ensemble change of the open ledger: refused.
+    let mut moved = m.to_proto();
+    moved.ensembles.push(v1::EnsembleSegment { first_entry_id: 1, ..moved.ensembles[0].clone() });
+    denied(other.meta().call(update(moved)).await.unwrap_err());
+    // A deletion: refused.
+    assert!(matches!(other.delete(id).await, Err(ClientError::PermissionDenied(_))));
+    // Nor may a creator name an owner.
+    let mut forged = spec(3, 3, 2);
+    forged.custom.insert("quire.owner".into(), Bytes::from_static(b"client/1"));
+    assert!(matches!(other.create(forged).await, Err(ClientError::BadRequest(_))));
+    // The owner's writer goes on; then the other recovers it, which fences it.
+    w.add(payload(1)).await.unwrap();
+    assert_eq!(other.recover(id).await.unwrap().last_entry_id, 1);
+    assert!(matches!(w.add(payload(2)).await, Err(ClientError::LedgerFenced(_))));
+    // Closed, it is still not the other's to delete; the operator's it is.
+    assert!(matches!(other.delete(id).await, Err(ClientError::PermissionDenied(_))));
+    s.client_as(Role::Admin, "1").delete(id).await.unwrap();
+    assert!(matches!(owner.metadata(id).await, Err(ClientError::NoSuchLedger(_))));
+}
+
 /// Seed 004: with too few bookies answering, recovery fails and leaves the
 /// ledger in recovery, untouched; once they are back it recovers everything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -50,6 +50,10 @@ pub enum ClientError {
     /// The stored metadata is unusable.
     #[error(transparent)]
     InvalidMetadata(#[from] InvalidMetadata),
+    /// This caller may not do that: the ledger is another identity's (it may
+    /// still be recovered), or the role lacks the right.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
     /// The writer handle was closed or dropped.
     #[error("the writer of ledger {0} is closed")]
     WriterClosed(u64),
@@ -64,6 +68,7 @@ impl ClientError {
         match (e.code(), ledger_id) {
             (Some(ErrorCode::NoSuchLedger | ErrorCode::NotFound), Some(l)) => ClientError::NoSuchLedger(l),
             (Some(ErrorCode::BadRequest), _) => ClientError::BadRequest(e.to_string()),
+            (Some(ErrorCode::PermissionDenied), _) => ClientError::PermissionDenied(e.to_string()),
             (Some(ErrorCode::MetadataUnavailable | ErrorCode::NotLeader | ErrorCode::ShuttingDown), _) => {
                 ClientError::MetadataUnavailable(e.to_string())
             }
@@ -91,6 +96,7 @@ impl ClientError {
             ClientError::RecoveryFailed(..) => "RecoveryFailed",
             ClientError::Corrupt(..) => "CorruptEntry",
             ClientError::InvalidMetadata(_) => "InvalidMetadata",
+            ClientError::PermissionDenied(_) => "Forbidden",
             ClientError::Rpc(_) => "Internal",
         }
     }

@@ -62,6 +62,19 @@ impl Setup {
         Client::new(rpc.clone(), self.meta(&rpc), opts)
     }
 
+    /// A client holding the certificate of `role`/`id` (issued now if the
+    /// cluster's directory has none).
+    pub fn client_as(&self, role: Role, id: &str) -> Client {
+        let certs = &self.cluster.certs;
+        if !quire_pki::cert_paths(certs, role, id).0.exists() {
+            let ca = quire_pki::CertAuthority::load(certs).unwrap();
+            ca.issue(role, id, &IssueOptions::default()).unwrap().write(certs, role, id).unwrap();
+        }
+        let creds = Credentials::load(&TlsFiles::in_dir(certs, role, id)).unwrap();
+        let rpc = RpcClient::new(&creds, quire_rpc::ClientOptions::default()).unwrap();
+        Client::new(rpc.clone(), self.meta(&rpc), ClientOptions::default())
+    }
+
     /// Waits until `n` bookies are registered.
     pub async fn wait_for_bookies(&self, n: usize) {
         let rpc = self.rpc(Role::Admin);
