@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use crate::entrylog::RECORD_MAX_BYTES;
 use crate::error::StorageError;
 use crate::journal::JournalPos;
 
@@ -182,6 +183,10 @@ impl Run {
         v
     }
 
+    /// Every length and offset a run yields is checked here, once: no
+    /// record longer than `RECORD_MAX_BYTES`, no offset past `u64::MAX`,
+    /// so that [`Run::location`] cannot overflow and no caller allocates
+    /// for a length that damage produced.
     fn decode(v: &[u8]) -> Result<Run, StorageError> {
         if v.len() < 16 || !(v.len() - 12).is_multiple_of(4) {
             return Err(StorageError::Corrupt(format!("index run record of {} bytes", v.len())));
@@ -190,11 +195,19 @@ impl Run {
         if ends.windows(2).any(|w| w[1] <= w[0]) {
             return Err(StorageError::Corrupt("index run record with unordered offsets".into()));
         }
-        Ok(Run {
-            log_id: u32::from_be_bytes(v[0..4].try_into().expect("4")),
-            base: u64::from_be_bytes(v[4..12].try_into().expect("8")),
-            ends,
-        })
+        let too_long = ends.first().is_some_and(|&e| e > RECORD_MAX_BYTES)
+            || ends.windows(2).any(|w| w[1] - w[0] > RECORD_MAX_BYTES);
+        if too_long {
+            return Err(StorageError::Corrupt(format!(
+                "index run record with a record longer than {RECORD_MAX_BYTES} bytes"
+            )));
+        }
+        let base = u64::from_be_bytes(v[4..12].try_into().expect("8"));
+        let last = *ends.last().expect("at least one end: checked above");
+        if base.checked_add(u64::from(last)).is_none() {
+            return Err(StorageError::Corrupt("index run record past the end of any file".into()));
+        }
+        Ok(Run { log_id: u32::from_be_bytes(v[0..4].try_into().expect("4")), base, ends })
     }
 
     /// The location of the i-th entry of the run.
@@ -226,6 +239,15 @@ fn runs(locations: &[(u64, u64, Location)]) -> Vec<(u64, u64, Run)> {
         out.push((*l, *e, Run { log_id: loc.log_id, base: loc.offset, ends: vec![loc.len] }));
     }
     out
+}
+
+/// The first entry id a run key names; a key of another shape in the runs'
+/// key space is damage, reported, never sliced past its end.
+fn run_first(k: &[u8]) -> Result<u64, StorageError> {
+    match k {
+        [PREFIX_RUN, rest @ ..] if rest.len() == 16 => Ok(u64::from_be_bytes(rest[8..16].try_into().expect("8"))),
+        _ => Err(StorageError::Corrupt(format!("malformed run key of {} bytes in the index", k.len()))),
+    }
 }
 
 fn run_info(k: &[u8], v: &[u8]) -> Result<RunInfo, StorageError> {
@@ -374,9 +396,9 @@ impl SledIndex {
         let hi = run_key(ledger_id, entry_id);
         for kv in tree.range(lo..=hi).rev().take(RUN_SCAN_MAX) {
             let (k, v) = kv.map_err(idx_err)?;
-            let first = u64::from_be_bytes(k[9..17].try_into().map_err(|_| StorageError::Corrupt("index key".into()))?);
+            let first = run_first(&k)?;
             let run = Run::decode(&v)?;
-            let i = entry_id - first;
+            let i = entry_id.checked_sub(first).ok_or_else(|| StorageError::Corrupt("run key out of order".into()))?;
             if i < run.ends.len() as u64 {
                 return Ok(Some(run.location(i as usize)));
             }
@@ -487,7 +509,7 @@ impl LedgerIndex for SledIndex {
         let mut last = None;
         for kv in r.tree.range(run_key(ledger_id, 0)..=run_key(ledger_id, u64::MAX)) {
             let (k, v) = kv.map_err(idx_err)?;
-            let first = u64::from_be_bytes(k[9..17].try_into().map_err(|_| StorageError::Corrupt("index key".into()))?);
+            let first = run_first(&k)?;
             let end = first.saturating_add(Run::decode(&v)?.ends.len() as u64 - 1);
             last = Some(last.map_or(end, |l: u64| l.max(end)));
         }
@@ -618,5 +640,109 @@ impl LedgerIndex for SledIndex {
             db.flush().map_err(idx_err)?;
         }
         Ok(applied)
+    }
+}
+
+impl SledIndex {
+    /// Writes raw bytes under a key, as damage might leave them (tests only).
+    #[cfg(test)]
+    pub(crate) fn damage(&self, key: &[u8], value: &[u8]) {
+        self.handles().unwrap().tree.insert(key, value).unwrap();
+    }
+
+    /// The stored bytes of ledger `l`'s run starting at `first` (tests only).
+    #[cfg(test)]
+    pub(crate) fn raw_run(&self, l: u64, first: u64) -> Option<Vec<u8>> {
+        self.handles().unwrap().tree.get(run_key(l, first)).unwrap().map(|v| v.to_vec())
+    }
+
+    /// The key of ledger `l`'s run starting at `first` (tests only).
+    #[cfg(test)]
+    pub(crate) fn run_key_of(l: u64, first: u64) -> [u8; 17] {
+        run_key(l, first)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn run_bytes(log_id: u32, base: u64, ends: &[u32]) -> Vec<u8> {
+        Run { log_id, base, ends: ends.to_vec() }.encode()
+    }
+
+    /// Issue #20 item 5: lengths and offsets from a damaged run are refused
+    /// when it is decoded, before anything is allocated or added with them.
+    #[test]
+    fn a_run_with_an_impossible_length_or_offset_is_damage() {
+        let t = tempfile::tempdir().unwrap();
+        let idx = SledIndex::open(t.path()).unwrap();
+        let ok = run_bytes(1, 16, &[100, 200]);
+        idx.damage(&run_key(1, 0), &ok);
+        assert_eq!(idx.location(1, 1).unwrap(), Some(Location { log_id: 1, offset: 116, len: 100 }));
+        for bad in [
+            run_bytes(1, 16, &[u32::MAX]),                    // a 4 GiB record
+            run_bytes(1, 16, &[100, RECORD_MAX_BYTES + 101]), // the second one too long
+            run_bytes(1, u64::MAX - 10, &[100]),              // past the end of any file
+        ] {
+            idx.damage(&run_key(2, 0), &bad);
+            assert!(matches!(idx.location(2, 0), Err(StorageError::Corrupt(_))), "{bad:?}");
+            assert!(matches!(idx.last_entry(2), Err(StorageError::Corrupt(_))), "{bad:?}");
+        }
+        // A short key in the ledger's key range is reported, not sliced.
+        idx.damage(&[PREFIX_RUN, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 3, 9], &ok);
+        assert!(matches!(idx.location(3, 5), Err(StorageError::Corrupt(_))));
+        assert!(matches!(idx.last_entry(3), Err(StorageError::Corrupt(_))));
+        let mut seen = 0;
+        assert!(matches!(idx.for_each_run(&mut |_| seen += 1), Err(StorageError::Corrupt(_))));
+    }
+
+    fn damaged_pair() -> impl Strategy<Value = (Vec<u8>, Vec<u8>)> {
+        // Keys mostly in the key spaces the look-ups below walk (runs and
+        // records of ledgers 0..4, the checkpoint), of any length.
+        let key = (0u8..3, 0u64..4, prop::collection::vec(any::<u8>(), 0..12)).prop_map(|(kind, l, tail)| {
+            let mut k = match kind {
+                0 => vec![PREFIX_RUN],
+                1 => vec![PREFIX_LEDGER],
+                _ => KEY_CHECKPOINT.to_vec(),
+            };
+            if kind < 2 {
+                k.extend_from_slice(&l.to_be_bytes());
+            }
+            k.extend(tail);
+            k
+        });
+        (key, prop::collection::vec(any::<u8>(), 0..48))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// Whatever bytes the index holds, every read of it answers, with
+        /// a value or with Corrupt: none panics, none overflows.
+        #[test]
+        fn damaged_index_bytes_give_errors_not_panics(
+            pairs in prop::collection::vec(damaged_pair(), 1..8),
+            probe in any::<u64>(),
+        ) {
+            let t = tempfile::tempdir().unwrap();
+            let idx = SledIndex::open(t.path()).unwrap();
+            for (k, v) in &pairs {
+                idx.damage(k, v);
+            }
+            for l in 0..4 {
+                for e in [0, 1, probe, u64::MAX] {
+                    if let Ok(Some(loc)) = idx.location(l, e) {
+                        prop_assert!(loc.len <= RECORD_MAX_BYTES);
+                        prop_assert!(loc.offset.checked_add(u64::from(loc.len)).is_some());
+                    }
+                }
+                let _ = idx.last_entry(l);
+                let _ = idx.ledger(l);
+            }
+            let _ = idx.ledgers();
+            let _ = idx.checkpoint();
+            let _ = idx.for_each_run(&mut |_| {});
+        }
     }
 }

@@ -189,6 +189,8 @@ struct Inner {
     gc_lock: Mutex<()>,
     /// Every entry log's usage as the last pass (or refresh) found it.
     usage: Mutex<Vec<LogUsage>>,
+    /// A read met damage in the index (reported once).
+    index_damaged: std::sync::atomic::AtomicBool,
 }
 
 enum FlushCmd {
@@ -276,6 +278,7 @@ impl Store {
             flush_lock: Mutex::new(()),
             gc_lock: Mutex::new(()),
             usage: Mutex::new(Vec::new()),
+            index_damaged: std::sync::atomic::AtomicBool::new(false),
         });
         // Replayed entries go to the entry log before anything new is accepted,
         // and the checkpoint then lets the journal drop what it replayed.
@@ -412,14 +415,37 @@ impl Store {
         Err(StorageError::CorruptEntry(ledger_id, entry_id, "its entry log kept being removed during the read".into()))
     }
 
+    /// Damage met in the index (a malformed key or run): the read fails
+    /// with it, and, as for journal damage, the data-integrity check is
+    /// made pending (the damage marker, where configured) so that the next
+    /// start refills from peers what the index no longer finds.
+    fn note_index_damage(&self, e: StorageError) -> StorageError {
+        if matches!(e, StorageError::Corrupt(_)) && !self.inner.index_damaged.swap(true, Ordering::AcqRel) {
+            tracing::error!(error = %e, "the index is damaged: reads that meet the damage fail, and the data-integrity check runs at the next start");
+            if let Some(marker) = &self.inner.config.damage_marker {
+                if let Err(w) = write_marker(marker) {
+                    tracing::error!(error = %w, "could not record the pending integrity check");
+                }
+            }
+        }
+        e
+    }
+
+    /// Whether a read has met damage in the index since the store opened.
+    pub fn index_damaged(&self) -> bool {
+        self.inner.index_damaged.load(Ordering::Acquire)
+    }
+
     fn read_indexed(&self, ledger_id: u64, entry_id: u64) -> Result<Entry, StorageError> {
         let inner = &self.inner;
-        let Some(loc) = inner.index.location(ledger_id, entry_id)? else {
+        let Some(loc) = inner.index.location(ledger_id, entry_id).map_err(|e| self.note_index_damage(e))? else {
             // It may have been flushed between the cache look-up and the index's.
             if let Some(e) = self.read_cached(ledger_id, entry_id) {
                 return Ok(e);
             }
-            return Err(if inner.ledger(ledger_id).is_some() || inner.index.last_entry(ledger_id)?.is_some() {
+            let known = inner.ledger(ledger_id).is_some()
+                || inner.index.last_entry(ledger_id).map_err(|e| self.note_index_damage(e))?.is_some();
+            return Err(if known {
                 StorageError::NoSuchEntry(ledger_id, entry_id)
             } else {
                 StorageError::NoSuchLedger(ledger_id)
@@ -754,7 +780,8 @@ impl Drop for Store {
 fn write_marker(path: &Path) -> Result<(), StorageError> {
     use std::io::Write;
     let mut f = std::fs::File::create(path).map_err(|e| StorageError::io(path, e))?;
-    f.write_all(b"journal damaged: integrity check pending\n").map_err(|e| StorageError::io(path, e))?;
+    f.write_all(b"damage found (journal or index): integrity check pending\n")
+        .map_err(|e| StorageError::io(path, e))?;
     f.sync_all().map_err(|e| StorageError::io(path, e))?;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| StorageError::io(dir, e))
@@ -970,5 +997,37 @@ impl Inner {
                 Err(e)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue #20 item 5: a read that meets damage in the index fails with
+    /// Corrupt (no panic, no allocation sized by the damage), and the
+    /// data-integrity check is made pending, as for journal damage.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn index_damage_fails_the_read_and_makes_the_integrity_check_pending() {
+        let t = tempfile::tempdir().unwrap();
+        let marker = t.path().join("INTEGRITY_CHECK_PENDING");
+        let mut config = StoreConfig::new(t.path().join("journal"), t.path().join("ledgers"));
+        config.damage_marker = Some(marker.clone());
+        let store = Store::open(config).unwrap();
+        for e in 0..3u64 {
+            let entry = Entry::sealed(5, e, e as i64 - 1, bytes::Bytes::from(vec![e as u8; 64]));
+            store.add(entry, false).await.unwrap();
+        }
+        store.flush().unwrap();
+        // The run now claims a 4 GiB record.
+        let mut run = store.inner.index.raw_run(5, 0).expect("ledger 5's run");
+        let n = run.len();
+        run[n - 4..].copy_from_slice(&u32::MAX.to_be_bytes());
+        store.inner.index.damage(&SledIndex::run_key_of(5, 0), &run);
+        assert!(!marker.exists());
+        let err = store.read(5, 2).unwrap_err();
+        assert!(matches!(err, StorageError::Corrupt(_)), "{err}");
+        assert!(store.index_damaged());
+        assert!(marker.exists(), "the integrity check is pending");
     }
 }

@@ -30,6 +30,14 @@ const VERSION: u32 = 2;
 const FILE_HEADER_BYTES: u64 = 16;
 /// Bytes of a record before its payload.
 pub const RECORD_HEADER_BYTES: usize = 4 + 8 + 8 + 8 + 8 + 4;
+/// The most [`EntryLogs::read_region`] reads at once: compaction's slices
+/// (a few MiB) plus one record of the largest size.
+pub const REGION_MAX_BYTES: usize = 2 * RECORD_MAX_BYTES as usize;
+/// No record is longer: far above any entry a request frame can carry
+/// (`quire_proto::codec::MAX_FRAME_BYTES_DEFAULT`, about 5 MiB). A length
+/// past it, in the index or a log, is damage: refused before anything is
+/// allocated for it (issue #20 item 5).
+pub const RECORD_MAX_BYTES: u32 = 64 << 20;
 
 /// An entry log file's name: `entrylog-<id, 8 hex digits>.log`.
 pub fn log_path(dir: &Path, id: u32) -> PathBuf {
@@ -185,6 +193,13 @@ impl EntryLogs {
             // Compaction moved what the caller looked up: it looks again.
             return Err(StorageError::LogRemoved(loc.log_id));
         };
+        if loc.len > RECORD_MAX_BYTES {
+            return Err(StorageError::CorruptEntry(
+                ledger_id,
+                entry_id,
+                format!("the index gives a record of {} bytes (at most {RECORD_MAX_BYTES})", loc.len),
+            ));
+        }
         let mut buf = vec![0u8; loc.len as usize];
         file.read_exact_at(&mut buf, loc.offset).map_err(|e| match e.kind() {
             std::io::ErrorKind::UnexpectedEof => {
@@ -225,6 +240,12 @@ impl EntryLogs {
 
     /// Reads `len` bytes at `offset` of log `id` (blocking I/O).
     pub fn read_region(&self, id: u32, offset: u64, len: usize) -> Result<Bytes, StorageError> {
+        // Callers read a bounded slice of records; more is a length from damage.
+        if len > REGION_MAX_BYTES {
+            return Err(StorageError::Corrupt(format!(
+                "a read of {len} bytes of entry log {id} (at most {REGION_MAX_BYTES}): the index is damaged"
+            )));
+        }
         let file = self.files.read().expect("files lock").get(&id).cloned().ok_or(StorageError::LogRemoved(id))?;
         let mut buf = vec![0u8; len];
         file.read_exact_at(&mut buf, offset).map_err(|e| StorageError::io(&log_path(&self.dir, id), e))?;
