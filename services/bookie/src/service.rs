@@ -290,8 +290,9 @@ fn in_limbo(limbo: &crate::integrity::Limbo, ledger_id: u64, e: StorageError) ->
     }
 }
 
-/// Most entry ids one CheckEntries request may name.
-pub const MAX_CHECK_ENTRIES: usize = 4096;
+/// Most entry ids one CheckEntries request may name (the RPC server
+/// refuses more before decoding; checked again here).
+pub const MAX_CHECK_ENTRIES: usize = quire_proto::peek::MAX_CHECK_ENTRIES;
 
 /// Reads each entry from disk (or the write cache): which are absent, which
 /// fail their CRC. Any other storage failure fails the whole check, so that

@@ -30,6 +30,10 @@ pub fn decode_stream(data: &[u8], max_frame_bytes: usize) {
 
 /// Decodes one frame body both ways and touches what a server would.
 pub fn decode_frame(frame: bytes::Bytes) {
+    // The server scans a frame before it decodes it (peek.rs).
+    if let Ok(p) = crate::peek::peek_request(&frame) {
+        let _ = crate::peek::over_bounds(&p);
+    }
     if let Ok(req) = RequestFrame::decode(frame.clone()) {
         if let Some(body) = &req.body {
             let m = crate::Method::of_request(body);

@@ -5,6 +5,7 @@
 //! - [`digest`]: the CRC32C every entry carries.
 //! - [`method`]: which RPC a frame is, and the response each expects.
 //! - [`role`]: certificate roles and the table of which role may call what.
+//! - [`peek`]: a request frame's method and element counts, read before decoding.
 //!
 //! This crate does no I/O: it turns bytes into messages and back, and answers
 //! questions about them. The QUIC transport is `quire-rpc`.
@@ -14,6 +15,7 @@ pub mod digest;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod method;
+pub mod peek;
 pub mod role;
 
 /// Generated protobuf types of protocol version 1.

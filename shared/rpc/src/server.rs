@@ -109,6 +109,15 @@ pub struct ServerOptions {
     pub request_timeout_max: Duration,
     /// A connection with no traffic (keep-alives included) for this long is dropped.
     pub idle_timeout: Duration,
+    /// A handshake not finished by then is dropped, and its connection slot
+    /// freed: a slot is taken when the first packet arrives, before anyone
+    /// is authenticated, so this bounds what unauthenticated peers can hold
+    /// (issue #20 item 4).
+    pub handshake_timeout: Duration,
+    /// With more handshakes than this under way, a peer whose address is not
+    /// yet validated is sent a QUIC Retry first: one that spoofs its source
+    /// address never answers it and so never takes a slot.
+    pub retry_above_handshakes: usize,
 }
 
 impl Default for ServerOptions {
@@ -121,6 +130,8 @@ impl Default for ServerOptions {
             max_long_polls: 4096,
             request_timeout_max: Duration::from_secs(300),
             idle_timeout: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(5),
+            retry_above_handshakes: 64,
         }
     }
 }
@@ -134,6 +145,12 @@ pub struct ServerStats {
     pub handshakes_refused: AtomicU64,
     /// Connections refused for the connection bound.
     pub connections_over_limit: AtomicU64,
+    /// Handshakes begun (a connection slot taken).
+    pub handshakes_started: AtomicU64,
+    /// Handshakes dropped at `handshake_timeout`.
+    pub handshakes_timed_out: AtomicU64,
+    /// Retries sent to validate a peer's address under handshake pressure.
+    pub retries_sent: AtomicU64,
     /// Requests dispatched to a handler.
     pub requests: AtomicU64,
     /// Requests refused because the caller's role may not call the method.
@@ -172,6 +189,8 @@ struct Shared {
     abort: CancellationToken,
     /// Connections accepted and not yet ended (handshakes included).
     open_conns: AtomicUsize,
+    /// Of them, handshakes not yet finished.
+    handshaking: AtomicUsize,
     long_polls: Arc<Semaphore>,
     /// Request handler tasks: awaited at shutdown so in-flight requests finish.
     requests: TaskTracker,
@@ -220,6 +239,7 @@ impl Server {
             stop_accepting: CancellationToken::new(),
             abort: CancellationToken::new(),
             open_conns: AtomicUsize::new(0),
+            handshaking: AtomicUsize::new(0),
             long_polls: Arc::new(Semaphore::new(opts_long_polls)),
             requests: TaskTracker::new(),
             lanes: TaskTracker::new(),
@@ -280,7 +300,20 @@ async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>) {
             incoming.refuse();
             continue;
         }
+        if shared.handshaking.load(Ordering::SeqCst) >= shared.opts.retry_above_handshakes
+            && !incoming.remote_address_validated()
+        {
+            // The peer's answer to the Retry comes back as a new Incoming,
+            // its address then validated.
+            shared.stats.retries_sent.fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = incoming.retry() {
+                e.into_incoming().refuse();
+            }
+            continue;
+        }
         shared.open_conns.fetch_add(1, Ordering::SeqCst);
+        shared.handshaking.fetch_add(1, Ordering::SeqCst);
+        shared.stats.handshakes_started.fetch_add(1, Ordering::Relaxed);
         let s = shared.clone();
         tokio::spawn(async move {
             serve_connection(s.clone(), incoming).await;
@@ -293,11 +326,19 @@ async fn accept_loop(endpoint: quinn::Endpoint, shared: Arc<Shared>) {
 
 async fn serve_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
     let remote = incoming.remote_address();
-    let conn = match incoming.await {
-        Ok(c) => c,
-        Err(e) => {
+    let handshake = tokio::time::timeout(shared.opts.handshake_timeout, incoming).await;
+    shared.handshaking.fetch_sub(1, Ordering::SeqCst);
+    let conn = match handshake {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
             shared.stats.handshakes_refused.fetch_add(1, Ordering::Relaxed);
             warn!(%remote, error = %e, "refused connection: TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            // Dropping the half-made connection closes it.
+            shared.stats.handshakes_timed_out.fetch_add(1, Ordering::Relaxed);
+            warn!(%remote, timeout_ms = shared.opts.handshake_timeout.as_millis() as u64, "dropped connection: handshake not finished in time");
             return;
         }
     };
@@ -376,6 +417,32 @@ async fn serve_lane(
                 break;
             }
         };
+        // Scanned before it is decoded: a caller that may not call the
+        // method, or a body of too many elements, costs a scan of the
+        // frame's field headers and no allocation (quire_proto::peek).
+        if let Ok(p) = quire_proto::peek::peek_request(&frame) {
+            let refusal = match p.method {
+                Some(m) if !allowed(peer.role, m) => {
+                    shared.stats.permission_denied.fetch_add(1, Ordering::Relaxed);
+                    warn!(%peer, method = m.name(), "refused request before decoding it: role not permitted");
+                    Some(ServiceError::new(
+                        ErrorCode::PermissionDenied,
+                        format!("role {} may not call {}", peer.role, m.name()),
+                    ))
+                }
+                _ => quire_proto::peek::over_bounds(&p).map(|why| {
+                    shared.stats.bad_frames.fetch_add(1, Ordering::Relaxed);
+                    warn!(%remote, %peer, reason = why, "refused request before decoding it: too many elements");
+                    ServiceError::bad_request(why)
+                }),
+            };
+            if let Some(err) = refusal {
+                if tx.send(error_frame(p.request_id, instance, err)).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+        }
         let req = match RequestFrame::decode(frame) {
             Ok(r) => r,
             Err(e) => {

@@ -382,3 +382,107 @@ async fn a_dropped_call_leaves_no_waiter_behind() {
     peer.call(PingRequest::default()).await.unwrap();
     assert_eq!(peer.pending_calls(), 0);
 }
+
+/// Issue #20 item 4: a connection slot is taken when a handshake begins,
+/// before the peer is authenticated. A handshake that never finishes (here
+/// a relay passes the client's first packet to the server and drops every
+/// answer) holds it only until the handshake deadline, not the 30 s idle
+/// timeout; then the slot serves an authenticated client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handshake_that_never_finishes_frees_its_slot_at_the_handshake_deadline() {
+    let pki = Pki::new();
+    let opts = quire_rpc::ServerOptions {
+        max_connections: 1,
+        handshake_timeout: Duration::from_millis(500),
+        ..Default::default()
+    };
+    let server =
+        serve_with("127.0.0.1:0".parse().unwrap(), &pki.creds(Role::Bookie, "1"), Arc::new(ControlOnly), "a", opts);
+    let addr = server.local_addr();
+    // The relay: the client's Initial goes to the server; answers go nowhere.
+    let relay = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    relay.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let relay_addr = relay.local_addr().unwrap().to_string();
+    let stalled = client(&pki.creds(Role::Gateway, "1"));
+    let call = tokio::spawn(async move {
+        let peer = stalled.peer(&relay_addr, Role::Bookie, None);
+        let _ = peer.call_full(PingRequest::default(), CallOptions::timeout(Duration::from_secs(3))).await;
+    });
+    let mut buf = vec![0u8; 65536];
+    let (n, _) = tokio::task::block_in_place(|| relay.recv_from(&mut buf)).unwrap();
+    relay.send_to(&buf[..n], addr).unwrap();
+    wait_until(Duration::from_secs(5), "the relayed handshake began", || {
+        (server.stats().handshakes_started.load(Ordering::Relaxed) == 1).then_some(())
+    })
+    .unwrap();
+    // It holds the only slot until its deadline, then lets go of it.
+    wait_until(Duration::from_secs(10), "the unfinished handshake dropped", || {
+        (server.stats().handshakes_timed_out.load(Ordering::Relaxed) == 1).then_some(())
+    })
+    .unwrap();
+    let good = client(&pki.creds(Role::Gateway, "2"));
+    good.peer(&addr.to_string(), Role::Bookie, None).call(PingRequest::default()).await.unwrap();
+    assert_eq!(server.stats().connections_accepted.load(Ordering::Relaxed), 1);
+    call.await.unwrap();
+}
+
+/// Under handshake pressure a peer proves its address first (QUIC Retry):
+/// one that spoofs it never answers and takes no slot; a real client
+/// answers transparently and connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_handshake_pressure_a_peer_proves_its_address_first() {
+    let pki = Pki::new();
+    let opts = quire_rpc::ServerOptions { retry_above_handshakes: 0, ..Default::default() };
+    let server =
+        serve_with("127.0.0.1:0".parse().unwrap(), &pki.creds(Role::Bookie, "1"), Arc::new(ControlOnly), "a", opts);
+    let c = client(&pki.creds(Role::Gateway, "1"));
+    c.peer(&server.local_addr().to_string(), Role::Bookie, None).call(PingRequest::default()).await.unwrap();
+    assert_eq!(server.stats().retries_sent.load(Ordering::Relaxed), 1);
+    assert_eq!(server.stats().handshakes_started.load(Ordering::Relaxed), 1, "only the validated attempt takes a slot");
+    assert_eq!(server.stats().connections_accepted.load(Ordering::Relaxed), 1);
+}
+
+/// Issue #20 item 4: a frame is scanned before it is decoded. Ten thousand
+/// empty adds in one small frame (a 5 MiB frame of them would be hundreds
+/// of MB once decoded) are refused BAD_REQUEST from the scan, with the
+/// request's id, and a method the caller's role may not call is refused
+/// the same way (PERMISSION_DENIED) before its body is built; the lane
+/// lives on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_is_authorised_and_bounded_before_it_is_decoded() {
+    let pki = Pki::new();
+    let server = serve(&pki.creds(Role::Bookie, "1"), FakeBookie::new());
+    let (_ep, _conn, mut send, mut recv) = raw_lane(&pki, server.local_addr()).await;
+    let mut dec = FrameDecoder::new(1 << 20);
+    let many = v1::AddEntriesRequest { adds: vec![v1::AddEntryRequest::default(); 10_000] };
+    let frame =
+        RequestFrame { request_id: 21, body: Some(v1::request_frame::Body::AddEntries(many)), ..Default::default() };
+    let mut buf = BytesMut::new();
+    encode_frame(&frame, &mut buf);
+    assert!(buf.len() < quire_proto::MAX_FRAME_BYTES_DEFAULT, "{} bytes: within the frame limit", buf.len());
+    send.write_all(&buf).await.unwrap();
+    let r = read_response(&mut recv, &mut dec).await.unwrap();
+    assert_eq!((r.request_id, r.code), (21, ErrorCode::BadRequest as i32), "{r:?}");
+    assert!(r.message.contains("at most 4096"), "{r:?}");
+    // RunGc is the operator's: refused from the scan, with the id.
+    let gc = RequestFrame {
+        request_id: 23,
+        body: Some(v1::request_frame::Body::RunGc(v1::RunGcRequest { major: true })),
+        ..Default::default()
+    };
+    let mut buf = BytesMut::new();
+    encode_frame(&gc, &mut buf);
+    send.write_all(&buf).await.unwrap();
+    let r = read_response(&mut recv, &mut dec).await.unwrap();
+    assert_eq!((r.request_id, r.code), (23, ErrorCode::PermissionDenied as i32), "{r:?}");
+    let ping = RequestFrame {
+        request_id: 22,
+        body: Some(v1::request_frame::Body::Ping(PingRequest { payload: Bytes::from_static(b"ok"), echo: true })),
+        ..Default::default()
+    };
+    let mut buf = BytesMut::new();
+    encode_frame(&ping, &mut buf);
+    send.write_all(&buf).await.unwrap();
+    let r = read_response(&mut recv, &mut dec).await.unwrap();
+    assert_eq!((r.request_id, r.code), (22, 0), "{r:?}");
+}
