@@ -38,6 +38,45 @@ pub struct Token {
     secret: String,
 }
 
+/// The tokens in force, replaced whole on reload (SIGHUP): requests read a
+/// snapshot, so one sees the old set or the new, never a mix.
+pub struct TokenSet(std::sync::RwLock<std::sync::Arc<Vec<Token>>>);
+
+impl TokenSet {
+    pub fn new(tokens: Vec<Token>) -> TokenSet {
+        TokenSet(std::sync::RwLock::new(std::sync::Arc::new(tokens)))
+    }
+
+    /// The tokens in force now.
+    pub fn current(&self) -> std::sync::Arc<Vec<Token>> {
+        self.0.read().expect("tokens lock").clone()
+    }
+
+    /// Re-reads `path`; a file that cannot be read, does not parse or holds
+    /// no token keeps the tokens in force (a rotation half-written must not
+    /// lock everyone out, nor open the API), and says why.
+    pub fn reload(&self, path: &std::path::Path) {
+        match load_tokens(path) {
+            Ok(t) => {
+                let principals: Vec<String> = t.iter().map(|t| t.principal.clone()).collect();
+                *self.0.write().expect("tokens lock") = std::sync::Arc::new(t);
+                tracing::info!(?principals, "reloaded the bearer tokens");
+            }
+            Err(e) => tracing::error!(error = %e, "kept the bearer tokens in force: the new file is not usable"),
+        }
+    }
+}
+
+/// Reads and parses a token file; one that holds no token is an error.
+pub fn load_tokens(path: &std::path::Path) -> Result<Vec<Token>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("read {}: {e}", path.display()))?;
+    let t = parse_tokens(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    if t.is_empty() {
+        return Err(format!("{} holds no token", path.display()));
+    }
+    Ok(t)
+}
+
 /// Reads a token file: one token per line, `NAME TOKEN` (NAME is the
 /// principal it authenticates: letters, digits, `.`, `_`, `-`, at most 64)
 /// or a bare `TOKEN`, whose principal is `token-` and the first 12 hex

@@ -67,6 +67,7 @@ struct Args {
     /// it, every request needs `Authorization: Bearer <token>` except GET
     /// /healthz, /readyz, /metrics and /openapi.json, spelled exactly so;
     /// a ledger created with a token is its principal's to write and delete.
+    /// SIGHUP re-reads it (a file that does not parse keeps the old tokens).
     #[arg(long, env = "QUIRE_AUTH_TOKEN_FILE")]
     auth_token_file: Option<PathBuf>,
 
@@ -123,15 +124,10 @@ fn main() -> anyhow::Result<()> {
     // Held for the life of the process: the id is this replica's while it runs.
     let _slot = args.common.claim_id()?;
     let telemetry = logging::init_from("quire-gateway", &args.common)?;
-    let tokens: Arc<Vec<auth::Token>> = Arc::new(match &args.auth_token_file {
-        Some(p) => {
-            let text = std::fs::read_to_string(p).with_context(|| format!("read {}", p.display()))?;
-            let t = auth::parse_tokens(&text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
-            anyhow::ensure!(!t.is_empty(), "{} holds no token", p.display());
-            t
-        }
+    let tokens = Arc::new(auth::TokenSet::new(match &args.auth_token_file {
+        Some(p) => auth::load_tokens(p).map_err(anyhow::Error::msg)?,
         None => Vec::new(),
-    });
+    }));
     let tls = match (&args.https_cert, &args.https_key) {
         (Some(c), Some(k)) => Some(https_config(c, k)?),
         _ => None,
@@ -162,6 +158,7 @@ fn main() -> anyhow::Result<()> {
     })?;
     let rt_handle = rt.handle().clone();
     let metrics = web::Data::new(api::Metrics::default());
+    let tokens_for_reload = tokens.clone();
     let result = actix_web::rt::System::new().block_on(async move {
         let data = web::Data::new(state);
         let m = metrics.clone();
@@ -175,11 +172,12 @@ fn main() -> anyhow::Result<()> {
                 // probes' exact paths (deny by default: auth.rs says why).
                 // A refusal is logged by the access log below, as a 401.
                 .wrap_fn(move |req, srv| {
-                    let principal = if tokens.is_empty() {
+                    let current = tokens.current();
+                    let principal = if current.is_empty() {
                         Some(auth::Principal::anonymous())
                     } else {
                         let header = req.headers().get("authorization").and_then(|h| h.to_str().ok());
-                        auth::principal_of(header, &tokens).map(|p| auth::Principal(p.to_string()))
+                        auth::principal_of(header, &current).map(|p| auth::Principal(p.to_string()))
                     };
                     let refused = principal.is_none() && !auth::open_without_token(req.method(), req.path());
                     if let Some(p) = principal {
@@ -232,6 +230,22 @@ fn main() -> anyhow::Result<()> {
         }
         .with_context(|| format!("bind the HTTP API on {}", args.http_listen))?;
         let addr = *server.addrs().first().context("no HTTP address bound")?;
+        // SIGHUP re-reads the token file (rotation without a restart), and
+        // is never the default "terminate": installed before the ready file.
+        {
+            let _guard = rt_handle.enter();
+            let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+                .context("install SIGHUP handler")?;
+            let (tokens, file) = (tokens_for_reload.clone(), args.auth_token_file.clone());
+            rt_handle.spawn(async move {
+                while hup.recv().await.is_some() {
+                    match &file {
+                        Some(p) => tokens.reload(p),
+                        None => tracing::info!("SIGHUP: no --auth-token-file to reload"),
+                    }
+                }
+            });
+        }
         if let Some(p) = &args.http_ready_file {
             write_ready(p, addr)?;
         }

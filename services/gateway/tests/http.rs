@@ -580,6 +580,35 @@ fn a_ledger_created_over_http_is_its_principals_to_write_and_delete() {
     assert_eq!(call_with(&g.http, "DELETE", &p(""), None, &a, b"").0, 204);
 }
 
+/// Issue #20 item 6: SIGHUP re-reads the token file. The new tokens work
+/// and the old ones are refused from then on, with no restart; a file that
+/// does not parse keeps the tokens in force (a half-written rotation must
+/// neither lock everyone out nor open the API).
+#[test]
+fn sighup_rotates_the_bearer_tokens_and_a_broken_file_changes_nothing() {
+    let g = start_with_token(Some("s3cret"));
+    let file = g._dir.path().join("tokens");
+    let list = |token: &str| {
+        call_with(&g.http, "GET", "/v1/ledgers", None, &[("Authorization", &format!("Bearer {token}"))], b"").0
+    };
+    assert_eq!(list("s3cret"), 200);
+    std::fs::write(&file, "ops fresh\n").unwrap();
+    g._proc.signal("HUP").unwrap();
+    quire_testkit::wait_until(Duration::from_secs(10), "the new token accepted", || {
+        (list("fresh") == 200).then_some(())
+    })
+    .unwrap();
+    assert_eq!(list("s3cret"), 401, "the old token is refused once the new file is in force");
+    std::fs::write(&file, "a name with spaces\n").unwrap();
+    g._proc.signal("HUP").unwrap();
+    quire_testkit::wait_until(Duration::from_secs(10), "the broken file reported", || {
+        g._proc.log().contains("kept the bearer tokens in force").then_some(())
+    })
+    .unwrap();
+    assert_eq!((list("fresh"), list("s3cret")), (200, 401));
+    assert_eq!(g.call("GET", "/healthz", None, b"").0, 200, "SIGHUP does not stop the gateway");
+}
+
 #[test]
 fn the_openapi_document_lists_every_route_and_each_one_answers() {
     let g = start();
