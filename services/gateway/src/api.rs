@@ -75,12 +75,12 @@ endpoints! {
     get "/healthz" => healthz, "Liveness", "", "Status", [200];
     get "/readyz" => readyz, "Readiness: the metadata service answers", "", "Status", [200, 503];
     get "/metrics" => metrics, "Prometheus metrics", "", "text", [200];
-    post "/v1/ledgers" => create, "Create a ledger; this gateway holds its writer", "create", "Ledger", [201, 400, 503];
+    post "/v1/ledgers" => create, "Create a ledger; this gateway holds its writer", "create", "Ledger", [201, 400, 408, 503];
     get "/v1/ledgers" => list, "List ledger ids (start_after, limit)", "", "LedgerList", [200, 400, 503];
     get "/v1/ledgers/{id}" => get_ledger, "A ledger's metadata", "", "Ledger", [200, 400, 404];
     delete "/v1/ledgers/{id}" => delete, "Delete a ledger (space reclaimed by GC)", "", "", [204, 400, 403, 404];
-    post "/v1/ledgers/{id}/entries" => append, "Append one entry (raw body)", "raw", "Appended", [200, 400, 403, 404, 409, 413, 503, 504];
-    post "/v1/ledgers/{id}/entries:batch" => append_batch, "Append several entries (base64)", "batch", "AppendedBatch", [200, 400, 403, 404, 409, 413, 503, 504];
+    post "/v1/ledgers/{id}/entries" => append, "Append one entry (raw body)", "raw", "Appended", [200, 400, 403, 404, 408, 409, 413, 503, 504];
+    post "/v1/ledgers/{id}/entries:batch" => append_batch, "Append several entries (base64)", "batch", "AppendedBatch", [200, 400, 403, 404, 408, 409, 413, 503, 504];
     get "/v1/ledgers/{id}/entries" => read_range, "Entries from..=to, at most up to the LAC (streamed)", "", "Entries", [200, 400, 404];
     get "/v1/ledgers/{id}/entries/{eid}" => read_one, "One entry, raw bytes", "", "bytes", [200, 400, 404];
     get "/v1/ledgers/{id}/lac" => lac, "The LAC; with after and timeout_ms, a long poll", "", "Lac", [200, 400, 404];
@@ -112,17 +112,27 @@ fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiErro
         .map_err(|e| ApiError::bad_request(format!("bad query string: {e}")))
 }
 
-/// Reads a body of at most `limit` bytes; more is 413, before it is all read.
-async fn body(mut payload: web::Payload, limit: usize, too_large: fn(usize) -> ApiError) -> Result<Bytes, ApiError> {
-    let mut buf = web::BytesMut::new();
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
-        if buf.len() + chunk.len() > limit {
-            return Err(too_large(limit));
+/// Reads a body of at most `limit` bytes within the body deadline; more is
+/// 413, before it is all read, and later is 408.
+async fn body(
+    state: &State,
+    mut payload: web::Payload,
+    limit: usize,
+    too_large: fn(usize) -> ApiError,
+) -> Result<Bytes, ApiError> {
+    let deadline = state.body_timeout;
+    let read = async {
+        let mut buf = web::BytesMut::new();
+        while let Some(chunk) = payload.next().await {
+            let chunk = chunk.map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
+            if buf.len() + chunk.len() > limit {
+                return Err(too_large(limit));
+            }
+            buf.extend_from_slice(&chunk);
         }
-        buf.extend_from_slice(&chunk);
-    }
-    Ok(buf.freeze())
+        Ok(buf.freeze())
+    };
+    tokio::time::timeout(deadline, read).await.unwrap_or_else(|_| Err(ApiError::body_timeout(deadline)))
 }
 
 fn entry_too_large(limit: usize) -> ApiError {
@@ -168,10 +178,13 @@ async fn metrics(state: State, m: web::Data<Metrics>) -> HttpResponse {
          # HELP quire_gateway_errors_total Requests answered with an error.\n\
          # TYPE quire_gateway_errors_total counter\nquire_gateway_errors_total {}\n\
          # HELP quire_gateway_writers Writer handles held.\n\
-         # TYPE quire_gateway_writers gauge\nquire_gateway_writers {writers}\n",
+         # TYPE quire_gateway_writers gauge\nquire_gateway_writers {writers}\n\
+         # HELP quire_gateway_client_tasks Tasks doing HTTP requests' work on the client runtime now.\n\
+         # TYPE quire_gateway_client_tasks gauge\nquire_gateway_client_tasks {}\n",
         m.appends.load(Ordering::Relaxed),
         m.reads.load(Ordering::Relaxed),
         m.errors.load(Ordering::Relaxed),
+        state.client_tasks(),
     );
     m.append_seconds.render(
         &mut text,
@@ -213,7 +226,7 @@ struct CreateBody {
 }
 
 async fn create(state: State, req: HttpRequest, payload: web::Payload) -> Result<HttpResponse, ApiError> {
-    let raw = body(payload, 64 * 1024, body_too_large).await?;
+    let raw = body(&state, payload, 64 * 1024, body_too_large).await?;
     let b: CreateBody = if raw.iter().all(u8::is_ascii_whitespace) {
         CreateBody { ensemble: None, write_quorum: None, ack_quorum: None, metadata: None }
     } else {
@@ -253,14 +266,14 @@ async fn list(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> 
     let q: ListQuery = query(&req)?;
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
     let s = state.get_ref().clone();
-    let (ids, next) = state.run(async move { Ok(s.client.list(q.start_after, limit).await?) }).await?;
+    let (ids, next) = state.run_read(async move { Ok(s.client.list(q.start_after, limit).await?) }).await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({ "ledgers": ids, "next": next })))
 }
 
 async fn get_ledger(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let id = id_param(&req, "id")?;
     let s = state.get_ref().clone();
-    let meta = state.run(async move { Ok(s.client.metadata(id).await?) }).await?;
+    let meta = state.run_read(async move { Ok(s.client.metadata(id).await?) }).await?;
     Ok(HttpResponse::Ok().json(ledger_json(&meta)))
 }
 
@@ -330,7 +343,7 @@ async fn append(
     m: web::Data<Metrics>,
 ) -> Result<HttpResponse, ApiError> {
     let id = id_param(&req, "id")?;
-    let data = body(payload, state.max_entry_bytes, entry_too_large).await?;
+    let data = body(&state, payload, state.max_entry_bytes, entry_too_large).await?;
     let w = writer_of(state.get_ref(), id, &principal(&req)).await?;
     // Straight to the writer actor (on the client's runtime) from this worker:
     // a channel send and a reply, no task hop.
@@ -356,7 +369,7 @@ async fn append_batch(
     let id = id_param(&req, "id")?;
     // Base64 is 4/3 of the bytes; allow the quotes and commas around them.
     let limit = 16 * 1024 * 1024;
-    let b: BatchBody = json_body(&body(payload, limit, body_too_large).await?)?;
+    let b: BatchBody = json_body(&body(&state, payload, limit, body_too_large).await?)?;
     if b.entries.is_empty() || b.entries.len() > 10_000 {
         return Err(ApiError::bad_request(format!("a batch holds 1 to 10000 entries, not {}", b.entries.len())));
     }
@@ -509,7 +522,7 @@ async fn lac(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let wait = Duration::from_millis(q.timeout_ms.unwrap_or(0).min(60_000));
     let s = state.get_ref().clone();
     let lac = state
-        .run(async move {
+        .run_read(async move {
             let r = open_reader(&s, id).await?;
             Ok(match q.after {
                 Some(after) if !wait.is_zero() => r.wait_lac(after, wait).await?,
@@ -601,7 +614,7 @@ fn bookie_json(b: &v1::BookieRecord) -> serde_json::Value {
 
 async fn bookies(state: State) -> Result<HttpResponse, ApiError> {
     let s = state.get_ref().clone();
-    let list = state.run(async move { meta_call(&s, v1::ListBookiesRequest {}).await }).await?;
+    let list = state.run_read(async move { meta_call(&s, v1::ListBookiesRequest {}).await }).await?;
     // Registered bookies, then decommissioning or retired ones that are down.
     let all: Vec<serde_json::Value> = list.bookies.iter().chain(&list.retired).map(bookie_json).collect();
     Ok(HttpResponse::Ok().json(serde_json::json!({ "bookies": all })))
@@ -644,7 +657,7 @@ fn bookie_detail_json(r: &v1::GetBookieResponse) -> serde_json::Value {
 async fn get_bookie(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let id = bookie_param(&req)?;
     let s = state.get_ref().clone();
-    let r = state.run(async move { meta_call(&s, v1::GetBookieRequest { bookie_id: id }).await }).await?;
+    let r = state.run_read(async move { meta_call(&s, v1::GetBookieRequest { bookie_id: id }).await }).await?;
     Ok(HttpResponse::Ok().json(bookie_detail_json(&r)))
 }
 

@@ -50,6 +50,15 @@ impl ApiError {
         }
     }
 
+    /// 408: the request body did not arrive in time.
+    pub fn body_timeout(limit: std::time::Duration) -> ApiError {
+        ApiError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            code: "RequestTimeout",
+            message: format!("the request body did not arrive within {} ms", limit.as_millis()),
+        }
+    }
+
     /// 403: authenticated, but this ledger is another principal's.
     pub fn forbidden(message: impl Into<String>) -> ApiError {
         ApiError { status: StatusCode::FORBIDDEN, code: "Forbidden", message: message.into() }

@@ -89,6 +89,11 @@ struct Args {
     /// it), in milliseconds; past it the caller gets 504 Timeout.
     #[arg(long, env = "QUIRE_REQUEST_TIMEOUT_MS", default_value_t = 75_000)]
     request_timeout_ms: u64,
+
+    /// Longest a request body may take to arrive, in milliseconds; past it
+    /// the caller gets 408 (a slow upload does not hold a worker for ever).
+    #[arg(long, env = "QUIRE_BODY_TIMEOUT_MS", default_value_t = 30_000)]
+    body_timeout_ms: u64,
 }
 
 /// The HTTPS server configuration: ring as the provider (the one quinn uses;
@@ -145,6 +150,8 @@ fn main() -> anyhow::Result<()> {
             max_entry_bytes: args.max_entry_bytes,
             max_range_entries: args.max_range_entries.max(1),
             request_timeout: Duration::from_millis(args.request_timeout_ms.max(1000)),
+            body_timeout: Duration::from_millis(args.body_timeout_ms.max(100)),
+            client_tasks: std::sync::atomic::AtomicUsize::new(0),
         });
         let svc = RunningService::start(
             Role::Gateway,

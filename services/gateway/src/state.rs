@@ -24,22 +24,70 @@ pub struct GatewayState {
     pub max_range_entries: usize,
     /// Longest a request's client work may take: then 504 Timeout.
     pub request_timeout: std::time::Duration,
+    /// Longest a request body may take to arrive: then 408.
+    pub body_timeout: std::time::Duration,
+    /// Tasks on the client's runtime for HTTP requests (for /metrics).
+    pub client_tasks: std::sync::atomic::AtomicUsize,
 }
 
 impl GatewayState {
     /// Runs `f` on the client's runtime, for at most the request timeout.
+    /// It runs to its end even if the HTTP client goes away: a change
+    /// begun (a create, a close) is finished, so that this gateway's own
+    /// state (its writers) stays true. Reads use [`GatewayState::run_read`].
     pub async fn run<T: Send + 'static>(
         self: &Arc<Self>,
         f: impl Future<Output = Result<T, ApiError>> + Send + 'static,
     ) -> Result<T, ApiError> {
+        let task = self.spawn_counted(f);
+        task.await.map_err(|e| ApiError::internal(format!("request task: {e}")))?
+    }
+
+    /// As [`GatewayState::run`], for work that changes nothing (a read, a
+    /// long poll): it is cancelled when the HTTP client goes away (actix
+    /// drops the handler), rather than holding a task and a reader until
+    /// the request timeout (issue #20 item 4).
+    pub async fn run_read<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl Future<Output = Result<T, ApiError>> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+        impl<T> Drop for AbortOnDrop<T> {
+            fn drop(&mut self) {
+                self.0.abort();
+            }
+        }
+        let mut task = AbortOnDrop(self.spawn_counted(f));
+        (&mut task.0).await.map_err(|e| ApiError::internal(format!("request task: {e}")))?
+    }
+
+    /// Tasks running on the client's runtime for HTTP requests now.
+    pub fn client_tasks(&self) -> usize {
+        self.client_tasks.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn spawn_counted<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl Future<Output = Result<T, ApiError>> + Send + 'static,
+    ) -> tokio::task::JoinHandle<Result<T, ApiError>> {
+        struct Counted(Arc<GatewayState>);
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                self.0.client_tasks.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
         let limit = self.request_timeout;
+        self.client_tasks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let counted = Counted(self.clone());
         // The request's span (its trace) goes along to the client's runtime.
         let span = tracing::Span::current();
-        let task = self.rt.spawn(tracing::Instrument::instrument(
-            async move { tokio::time::timeout(limit, f).await.unwrap_or_else(|_| Err(ApiError::timeout(limit))) },
+        self.rt.spawn(tracing::Instrument::instrument(
+            async move {
+                let _counted = counted;
+                tokio::time::timeout(limit, f).await.unwrap_or_else(|_| Err(ApiError::timeout(limit)))
+            },
             span,
-        ));
-        task.await.map_err(|e| ApiError::internal(format!("request task: {e}")))?
+        ))
     }
 
     /// `f` (already on an HTTP worker), for at most the request timeout.

@@ -32,6 +32,11 @@ fn start_with(token: Option<&str>, bookies: usize) -> Gateway {
 /// A cluster of `bookies` bookies and a gateway; with `token`, the gateway
 /// requires it; with `https`, it serves HTTPS with its own certificate.
 fn start_full(token: Option<&str>, bookies: usize, https: bool) -> Gateway {
+    start_args(token, bookies, https, &[])
+}
+
+/// As [`start_full`], with extra gateway flags.
+fn start_args(token: Option<&str>, bookies: usize, https: bool, extra: &[&str]) -> Gateway {
     let dir = tempfile::tempdir().unwrap();
     let certs = dir.path().join("certs");
     init_dir(&certs, "test", &LocalCluster { metadata: 3, bookies: bookies as u32 }, &IssueOptions::default()).unwrap();
@@ -62,6 +67,7 @@ fn start_full(token: Option<&str>, bookies: usize, https: bool) -> Gateway {
         std::fs::write(&token_file, format!("other-token\n{t}\n")).unwrap();
         args.extend(["--auth-token-file", token_file.to_str().unwrap()]);
     }
+    args.extend(extra);
     let (cert, key) = (certs.join("gateway-1.pem"), certs.join("gateway-1.key"));
     if https {
         args.extend(["--https-cert", cert.to_str().unwrap(), "--https-key", key.to_str().unwrap()]);
@@ -607,6 +613,46 @@ fn sighup_rotates_the_bearer_tokens_and_a_broken_file_changes_nothing() {
     .unwrap();
     assert_eq!((list("fresh"), list("s3cret")), (200, 401));
     assert_eq!(g.call("GET", "/healthz", None, b"").0, 200, "SIGHUP does not stop the gateway");
+}
+
+/// Issue #20 item 4: a body that stops arriving is answered 408 at the
+/// body deadline instead of holding a worker; a read whose HTTP client
+/// went away (here a LAC long poll of 60 s) stops its work at once rather
+/// than at its own end (`quire_gateway_client_tasks` counts that work).
+#[test]
+fn a_stalled_upload_gets_408_and_a_vanished_reader_stops_its_work() {
+    let g = start_args(None, 3, false, &["--body-timeout-ms", "500"]);
+    let (status, v) = g.json("POST", "/v1/ledgers", "");
+    assert_eq!(status, 201, "{v}");
+    let id = v["ledger_id"].as_u64().unwrap();
+
+    let mut s = TcpStream::connect(&g.http).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let head = format!(
+        "POST /v1/ledgers/{id}/entries HTTP/1.1\r\nHost: quire\r\nContent-Type: application/octet-stream\r\nContent-Length: 100\r\n\r\n0123456789"
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    let mut reply = [0u8; 12];
+    s.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply, b"HTTP/1.1 408", "{}", String::from_utf8_lossy(&reply));
+    drop(s);
+
+    let tasks = || {
+        let (_, m) = g.call("GET", "/metrics", None, b"");
+        let m = String::from_utf8(m).unwrap();
+        m.lines().find_map(|l| l.strip_prefix("quire_gateway_client_tasks ")).map(|n| n.parse::<u64>().unwrap())
+    };
+    assert_eq!(tasks(), Some(0));
+    let mut poll = TcpStream::connect(&g.http).unwrap();
+    let req = format!("GET /v1/ledgers/{id}/lac?after=5&timeout_ms=60000 HTTP/1.1\r\nHost: quire\r\n\r\n");
+    poll.write_all(req.as_bytes()).unwrap();
+    quire_testkit::wait_until(Duration::from_secs(10), "the long poll parked", || (tasks() == Some(1)).then_some(()))
+        .unwrap();
+    drop(poll);
+    quire_testkit::wait_until(Duration::from_secs(10), "the poll's work stopped with its client", || {
+        (tasks() == Some(0)).then_some(())
+    })
+    .unwrap();
 }
 
 #[test]
