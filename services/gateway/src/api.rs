@@ -406,7 +406,7 @@ async fn read_one(state: State, req: HttpRequest, m: web::Data<Metrics>) -> Resu
     let eid = id_param(&req, "eid")?;
     let s = state.get_ref().clone();
     let e = state
-        .run(async move {
+        .run_read(async move {
             let r = open_reader(&s, id).await?;
             Ok(r.read(eid).await?)
         })

@@ -107,6 +107,14 @@ pub fn parse_tokens(text: &str) -> Result<Vec<Token>, String> {
             }
             _ => return Err(format!("line {}: expected `TOKEN` or `NAME TOKEN`", n + 1)),
         };
+        // A name must not pose as another principal: `anonymous` owns what
+        // was created without tokens, `token-…` names unnamed tokens.
+        if fields.len() == 2 && (principal == "anonymous" || principal.starts_with("token-")) {
+            return Err(format!("line {}: the principal name {principal:?} is reserved", n + 1));
+        }
+        if out.iter().any(|t: &Token| t.secret == secret) {
+            return Err(format!("line {}: a token listed twice", n + 1));
+        }
         out.push(Token { principal, secret: secret.to_string() });
     }
     Ok(out)
@@ -162,5 +170,14 @@ mod tests {
         }
         assert!(parse_tokens("al ice s3cret").is_err());
         assert!(parse_tokens("al/ice s3cret").is_err());
+        assert!(parse_tokens("anonymous s3cret").is_err(), "would own what was created without tokens");
+        assert!(parse_tokens("token-0123456789ab s3cret").is_err(), "would pose as an unnamed token");
+        assert!(parse_tokens("a s3cret\nb s3cret").is_err(), "one secret, two principals");
+        // One name, two secrets: a rotation under way.
+        let both = parse_tokens("a one\na two").unwrap();
+        assert_eq!(
+            (principal_of(Some("Bearer one"), &both), principal_of(Some("Bearer two"), &both)),
+            (Some("a"), Some("a"))
+        );
     }
 }

@@ -525,7 +525,7 @@ async fn watch<T>(shared: &Shared, timeout: Duration, check: impl Fn(&MetaState)
 /// must be the sender's own certificate id, or one replica's certificate
 /// could campaign, lead or install snapshots as another (issue #20 item 3).
 fn sender_is(peer: &quire_rpc::PeerIdentity, claimed: Option<u64>, what: &str) -> Result<(), ServiceError> {
-    if claimed.is_some_and(|id| id.to_string() == peer.id) {
+    if claimed.is_some_and(|id| peer.id.parse::<u64>() == Ok(id)) {
         return Ok(());
     }
     tracing::warn!(%peer, ?claimed, what, "refused a raft message that names another replica");

@@ -60,7 +60,8 @@ fn field(msg: &[u8], at: usize) -> Result<Field, String> {
         2 => {
             let n = decode_varint(&mut buf).map_err(|e| format!("length: {e}"))?;
             let header = msg.len() - buf.len() - start;
-            header + usize::try_from(n).map_err(|_| "length out of range".to_string())?
+            let n = usize::try_from(n).map_err(|_| "length out of range".to_string())?;
+            header.checked_add(n).ok_or("length out of range")?
         }
         5 => 4,
         w => return Err(format!("wire type {w} is not used by quire")),
@@ -116,19 +117,28 @@ fn method_of(number: u32) -> Option<Method> {
 }
 
 /// Scans a request frame (its encoded `RequestFrame`, without the length
-/// prefix). An error means the frame does not decode either.
+/// prefix). The server refuses a frame it cannot scan (quire sends no
+/// groups and no malformed fields), so that nothing the scan does not
+/// understand reaches the decoder unchecked.
+///
+/// It follows the decoder: fields it does not know are skipped; a body
+/// field of another number replaces the body (a oneof), one of the same
+/// number merges into it (so its elements add up).
 pub fn peek_request(frame: &[u8]) -> Result<Peeked, String> {
     let mut p = Peeked { request_id: 0, method: None, body_fields: 0, repeated: 0 };
+    let mut body_number = None;
     for f in fields(frame) {
         let f = f?;
         match (f.number, f.wire) {
             (1, 0) => p.request_id = decode_varint(&mut &frame[f.value.clone()]).map_err(|e| e.to_string())?,
-            (n, 2) if n >= 10 => {
-                // A oneof: the last body field wins, as in the decoder.
-                p.method = method_of(n);
+            (n, 2) if method_of(n).is_some() => {
+                if body_number != Some(n) {
+                    body_number = Some(n);
+                    p.method = method_of(n);
+                    p.body_fields = 0;
+                    p.repeated = 0;
+                }
                 let body = payload(frame, &f)?;
-                p.body_fields = 0;
-                p.repeated = 0;
                 for g in fields(body) {
                     let g = g?;
                     p.body_fields += 1;
@@ -209,5 +219,28 @@ mod tests {
         }
         assert!(peek_request(&[0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f]).is_err(), "a length past the end");
         assert!(peek_request(&[0x0b]).is_err(), "a group");
+        let huge = [0x0a, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
+        assert!(peek_request(&huge).is_err(), "a length near 2^64 does not overflow");
+    }
+
+    /// The review's bypasses: the same body field twice merges in the
+    /// decoder, so the scan adds its elements up; an unknown field number
+    /// after the body neither hides the method nor resets the counts.
+    #[test]
+    fn the_scan_counts_what_the_decoder_will_build() {
+        let half = v1::AddEntriesRequest { adds: vec![v1::AddEntryRequest::default(); MAX_BATCH_ADDS] };
+        let one = frame(1, Body::AddEntries(half));
+        let mut twice = one.clone();
+        twice.extend_from_slice(&one[2..]); // the body field again (after the request id)
+        let decoded = RequestFrame::decode(twice.as_slice()).unwrap();
+        let Some(Body::AddEntries(b)) = decoded.body else { panic!("not AddEntries") };
+        assert_eq!(b.adds.len(), 2 * MAX_BATCH_ADDS, "the decoder merges them");
+        let p = peek_request(&twice).unwrap();
+        assert_eq!((p.method, p.repeated), (Some(Method::AddEntries), 2 * MAX_BATCH_ADDS));
+        assert!(over_bounds(&p).is_some());
+        let mut hidden = twice.clone();
+        hidden.extend_from_slice(&[(12 << 3) | 2, 0]); // field 12: in no oneof
+        let p = peek_request(&hidden).unwrap();
+        assert_eq!((p.method, p.repeated), (Some(Method::AddEntries), 2 * MAX_BATCH_ADDS));
     }
 }

@@ -420,7 +420,20 @@ async fn serve_lane(
         // Scanned before it is decoded: a caller that may not call the
         // method, or a body of too many elements, costs a scan of the
         // frame's field headers and no allocation (quire_proto::peek).
-        if let Ok(p) = quire_proto::peek::peek_request(&frame) {
+        let scanned = match quire_proto::peek::peek_request(&frame) {
+            Ok(p) => p,
+            Err(e) => {
+                shared.stats.bad_frames.fetch_add(1, Ordering::Relaxed);
+                warn!(%remote, %peer, error = %e, "unreadable request frame");
+                let err = ServiceError::bad_request(format!("undecodable request frame: {e}"));
+                if tx.send(error_frame(0, instance, err)).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+        };
+        {
+            let p = scanned;
             let refusal = match p.method {
                 Some(m) if !allowed(peer.role, m) => {
                     shared.stats.permission_denied.fetch_add(1, Ordering::Relaxed);
