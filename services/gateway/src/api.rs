@@ -16,11 +16,12 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use quire_client::meta::LedgerMeta;
 use quire_client::CreateLedger;
+use quire_proto::reserved::PRINCIPAL_KEY;
 use quire_proto::v1;
 use serde::Deserialize;
 
 use crate::error::ApiError;
-use crate::state::GatewayState;
+use crate::state::{GatewayState, Held};
 
 type State = web::Data<Arc<GatewayState>>;
 
@@ -167,7 +168,7 @@ async fn readyz(state: State) -> Result<HttpResponse, ApiError> {
 async fn metrics(state: State, m: web::Data<Metrics>) -> HttpResponse {
     let (writers, lag_total, lag_max) = {
         let ws = state.writers.lock().expect("writers lock");
-        let lags: Vec<i64> = ws.values().map(|w| (w.last_entry() - w.lac()).max(0)).collect();
+        let lags: Vec<i64> = ws.values().map(|h| (h.writer.last_entry() - h.writer.lac()).max(0)).collect();
         (ws.len(), lags.iter().sum::<i64>(), lags.iter().copied().max().unwrap_or(0))
     };
     let mut text = format!(
@@ -238,17 +239,18 @@ async fn create(state: State, req: HttpRequest, payload: web::Payload) -> Result
     let ack_quorum = b.ack_quorum.unwrap_or(write_quorum.min(d.ack_quorum));
     let mut custom: BTreeMap<String, Bytes> =
         b.metadata.unwrap_or_default().into_iter().map(|(k, v)| (k, Bytes::from(v))).collect();
-    if let Some(k) = custom.keys().find(|k| k.starts_with("quire.")) {
+    if let Some(k) = custom.keys().find(|k| k.starts_with(quire_proto::reserved::PREFIX)) {
         return Err(ApiError::bad_request(format!("metadata key {k:?} is reserved (quire.* is the service's)")));
     }
-    custom.insert(PRINCIPAL_KEY.into(), Bytes::from(principal(&req).0));
+    let who = Bytes::from(principal(&req).0);
+    custom.insert(PRINCIPAL_KEY.into(), who.clone());
     let spec = CreateLedger { ensemble, write_quorum, ack_quorum, custom };
     let s = state.get_ref().clone();
     let meta = state
         .run(async move {
-            let w = s.client.create(spec).await?;
-            let meta = w.metadata();
-            s.writers.lock().expect("writers lock").insert(meta.ledger_id, w);
+            let writer = s.client.create(spec).await?;
+            let meta = writer.metadata();
+            s.writers.lock().expect("writers lock").insert(meta.ledger_id, Held { writer, principal: who });
             Ok(meta)
         })
         .await?;
@@ -283,7 +285,7 @@ async fn delete(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError
     let who = principal(&req);
     state
         .run(async move {
-            principal_may(&s.client.metadata(id).await?, &who)?;
+            principal_may(id, s.client.metadata(id).await?.custom.get(PRINCIPAL_KEY), &who)?;
             s.client.delete(id).await?;
             s.writers.lock().expect("writers lock").remove(&id);
             Ok(())
@@ -291,9 +293,6 @@ async fn delete(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError
         .await?;
     Ok(HttpResponse::NoContent().finish())
 }
-
-/// The key the gateway records a ledger's HTTP principal under.
-const PRINCIPAL_KEY: &str = "quire.principal";
 
 /// Who the request was authenticated as (the token guard put it there).
 fn principal(req: &HttpRequest) -> crate::auth::Principal {
@@ -304,11 +303,10 @@ fn principal(req: &HttpRequest) -> crate::auth::Principal {
 /// close or delete (403 otherwise); anyone may read or recover it. A ledger
 /// created otherwise has no principal: the metadata service's owner rule
 /// decides for it.
-fn principal_may(meta: &quire_client::meta::LedgerMeta, who: &crate::auth::Principal) -> Result<(), ApiError> {
-    match meta.custom.get(PRINCIPAL_KEY) {
+fn principal_may(ledger_id: u64, recorded: Option<&Bytes>, who: &crate::auth::Principal) -> Result<(), ApiError> {
+    match recorded {
         Some(p) if p.as_ref() != who.0.as_bytes() => Err(ApiError::forbidden(format!(
-            "ledger {} is {}'s; {} may read or recover it, not write or delete it",
-            meta.ledger_id,
+            "ledger {ledger_id} is {}'s; {} may read or recover it, not write or delete it",
             String::from_utf8_lossy(p),
             who.0
         ))),
@@ -323,9 +321,9 @@ async fn writer_of(
     id: u64,
     who: &crate::auth::Principal,
 ) -> Result<quire_client::LedgerWriter, ApiError> {
-    if let Some(w) = state.writer(id) {
-        principal_may(&w.metadata(), who)?;
-        return Ok(w);
+    if let Some(h) = state.held(id) {
+        principal_may(id, Some(&h.principal), who)?;
+        return Ok(h.writer);
     }
     // Not ours: say whether the ledger exists at all, and whether it is closed.
     let s = state.clone();
@@ -535,10 +533,10 @@ async fn lac(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
 
 async fn close(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let id = id_param(&req, "id")?;
-    let w = match state.writer(id) {
-        Some(w) => {
-            principal_may(&w.metadata(), &principal(&req))?;
-            w
+    let w = match state.held(id) {
+        Some(h) => {
+            principal_may(id, Some(&h.principal), &principal(&req))?;
+            h.writer
         }
         None => {
             // Closing a ledger closed already is idempotent; otherwise only its writer closes it.

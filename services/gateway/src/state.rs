@@ -5,16 +5,25 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
 use quire_client::{Client, LedgerWriter};
 
 use crate::error::ApiError;
+
+/// A writer this gateway created, and the HTTP principal it was created for
+/// (kept beside it: an append checks it without reading the metadata).
+#[derive(Clone)]
+pub struct Held {
+    pub writer: LedgerWriter,
+    pub principal: Bytes,
+}
 
 /// Shared by every HTTP worker.
 pub struct GatewayState {
     /// The client library.
     pub client: Client,
     /// Writers of the ledgers this gateway created, by ledger id.
-    pub writers: Mutex<HashMap<u64, LedgerWriter>>,
+    pub writers: Mutex<HashMap<u64, Held>>,
     /// The runtime the client lives on (quinn, writer actors): handlers run
     /// client calls there, not on the HTTP worker threads.
     pub rt: tokio::runtime::Handle,
@@ -98,6 +107,11 @@ impl GatewayState {
 
     /// The writer of `ledger_id`, if this gateway holds it.
     pub fn writer(&self, ledger_id: u64) -> Option<LedgerWriter> {
+        self.writers.lock().expect("writers lock").get(&ledger_id).map(|h| h.writer.clone())
+    }
+
+    /// The writer of `ledger_id` and its principal, if this gateway holds it.
+    pub fn held(&self, ledger_id: u64) -> Option<Held> {
         self.writers.lock().expect("writers lock").get(&ledger_id).cloned()
     }
 }

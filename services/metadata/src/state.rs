@@ -343,15 +343,7 @@ impl Caller {
     }
 }
 
-/// Custom-metadata keys under this prefix are the metadata service's: a
-/// creator may not set them and no update may change them.
-pub const RESERVED_PREFIX: &str = "quire.";
-/// The ledger's owner, `role/id` of the certificate that created it.
-pub const OWNER_KEY: &str = "quire.owner";
-/// For a ledger created through the gateway: the HTTP principal it was
-/// created for (set by the gateway, which checks it; the one reserved key a
-/// creator may set, and only a gateway).
-pub const PRINCIPAL_KEY: &str = "quire.principal";
+pub use quire_proto::reserved::{OWNER_KEY, PREFIX as RESERVED_PREFIX, PRINCIPAL_KEY};
 
 /// Whether `new` is a step of recovery from `stored`, and nothing more: the
 /// mark (Open to InRecovery, all else as stored), or the close from

@@ -35,3 +35,16 @@ pub const ALPN_V1: &[u8] = b"quire/1";
 /// The largest entry payload a bookie accepts (BookKeeper's default frame limit
 /// is 5 MB). Larger adds answer ENTRY_TOO_LARGE.
 pub const MAX_ENTRY_BYTES: usize = 5 * 1024 * 1024;
+
+/// Ledger custom-metadata keys that are the service's, not the application's.
+pub mod reserved {
+    /// Keys under this prefix: no creator sets them (but a gateway sets
+    /// [`PRINCIPAL_KEY`]) and no update changes them.
+    pub const PREFIX: &str = "quire.";
+    /// The ledger's owner: `role/id` of the certificate that created it,
+    /// recorded by the metadata service.
+    pub const OWNER_KEY: &str = "quire.owner";
+    /// For a ledger created through the gateway: the HTTP principal it was
+    /// created for (set and checked by the gateway).
+    pub const PRINCIPAL_KEY: &str = "quire.principal";
+}

@@ -134,9 +134,7 @@ pub fn peek_request(frame: &[u8]) -> Result<Peeked, String> {
             (n, 2) if method_of(n).is_some() => {
                 if body_number != Some(n) {
                     body_number = Some(n);
-                    p.method = method_of(n);
-                    p.body_fields = 0;
-                    p.repeated = 0;
+                    (p.method, p.body_fields, p.repeated) = (method_of(n), 0, 0);
                 }
                 let body = payload(frame, &f)?;
                 for g in fields(body) {

@@ -417,44 +417,14 @@ async fn serve_lane(
                 break;
             }
         };
-        // Scanned before it is decoded: a caller that may not call the
-        // method, or a body of too many elements, costs a scan of the
-        // frame's field headers and no allocation (quire_proto::peek).
-        let scanned = match quire_proto::peek::peek_request(&frame) {
-            Ok(p) => p,
-            Err(e) => {
-                shared.stats.bad_frames.fetch_add(1, Ordering::Relaxed);
-                warn!(%remote, %peer, error = %e, "unreadable request frame");
-                let err = ServiceError::bad_request(format!("undecodable request frame: {e}"));
-                if tx.send(error_frame(0, instance, err)).await.is_err() {
-                    break;
-                }
-                continue;
+        // Scanned before it is decoded (`screen`): a caller that may not
+        // call the method, or a body of too many elements, costs a scan of
+        // the frame's field headers and no allocation.
+        if let Err((id, err)) = screen(&shared, &peer, &frame) {
+            if tx.send(error_frame(id, instance, err)).await.is_err() {
+                break;
             }
-        };
-        {
-            let p = scanned;
-            let refusal = match p.method {
-                Some(m) if !allowed(peer.role, m) => {
-                    shared.stats.permission_denied.fetch_add(1, Ordering::Relaxed);
-                    warn!(%peer, method = m.name(), "refused request before decoding it: role not permitted");
-                    Some(ServiceError::new(
-                        ErrorCode::PermissionDenied,
-                        format!("role {} may not call {}", peer.role, m.name()),
-                    ))
-                }
-                _ => quire_proto::peek::over_bounds(&p).map(|why| {
-                    shared.stats.bad_frames.fetch_add(1, Ordering::Relaxed);
-                    warn!(%remote, %peer, reason = why, "refused request before decoding it: too many elements");
-                    ServiceError::bad_request(why)
-                }),
-            };
-            if let Some(err) = refusal {
-                if tx.send(error_frame(p.request_id, instance, err)).await.is_err() {
-                    break;
-                }
-                continue;
-            }
+            continue;
         }
         let req = match RequestFrame::decode(frame) {
             Ok(r) => r,
@@ -599,6 +569,31 @@ fn is_long_poll(m: Method) -> bool {
     matches!(m, Method::WaitLac | Method::WatchLedger | Method::WatchBookies)
 }
 
+/// Refuses, from its bytes alone (`quire_proto::peek`), a frame that cannot
+/// be scanned, calls a method the caller's role may not call, or holds
+/// more elements than its method allows: the request id to answer under,
+/// and the error.
+fn screen(shared: &Shared, peer: &PeerIdentity, frame: &[u8]) -> Result<(), (u64, ServiceError)> {
+    let p = quire_proto::peek::peek_request(frame).map_err(|e| {
+        shared.stats.bad_frames.fetch_add(1, Ordering::Relaxed);
+        warn!(%peer, error = %e, "unreadable request frame");
+        (0, ServiceError::bad_request(format!("undecodable request frame: {e}")))
+    })?;
+    if let Some(m) = p.method.filter(|m| !allowed(peer.role, *m)) {
+        shared.stats.permission_denied.fetch_add(1, Ordering::Relaxed);
+        warn!(%peer, method = m.name(), "refused request before decoding it: role not permitted");
+        let err =
+            ServiceError::new(ErrorCode::PermissionDenied, format!("role {} may not call {}", peer.role, m.name()));
+        return Err((p.request_id, err));
+    }
+    if let Some(why) = quire_proto::peek::over_bounds(&p) {
+        shared.stats.bad_frames.fetch_add(1, Ordering::Relaxed);
+        warn!(%peer, reason = why, "refused request before decoding it: too many elements");
+        return Err((p.request_id, ServiceError::bad_request(why)));
+    }
+    Ok(())
+}
+
 /// Refuses a request the server will not run, with the reason.
 fn admit(shared: &Shared, peer: &PeerIdentity, method: Method, body: &Req) -> Option<ServiceError> {
     if shared.shutting_down.load(Ordering::Relaxed) {
@@ -610,6 +605,9 @@ fn admit(shared: &Shared, peer: &PeerIdentity, method: Method, body: &Req) -> Op
             format!("{} is not served by this {} server", method.name(), shared.me.role),
         ));
     }
+    // `screen` refused this from the frame's bytes already; checked again on
+    // the decoded method, which is what runs (the scan follows the decoder,
+    // and a disagreement must fail closed).
     if !allowed(peer.role, method) {
         shared.stats.permission_denied.fetch_add(1, Ordering::Relaxed);
         warn!(%peer, method = method.name(), "refused request: role not permitted");
