@@ -6,6 +6,9 @@
 # `docker kill`s a bookie of its ensemble, waits until autorecovery has
 # moved the dead bookie's copies (no ensemble names it, nothing is marked
 # under-replicated), reads every entry back, and ends with `down -v`.
+# On the way it checks the key layout (docs/security.md): no container runs
+# as root, none holds the CA key, each holds only its own role's keys, and
+# the operator's `admin` service reaches the cluster with the admin key.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,6 +51,37 @@ echo "== up ($project)"
 compose "${P[@]}" up -d --scale bookie=5
 registered() { [[ $(curl -sf "$api/v1/bookies" | json "len(d['bookies'])") == 5 ]]; }
 await 120 "the gateway and 5 registered bookies" registered
+
+echo "== key layout: non-root, own role's keys only, no CA key"
+# The role whose keys a compose service may hold.
+role_of() { case $1 in metadata-*) echo metadata ;; *) echo "$1" ;; esac; }
+checked=0
+for c in $(compose "${P[@]}" ps -q); do
+  svc=$(docker inspect -f '{{index .Config.Labels "com.docker.compose.service"}}' "$c")
+  [[ $(docker inspect -f '{{.State.Running}}' "$c") == true ]] || continue
+  user=$(docker inspect -f '{{.Config.User}}' "$c")
+  [[ -n "$user" && "${user%%:*}" != 0 && "${user%%:*}" != root ]] || fail "$svc runs as root (user '$user')"
+  uids=$(docker top "$c" -eo pid,uid | awk 'NR > 1 {print $2}' | sort -u | tr '\n' ' ')
+  [[ "$uids" == "10001 " ]] || fail "$svc's processes run as uids $uids, not 10001 alone"
+  role=$(role_of "$svc")
+  # Data volumes hold no keys by construction and can be large: the
+  # certificate volumes are listed file by file; the CA's must not be there.
+  for m in $(docker inspect -f '{{range .Mounts}}{{.Name}}={{.Destination}} {{end}}' "$c"); do
+    name=${m%%=*} dest=${m#*=}
+    [[ "$name" != *_certs-ca ]] || fail "$svc mounts the CA's volume ($name at $dest)"
+    [[ "$name" == *_certs-* ]] || continue
+    for f in $(docker cp "$c:$dest" - | tar -t | grep '\.key$' || true); do
+      file=${f##*/}
+      [[ "$file" != ca.key ]] || fail "$svc holds the CA key ($dest/$file)"
+      [[ "$file" == "$role"-* ]] || fail "$svc holds another role's key ($dest/$file)"
+      checked=$((checked + 1))
+    done
+  done
+done
+[[ $checked -gt 0 ]] || fail "no service holds a key at all: the layout check looked in the wrong place"
+echo "ok: $checked keys, each in its own role's containers; no CA key mounted; every process uid 10001"
+compose "${P[@]}" run --rm admin bookies --at-least 5 >/dev/null || fail "the admin service cannot list the bookies"
+echo "ok: the operator's admin service reaches the metadata service"
 
 echo "== write through the gateway"
 ledger=$(curl -sf -X POST "$api/v1/ledgers" -H 'content-type: application/json' \

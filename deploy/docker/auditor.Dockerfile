@@ -5,4 +5,6 @@ COPY base/ /
 COPY bin/quire /usr/local/bin/quire
 COPY bin/quire-auditor /usr/local/bin/quire-auditor
 ENV QUIRE_CERTS_DIR=/certs
+COPY --chown=10001:10001 owned/ /slots/
+USER 10001:10001
 ENTRYPOINT ["/usr/local/bin/quire-auditor"]

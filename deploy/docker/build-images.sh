@@ -28,8 +28,13 @@ for lib in $(for b in "${bins[@]}"; do ldd "target/release/$b"; done |
   cp -L "$lib" "$ctx/base$lib"
 done
 printf 'hosts: files dns\n' > "$ctx/base/etc/nsswitch.conf"
-printf 'root:x:0:0:root:/:/nonexistent\n' > "$ctx/base/etc/passwd"
-printf 'root:x:0:\n' > "$ctx/base/etc/group"
+# Every service runs as `quire` (uid and gid 10001), not root. Mount points
+# are made from `owned/` (empty, chowned by COPY --chown): Docker gives a new
+# named volume the owner of the image directory it is first mounted on, so a
+# volume is the service's to write without a root step.
+printf 'root:x:0:0:root:/:/nonexistent\nquire:x:10001:10001:quire:/:/nonexistent\n' > "$ctx/base/etc/passwd"
+printf 'root:x:0:\nquire:x:10001:\n' > "$ctx/base/etc/group"
+mkdir -p "$ctx/owned"
 
 for svc in cli bookie metadata gateway auditor replication-worker; do
   # (The legacy builder: no buildx plugin is needed, nothing is pulled.)

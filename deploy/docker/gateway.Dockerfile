@@ -5,4 +5,5 @@ COPY base/ /
 COPY bin/quire /usr/local/bin/quire
 COPY bin/quire-gateway /usr/local/bin/quire-gateway
 ENV QUIRE_CERTS_DIR=/certs
+USER 10001:10001
 ENTRYPOINT ["/usr/local/bin/quire-gateway"]

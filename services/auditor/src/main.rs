@@ -68,8 +68,8 @@ fn main() -> anyhow::Result<()> {
         let creds = args.common.credentials(Role::Auditor)?;
         let rpc = quire_rpc::RpcClient::new(&creds, quire_rpc::ClientOptions::default())?;
         let meta = Arc::new(MetaClient::new(rpc.clone(), args.metadata.clone(), MetaClientOptions::default()));
-        let client = Client::new(rpc, meta, ClientOptions::default());
-        let svc = RunningService::start(
+        let client = Client::new(rpc.clone(), meta, ClientOptions::default());
+        let mut svc = RunningService::start(
             Role::Auditor,
             &args.common,
             args.listen,
@@ -77,6 +77,7 @@ fn main() -> anyhow::Result<()> {
             Arc::new(ControlOnly),
             ServerOptions::default(),
         )?;
+        svc.reload_client_too(rpc.clone());
         let interval = Duration::from_millis(args.audit_interval_ms.max(100));
         let cfg = auditor::AuditorConfig {
             owner: format!("{}:{instance}", creds.identity()),

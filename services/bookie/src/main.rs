@@ -273,10 +273,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         instance_id: cookie.instance_id.clone(),
         rack: args.rack.clone(),
     };
+    // Every client this bookie makes; SIGHUP gives them rotated credentials.
+    let mut clients = Vec::new();
     let meta = if args.metadata.is_empty() {
         None
     } else {
         let rpc = quire_rpc::RpcClient::new(&creds, quire_rpc::ClientOptions::default())?;
+        clients.push(rpc.clone());
         Some(Arc::new(quire_metaclient::MetaClient::new(rpc, args.metadata.clone(), Default::default())))
     };
     let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -294,7 +297,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         gc_tx,
     ));
     let add_seconds = service.add_seconds();
-    let svc = RunningService::start(
+    let mut svc = RunningService::start(
         Role::Bookie,
         &args.common,
         args.listen,
@@ -315,6 +318,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let checker = match (&meta, check) {
         (Some(meta), true) => {
             let rpc = quire_rpc::RpcClient::new(&creds, quire_rpc::ClientOptions::default())?;
+            clients.push(rpc.clone());
             let client = quire_client::Client::new(rpc, meta.clone(), quire_client::ClientOptions::default());
             Some(tokio::spawn(integrity::run(
                 client,
@@ -328,6 +332,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
         _ => None,
     };
+    for c in clients {
+        svc.reload_client_too(c);
+    }
     let meta_for_gc = meta.clone();
     let registration = if let Some(meta) = meta {
         let me = registration::Registration {

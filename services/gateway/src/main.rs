@@ -11,6 +11,7 @@ static ALLOC: quire_runtime::Allocator = quire_runtime::Allocator;
 mod api;
 mod auth;
 mod error;
+mod https;
 mod openapi;
 mod state;
 
@@ -96,28 +97,6 @@ struct Args {
     body_timeout_ms: u64,
 }
 
-/// The HTTPS server configuration: ring as the provider (the one quinn uses;
-/// see DEPENDENCIES.md), no client certificates (bearer tokens authenticate
-/// callers at the edge; mTLS is for the inside).
-fn https_config(cert: &std::path::Path, key: &std::path::Path) -> anyhow::Result<rustls::ServerConfig> {
-    use rustls_pki_types::pem::PemObject;
-    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .with_context(|| format!("read {}", cert.display()))?
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("parse {}", cert.display()))?;
-    anyhow::ensure!(!chain.is_empty(), "{} holds no certificate", cert.display());
-    let key = PrivateKeyDer::from_pem_file(key).with_context(|| format!("read the key {}", key.display()))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let cfg = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .context("TLS versions")?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .context("the HTTPS certificate and key do not match")?;
-    Ok(cfg)
-}
-
 fn write_ready(path: &std::path::Path, addr: SocketAddr) -> anyhow::Result<()> {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, addr.to_string()).with_context(|| format!("write {}", tmp.display()))?;
@@ -133,10 +112,11 @@ fn main() -> anyhow::Result<()> {
         Some(p) => auth::load_tokens(p).map_err(anyhow::Error::msg)?,
         None => Vec::new(),
     }));
-    let tls = match (&args.https_cert, &args.https_key) {
-        (Some(c), Some(k)) => Some(https_config(c, k)?),
+    let https = match (&args.https_cert, &args.https_key) {
+        (Some(c), Some(k)) => Some(https::HttpsCert::load(c, k)?),
         _ => None,
     };
+    let tls = https.as_ref().map(|h| h.server_config()).transpose()?;
     let rt = args.common.runtime()?;
     let (svc, state) = rt.block_on(async {
         let creds = args.common.credentials(Role::Gateway)?;
@@ -144,7 +124,7 @@ fn main() -> anyhow::Result<()> {
         let meta = Arc::new(MetaClient::new(rpc.clone(), args.metadata.clone(), MetaClientOptions::default()));
         let opts = ClientOptions { max_entry_bytes: args.max_entry_bytes, ..ClientOptions::default() };
         let state = Arc::new(GatewayState {
-            client: Client::new(rpc, meta, opts),
+            client: Client::new(rpc.clone(), meta, opts),
             writers: Mutex::new(HashMap::new()),
             rt: tokio::runtime::Handle::current(),
             max_entry_bytes: args.max_entry_bytes,
@@ -153,7 +133,7 @@ fn main() -> anyhow::Result<()> {
             body_timeout: Duration::from_millis(args.body_timeout_ms.max(100)),
             client_tasks: std::sync::atomic::AtomicUsize::new(0),
         });
-        let svc = RunningService::start(
+        let mut svc = RunningService::start(
             Role::Gateway,
             &args.common,
             args.listen,
@@ -161,6 +141,7 @@ fn main() -> anyhow::Result<()> {
             Arc::new(ControlOnly),
             ServerOptions::default(),
         )?;
+        svc.reload_client_too(rpc.clone());
         anyhow::Ok((svc, state))
     })?;
     let rt_handle = rt.handle().clone();
@@ -244,11 +225,20 @@ fn main() -> anyhow::Result<()> {
             let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
                 .context("install SIGHUP handler")?;
             let (tokens, file) = (tokens_for_reload.clone(), args.auth_token_file.clone());
+            let https = https.clone();
             rt_handle.spawn(async move {
                 while hup.recv().await.is_some() {
                     match &file {
                         Some(p) => tokens.reload(p),
                         None => tracing::info!("SIGHUP: no --auth-token-file to reload"),
+                    }
+                    // The HTTPS certificate too (the QUIC credentials are
+                    // RunningService's to reload).
+                    if let Some(h) = &https {
+                        match h.reload() {
+                            Ok(()) => tracing::info!("SIGHUP: HTTPS certificate reloaded"),
+                            Err(e) => tracing::error!(error = format!("{e:#}"), "SIGHUP: HTTPS certificate not reloaded; the old one stays in force"),
+                        }
                     }
                 }
             });

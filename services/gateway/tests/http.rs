@@ -943,4 +943,25 @@ fn with_a_certificate_the_api_is_served_over_https_only() {
     let mut raw = Vec::new();
     let _ = s.read_to_end(&mut raw);
     assert!(!String::from_utf8_lossy(&raw).contains("\"ok\""), "{}", String::from_utf8_lossy(&raw));
+
+    // SIGHUP re-reads the HTTPS pair (issue #20 item 6): another CA's pair
+    // is what the next handshake presents...
+    let certs = g._dir.path().join("certs");
+    let other_ca = other.path().join("ca.pem");
+    std::fs::copy(other.path().join("gateway-1.pem"), certs.join("gateway-1.pem")).unwrap();
+    std::fs::copy(other.path().join("gateway-1.key"), certs.join("gateway-1.key")).unwrap();
+    g._proc.signal("HUP").unwrap();
+    quire_testkit::wait_until(Duration::from_secs(20), "the reloaded certificate served", || {
+        https_call(&g.http, &other_ca, "/healthz").ok().filter(|(s, _)| *s == 200)
+    })
+    .unwrap();
+    assert!(https_call(&g.http, &ca, "/healthz").is_err(), "the old certificate is still served");
+    // ...and a key that does not match its certificate changes nothing.
+    std::fs::copy(certs.join("bookie-1.key"), certs.join("gateway-1.key")).unwrap();
+    g._proc.signal("HUP").unwrap();
+    quire_testkit::wait_until(Duration::from_secs(20), "the refusal logged", || {
+        g._proc.log().contains("HTTPS certificate not reloaded").then_some(())
+    })
+    .unwrap();
+    assert_eq!(https_call(&g.http, &other_ca, "/healthz").unwrap().0, 200);
 }

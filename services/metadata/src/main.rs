@@ -106,7 +106,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let node = Node::start(id, members, &args.data_dir, rpc.clone(), timing).await?;
     let service = Arc::new(MetaService::new(node.raft.clone(), node.shared.clone(), node.gate.clone()));
-    let svc = RunningService::start(
+    let mut svc = RunningService::start(
         Role::Metadata,
         &args.common,
         args.listen,
@@ -114,6 +114,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         service,
         ServerOptions::default(),
     )?;
+    svc.reload_client_too(rpc.clone());
     tracing::info!(addr = %svc.server.local_addr(), id, "quire-metadata ready");
     let metrics = match args.metrics_listen {
         Some(addr) => {

@@ -1,11 +1,11 @@
 //! `quire certs`: the cluster CA and role certificates.
 
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use quire_pki::{init_dir, CertAuthority, IssueOptions, LocalCluster, Validity};
+use quire_pki::{CertAuthority, IssueOptions, Validity};
 use quire_proto::Role;
 
 #[derive(Debug, Subcommand)]
@@ -70,6 +70,12 @@ pub struct InitArgs {
     /// always id 1.
     #[arg(long, default_value_t = 1)]
     first_id: u32,
+    /// Keep only the CA in --dir and write each role's certificates and keys,
+    /// with a copy of ca.pem, into PER_ROLE/<role>/: one directory (a volume, a
+    /// secret) per role, so a service is given its own role's keys and never
+    /// the CA key or another role's (docs/security.md, "Key layout").
+    #[arg(long)]
+    per_role: Option<PathBuf>,
     #[command(flatten)]
     san: SanArgs,
 }
@@ -85,8 +91,28 @@ pub struct IssueArgs {
     /// The instance id ([A-Za-z0-9._-], at most 64).
     #[arg(long)]
     id: String,
+    /// Write the pair (and a copy of ca.pem) into this directory instead of
+    /// --dir: a role's own directory of a per-role layout.
+    #[arg(long)]
+    out: Option<PathBuf>,
     #[command(flatten)]
     san: SanArgs,
+}
+
+/// Where `role`'s certificates go: `--dir` itself, or `PER_ROLE/<role>/`
+/// (created, with a copy of the CA certificate, on first use).
+fn role_dir(ca: &CertAuthority, dir: &Path, per_role: Option<&Path>, role: Role) -> anyhow::Result<PathBuf> {
+    let Some(root) = per_role else { return Ok(dir.to_path_buf()) };
+    let out = root.join(role.to_string());
+    ensure_out_dir(ca, &out)?;
+    Ok(out)
+}
+
+/// Creates `out` and puts the CA certificate in it (the only trust root a
+/// service needs; the CA key never goes there).
+fn ensure_out_dir(ca: &CertAuthority, out: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("create {}", out.display()))?;
+    ca.write_cert(out).with_context(|| format!("write the CA certificate into {}", out.display()))
 }
 
 pub fn run(cmd: CertsCmd) -> anyhow::Result<()> {
@@ -96,13 +122,11 @@ pub fn run(cmd: CertsCmd) -> anyhow::Result<()> {
                 println!("{} already holds a CA: nothing to do", a.dir.display());
                 return Ok(());
             }
-            // The CA with the singletons (one of each other service, a client, the operator)...
-            let layout = LocalCluster { metadata: 0, bookies: 0 };
-            let ca = init_dir(&a.dir, &a.cluster, &layout, &a.san.options())
-                .with_context(|| format!("initialise certificates in {}", a.dir.display()))?;
-            let mut members: Vec<(Role, String)> =
-                layout.members().into_iter().filter(|(r, _)| matches!(r, Role::Client | Role::Admin)).collect();
-            // ...then every numbered identity.
+            std::fs::create_dir_all(&a.dir).with_context(|| format!("create {}", a.dir.display()))?;
+            let ca = CertAuthority::generate(&a.cluster, Validity::days(3650)).context("generate the CA")?;
+            ca.write(&a.dir).with_context(|| format!("initialise certificates in {}", a.dir.display()))?;
+            // The operator and a generic client (id 1), then every numbered identity.
+            let mut members: Vec<(Role, String)> = vec![(Role::Client, "1".into()), (Role::Admin, "1".into())];
             for (role, n) in [
                 (Role::Metadata, a.metadata),
                 (Role::Bookie, a.bookies),
@@ -110,22 +134,31 @@ pub fn run(cmd: CertsCmd) -> anyhow::Result<()> {
                 (Role::ReplicationWorker, a.workers),
                 (Role::Gateway, a.gateways),
             ] {
-                for id in a.first_id..a.first_id + n {
-                    let id = id.to_string();
-                    ca.issue(role, &id, &a.san.options())?.write(&a.dir, role, &id)?;
-                    members.push((role, id));
-                }
+                members.extend((a.first_id..a.first_id + n).map(|id| (role, id.to_string())));
             }
-            println!("created CA and {} certificates in {}", members.len(), a.dir.display());
-            for (role, id) in members {
-                println!("  {role}-{id}.pem");
+            let mut written = Vec::with_capacity(members.len());
+            for (role, id) in &members {
+                let out = role_dir(&ca, &a.dir, a.per_role.as_deref(), *role)?;
+                let (cert, _) = ca.issue(*role, id, &a.san.options())?.write(&out, *role, id)?;
+                written.push(cert);
+            }
+            println!("created CA in {} and {} certificates", a.dir.display(), written.len());
+            for cert in written {
+                println!("  {}", cert.display());
             }
             Ok(())
         }
         CertsCmd::Issue(a) => {
             let ca = CertAuthority::load(&a.dir).with_context(|| format!("load CA from {}", a.dir.display()))?;
+            let out = match &a.out {
+                Some(out) => {
+                    ensure_out_dir(&ca, out)?;
+                    out.clone()
+                }
+                None => a.dir.clone(),
+            };
             let issued = ca.issue(a.role, &a.id, &a.san.options()).context("issue certificate")?;
-            let (cert, key) = issued.write(&a.dir, a.role, &a.id).context("write certificate")?;
+            let (cert, key) = issued.write(&out, a.role, &a.id).context("write certificate")?;
             println!("issued quire://{}/{}: {} {}", a.role, a.id, cert.display(), key.display());
             Ok(())
         }

@@ -1,6 +1,6 @@
 //! `quire ping` and `quire server-info`: probes of any quire server.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -21,12 +21,15 @@ pub struct Target {
     /// Directory with ca.pem and the caller's certificate.
     #[arg(long, env = "QUIRE_CERTS_DIR")]
     certs_dir: PathBuf,
-    /// The caller's certificate: <as-role>-<as-id>.pem in --certs-dir.
+    /// The caller's certificate: <as-role>-<as-id>.pem in --certs-dir. A
+    /// service's health check pings as its own role, so that its container
+    /// needs no other role's key.
     #[arg(long, default_value = "admin")]
     as_role: Role,
-    /// See --as-role.
-    #[arg(long, default_value = "1")]
-    as_id: String,
+    /// See --as-role. Without it, the lowest id of --as-role whose
+    /// certificate and key are both in --certs-dir.
+    #[arg(long)]
+    as_id: Option<String>,
     /// Per-request timeout in milliseconds.
     #[arg(long, default_value_t = 5000)]
     timeout_ms: u64,
@@ -53,8 +56,35 @@ pub struct InfoArgs {
     target: Target,
 }
 
+/// The lowest id (numerically where ids are numbers) of `role` with both a
+/// certificate and a key in `dir`.
+fn first_id(dir: &Path, role: Role) -> anyhow::Result<String> {
+    let prefix = format!("{role}-");
+    let entries = std::fs::read_dir(dir).with_context(|| format!("read {}", dir.display()))?;
+    let mut ids: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|name| name.strip_prefix(&prefix)?.strip_suffix(".key").map(str::to_string))
+        .filter(|id| quire_pki::validate_id(id).is_ok() && role_owns(role, id))
+        .filter(|id| dir.join(format!("{prefix}{id}.pem")).exists())
+        .collect();
+    ids.sort_by_key(|id| (id.parse::<u64>().map_or(1, |_| 0), id.parse::<u64>().unwrap_or(0), id.clone()));
+    ids.into_iter().next().with_context(|| format!("no {role} certificate and key in {}", dir.display()))
+}
+
+/// Whether an id with a dash belongs to `role` rather than to a longer role
+/// name that starts with `role-` (no role's name has another as such a prefix
+/// today; this keeps it so if one is added).
+fn role_owns(role: Role, id: &str) -> bool {
+    let name = format!("{role}-{id}");
+    !Role::ALL.iter().any(|other| other.as_str().len() > role.as_str().len() && name.starts_with(&format!("{other}-")))
+}
+
 fn client(t: &Target) -> anyhow::Result<RpcClient> {
-    let creds = Credentials::load(&TlsFiles::in_dir(&t.certs_dir, t.as_role, &t.as_id)).context("load credentials")?;
+    let id = match &t.as_id {
+        Some(id) => id.clone(),
+        None => first_id(&t.certs_dir, t.as_role)?,
+    };
+    let creds = Credentials::load(&TlsFiles::in_dir(&t.certs_dir, t.as_role, &id)).context("load credentials")?;
     let opts = ClientOptions {
         request_timeout: Duration::from_millis(t.timeout_ms),
         connect_timeout: Duration::from_millis(t.timeout_ms),

@@ -169,3 +169,141 @@ fn issued_certificates_and_toml_configuration_work_end_to_end() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown option \"certs_dri\""));
 }
+
+/// The files in `dir`, sorted.
+fn files(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn the_per_role_layout_gives_each_role_its_own_keys_and_the_ca_key_to_no_role() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ca, out) = (tmp.path().join("ca"), tmp.path().join("out"));
+    let (ca_s, out_s) = (ca.to_str().unwrap(), out.to_str().unwrap());
+    ok(quire(&[
+        "certs",
+        "init",
+        "--dir",
+        ca_s,
+        "--per-role",
+        out_s,
+        "--metadata",
+        "1",
+        "--bookies",
+        "2",
+        "--auditors",
+        "1",
+        "--workers",
+        "1",
+    ]));
+    // The CA's directory holds the CA and nothing a service needs.
+    assert_eq!(files(&ca), ["ca.key", "ca.pem"]);
+    let roles = ["admin", "auditor", "bookie", "client", "gateway", "metadata", "replication-worker"];
+    assert_eq!(files(&out), roles);
+    for role in roles {
+        let dir = out.join(role);
+        for f in files(&dir) {
+            assert!(f == "ca.pem" || f.starts_with(&format!("{role}-")), "{role}'s directory holds {f}");
+        }
+        assert!(dir.join("ca.pem").exists(), "{role} has no trust root");
+    }
+    assert_eq!(files(&out.join("bookie")), ["bookie-1.key", "bookie-1.pem", "bookie-2.key", "bookie-2.pem", "ca.pem"]);
+
+    // A second init over the same directories does nothing with --if-missing...
+    let again = ok(quire(&["certs", "init", "--dir", ca_s, "--per-role", out_s, "--if-missing"]));
+    assert!(again.contains("nothing to do"), "{again}");
+    // ...and an issued certificate goes into the role's directory, beside the CA certificate.
+    let bookie_dir = out.join("bookie");
+    let bookie_s = bookie_dir.to_str().unwrap();
+    ok(quire(&["certs", "issue", "--dir", ca_s, "--role", "bookie", "--id", "3", "--out", bookie_s]));
+    assert!(bookie_dir.join("bookie-3.key").exists());
+    assert_eq!(files(&ca), ["ca.key", "ca.pem"]);
+    // Another CA's directory is refused rather than given a second trust root.
+    let other = tmp.path().join("other-ca");
+    let other_s = other.to_str().unwrap();
+    let o = quire(&["certs", "init", "--dir", other_s, "--per-role", out_s]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("ca.pem"), "{}", String::from_utf8_lossy(&o.stderr));
+
+    // A bookie runs from its own directory, and its health check pings it as
+    // a bookie (the lowest id there): no admin key in the container.
+    let (mut bookie, addr) = start(
+        "quire-bookie",
+        "bookie-2",
+        tmp.path(),
+        &["--certs-dir", bookie_s, "--id", "2", "--data-dir", tmp.path().join("data").to_str().unwrap()],
+    );
+    let info = ok(quire(&[
+        "server-info",
+        "--addr",
+        &addr,
+        "--role",
+        "bookie",
+        "--certs-dir",
+        bookie_s,
+        "--as-role",
+        "bookie",
+        "--json",
+    ]));
+    let v: serde_json::Value = serde_json::from_str(info.trim()).unwrap();
+    assert_eq!(v["caller"], "bookie/1", "{info}");
+    ok(quire(&["ping", "--addr", &addr, "--role", "bookie", "--certs-dir", bookie_s, "--as-role", "bookie"]));
+    // Pinging as the operator from there fails, saying why.
+    let o = quire(&["ping", "--addr", &addr, "--role", "bookie", "--certs-dir", bookie_s]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no admin certificate and key in"), "{err}");
+    bookie.terminate(Duration::from_secs(10)).unwrap();
+}
+
+/// Issue #20 item 6: SIGHUP re-reads a service's certificate and key. Files
+/// that do not load, or name another identity, keep the old ones in force;
+/// good ones are used by every handshake after the signal.
+#[test]
+fn sighup_rotates_a_services_certificate_and_keeps_the_old_one_when_the_new_one_is_bad() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (certs, other) = (tmp.path().join("certs"), tmp.path().join("other-ca"));
+    let (certs_s, other_s) = (certs.to_str().unwrap(), other.to_str().unwrap());
+    ok(quire(&["certs", "init", "--dir", certs_s, "--bookies", "2", "--metadata", "0"]));
+    ok(quire(&["certs", "init", "--dir", other_s, "--bookies", "1", "--metadata", "0"]));
+    let (mut bookie, addr) = start(
+        "quire-bookie",
+        "bookie-1",
+        tmp.path(),
+        &["--certs-dir", certs_s, "--id", "1", "--data-dir", tmp.path().join("data").to_str().unwrap()],
+    );
+    let ping = || quire(&["ping", "--addr", &addr, "--role", "bookie", "--certs-dir", certs_s, "--timeout-ms", "3000"]);
+    let (pem, key) = (certs.join("bookie-1.pem"), certs.join("bookie-1.key"));
+    let (good_pem, good_key) = (std::fs::read(&pem).unwrap(), std::fs::read(&key).unwrap());
+    let hup_and_wait = |bookie: &Process, what: &str, n: usize| {
+        bookie.signal("HUP").unwrap();
+        wait_until(READY, what, || (bookie.log().matches(what).count() >= n).then_some(())).unwrap();
+    };
+    ok(ping());
+
+    // A key that does not parse: refused, the old pair serves on.
+    std::fs::write(&key, "not a key").unwrap();
+    hup_and_wait(&bookie, "TLS credentials not reloaded", 1);
+    ok(ping());
+    // Another identity's pair: refused too, saying why.
+    std::fs::copy(certs.join("bookie-2.pem"), &pem).unwrap();
+    std::fs::copy(certs.join("bookie-2.key"), &key).unwrap();
+    hup_and_wait(&bookie, "TLS credentials not reloaded", 2);
+    assert!(bookie.log().contains("names bookie/2"), "{}", bookie.log());
+    ok(ping());
+    // A pair from another CA loads: new handshakes present it, and this
+    // cluster's clients refuse it. That is the reload taking effect.
+    std::fs::copy(other.join("bookie-1.pem"), &pem).unwrap();
+    std::fs::copy(other.join("bookie-1.key"), &key).unwrap();
+    hup_and_wait(&bookie, "SIGHUP: TLS credentials reloaded", 1);
+    assert!(!ping().status.success(), "a handshake after the reload still presented the old certificate");
+    // Rotated back: served again, by the same process.
+    std::fs::write(&pem, &good_pem).unwrap();
+    std::fs::write(&key, &good_key).unwrap();
+    hup_and_wait(&bookie, "SIGHUP: TLS credentials reloaded", 2);
+    ok(ping());
+    bookie.terminate(Duration::from_secs(10)).unwrap();
+}

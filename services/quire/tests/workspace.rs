@@ -45,3 +45,96 @@ fn every_binary_installs_the_global_allocator() {
         bins.iter().filter(|p| !std::fs::read_to_string(p).unwrap().contains("#[global_allocator]")).collect();
     assert!(without.is_empty(), "binaries on the system allocator (ARCHITECTURE.md says mimalloc): {without:?}");
 }
+
+/// The role whose keys a deployment's service may hold.
+fn role_of_service(service: &str) -> &str {
+    match service {
+        s if s.starts_with("metadata") => "metadata",
+        s => s,
+    }
+}
+
+/// `certs-<x>` volume and `quire-certs-<x>` secret names mentioned in `text`.
+fn cert_stores(text: &str, prefix: &str) -> Vec<String> {
+    let mut out: Vec<String> = text
+        .match_indices(prefix)
+        .map(|(i, _)| {
+            let rest = &text[i + prefix.len()..];
+            rest[..rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '-')).unwrap_or(rest.len())].to_string()
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[test]
+fn compose_gives_each_service_only_its_own_roles_keys() {
+    let text = std::fs::read_to_string(root().join("deploy/compose.yaml")).unwrap();
+    let services = &text[text.find("\nservices:\n").unwrap()..text.find("\nvolumes:\n").unwrap()];
+    // Service blocks start at two spaces of indent.
+    let mut blocks: Vec<(String, String)> = Vec::new();
+    for line in services.lines().skip(2) {
+        if let Some(name) = line.strip_prefix("  ").filter(|l| !l.starts_with(' ') && l.ends_with(':')) {
+            blocks.push((name.trim_end_matches(':').to_string(), String::new()));
+        } else if let Some((_, body)) = blocks.last_mut() {
+            body.push_str(line);
+            body.push('\n');
+        }
+    }
+    // Every service but the third-party observability ones.
+    let quire: Vec<_> = blocks.iter().filter(|(_, b)| !b.contains("profiles: [\"observability\"]")).collect();
+    assert_eq!(quire.len(), 9, "certs, admin, 3 metadata replicas, bookie, auditor, replication-worker, gateway");
+    for (name, body) in quire {
+        let stores = cert_stores(body, "\"certs-");
+        match name.as_str() {
+            // The one step that issues certificates holds the CA key.
+            "certs" => assert!(stores.contains(&"ca".to_string()) && stores.len() == 8, "{stores:?}"),
+            // The operator's command line: the admin key alone.
+            "admin" => assert_eq!(stores, ["admin"], "{name}"),
+            service => {
+                let role = role_of_service(service);
+                assert_eq!(stores, [role], "{name} mounts {stores:?}: a service holds its own role's keys only");
+                if body.contains("\"ping\"") {
+                    assert!(
+                        body.contains(&format!("\"--as-role\", \"{role}\"")),
+                        "{name}'s health check needs a key it lacks"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn kubernetes_pods_run_unprivileged_with_their_own_roles_secret() {
+    let dir = root().join("deploy/k8s");
+    let mut pods = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        for doc in std::fs::read_to_string(&path).unwrap().split("\n---\n") {
+            let Some(i) = doc.find("image: quire-") else { continue };
+            let image = &doc[i + "image: quire-".len()..];
+            let role = &image[..image.find(':').unwrap()];
+            pods += 1;
+            let at = format!("{} ({role})", path.display());
+            assert_eq!(cert_stores(doc, "quire-certs-"), [role], "{at}: a pod mounts its own role's secret only");
+            assert!(!doc.contains("secretName: quire-certs}"), "{at}: the all-keys secret");
+            for rule in [
+                "runAsNonRoot: true",
+                "runAsUser: 10001",
+                "readOnlyRootFilesystem: true",
+                "allowPrivilegeEscalation: false",
+            ] {
+                assert!(doc.contains(rule), "{at}: missing {rule}");
+            }
+            if doc.contains("ping") {
+                assert!(doc.contains(&format!("--as-role, {role}]")), "{at}: the probe needs a key the pod lacks");
+            }
+        }
+    }
+    assert_eq!(pods, 5, "metadata, bookie, auditor, replication-worker, gateway");
+}

@@ -75,8 +75,8 @@ fn main() -> anyhow::Result<()> {
         let creds = args.common.credentials(Role::ReplicationWorker)?;
         let rpc = quire_rpc::RpcClient::new(&creds, quire_rpc::ClientOptions::default())?;
         let meta = Arc::new(MetaClient::new(rpc.clone(), args.metadata.clone(), MetaClientOptions::default()));
-        let client = Client::new(rpc, meta, ClientOptions::default());
-        let svc = RunningService::start(
+        let client = Client::new(rpc.clone(), meta, ClientOptions::default());
+        let mut svc = RunningService::start(
             Role::ReplicationWorker,
             &args.common,
             args.listen,
@@ -84,6 +84,7 @@ fn main() -> anyhow::Result<()> {
             Arc::new(ControlOnly),
             ServerOptions::default(),
         )?;
+        svc.reload_client_too(rpc.clone());
         let cfg = worker::WorkerConfig {
             owner: format!("{}:{instance}", creds.identity()),
             claim_lease: Duration::from_millis(args.claim_lease_ms.max(1_000)),

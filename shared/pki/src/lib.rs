@@ -44,6 +44,9 @@ pub enum PkiError {
     /// A file that `init` would create exists; refusing to overwrite a CA.
     #[error("{0} exists; refusing to overwrite (remove it or pick another directory)")]
     Exists(PathBuf),
+    /// A role's directory already trusts another CA.
+    #[error("{0} is another CA's certificate; refusing to mix clusters (remove it or pick another directory)")]
+    OtherCa(PathBuf),
 }
 
 /// The validity window of a certificate.
@@ -177,6 +180,17 @@ impl CertAuthority {
         }
         write_file(&cert, self.cert_pem.as_bytes(), false)?;
         write_file(&key, self.key_pem.as_bytes(), true)
+    }
+
+    /// Writes only `ca.pem` into `dir` (a service's trust root, beside its own
+    /// pair; the key stays where certificates are issued). Replaces a copy
+    /// of this CA's certificate, refuses another CA's.
+    pub fn write_cert(&self, dir: &Path) -> Result<(), PkiError> {
+        let (cert, _) = ca_paths(dir);
+        if cert.exists() && read(&cert)? != self.cert_pem {
+            return Err(PkiError::OtherCa(cert));
+        }
+        write_file(&cert, self.cert_pem.as_bytes(), false)
     }
 
     /// Issues a certificate for `role`/`id`.

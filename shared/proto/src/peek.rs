@@ -4,8 +4,11 @@
 //! repeated messages costs hundreds of MB even when its sender may not call
 //! the method at all. The server therefore scans the frame first (no
 //! allocation, one pass over its field headers): the method, to authorise
-//! it, and how many elements the body holds, to bound them; only then does
-//! it decode (issue #20 item 4).
+//! it, and how many elements the decoder would build, at any depth (an
+//! UpdateLedger's segments' bookie ids as much as an AddEntries' adds), to
+//! bound them; only then does it decode (issue #20 item 4). The walk
+//! follows the schema build.rs writes from the .proto files, so a message
+//! added later is bounded without anyone remembering to.
 
 use prost::encoding::{decode_varint, WireType};
 use prost::Message;
@@ -13,9 +16,36 @@ use prost::Message;
 use crate::method::Method;
 use crate::v1::RequestFrame;
 
-/// Most elements (fields, repeated ones each counted) the body of any
-/// request may hold at its top level.
-pub const MAX_BODY_FIELDS: usize = 65_536;
+/// Most elements (fields, each repeated one and each packed number counted,
+/// at any depth) the body of any request may hold. An AddEntries of
+/// [`MAX_BATCH_ADDS`] adds is about 49 000.
+pub const MAX_ELEMENTS: usize = 65_536;
+/// Deepest nesting walked; the schema nests 4 deep at most (a frame, an
+/// UpdateLedger, its metadata, a segment).
+const MAX_DEPTH: u32 = 16;
+
+/// How a field of a message is walked (see build.rs).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Kind {
+    /// A message of the schema's message at this index.
+    Message(usize),
+    /// A repeated number, packed or not.
+    Packed,
+}
+
+/// A message's fields that need walking.
+#[derive(Debug)]
+pub(crate) struct Schema {
+    name: &'static str,
+    fields: &'static [(u32, Kind)],
+}
+
+include!(concat!(env!("OUT_DIR"), "/schema.rs"));
+
+/// The schema index of a message by its full name (`.quire.v1.X`).
+fn schema_of(name: &str) -> Option<usize> {
+    MESSAGES.iter().position(|m| m.name == name)
+}
 /// Most adds in one AddEntries request (the client library sends at most
 /// 256).
 pub const MAX_BATCH_ADDS: usize = 4096;
@@ -30,8 +60,8 @@ pub struct Peeked {
     /// The method its body calls; None for a body this build does not know
     /// (the decode that follows says so) or none at all.
     pub method: Option<Method>,
-    /// Top-level fields of the body message.
-    pub body_fields: usize,
+    /// Elements the decoder would build for the body, at any depth.
+    pub elements: usize,
     /// Elements of the field that carries a request's repeated payload
     /// (AddEntries' adds, CheckEntries' entry ids), where it has one.
     pub repeated: usize,
@@ -116,6 +146,32 @@ fn method_of(number: u32) -> Option<Method> {
     table.get(usize::try_from(number).ok()?).copied().flatten()
 }
 
+/// Counts the elements of `msg`, a message of schema `ty`, adding them to
+/// `count`: every field, each element of a packed number field, and those of
+/// nested messages. Stops early past `cap` (the frame is refused anyway).
+fn count_elements(msg: &[u8], ty: usize, depth: u32, count: &mut usize, cap: usize) -> Result<(), String> {
+    if depth > MAX_DEPTH {
+        return Err(format!("messages nested deeper than {MAX_DEPTH}"));
+    }
+    let schema = MESSAGES[ty].fields;
+    for f in fields(msg) {
+        let f = f?;
+        *count += 1;
+        if *count > cap {
+            return Ok(());
+        }
+        let kind = schema.iter().find(|(n, _)| *n == f.number).map(|(_, k)| *k);
+        match (kind, f.wire) {
+            (Some(Kind::Message(child)), 2) => count_elements(payload(msg, &f)?, child, depth + 1, count, cap)?,
+            // Each varint ends in a byte below 0x80 (fixed-width numbers
+            // are overcounted, never under).
+            (Some(Kind::Packed), 2) => *count += payload(msg, &f)?.iter().filter(|b| **b < 0x80).count(),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Scans a request frame (its encoded `RequestFrame`, without the length
 /// prefix). The server refuses a frame it cannot scan (quire sends no
 /// groups and no malformed fields), so that nothing the scan does not
@@ -125,7 +181,12 @@ fn method_of(number: u32) -> Option<Method> {
 /// field of another number replaces the body (a oneof), one of the same
 /// number merges into it (so its elements add up).
 pub fn peek_request(frame: &[u8]) -> Result<Peeked, String> {
-    let mut p = Peeked { request_id: 0, method: None, body_fields: 0, repeated: 0 };
+    static FRAME: std::sync::OnceLock<(usize, &'static [(u32, Kind)])> = std::sync::OnceLock::new();
+    let (_, frame_fields) = *FRAME.get_or_init(|| {
+        let i = schema_of(".quire.v1.RequestFrame").expect("the schema has RequestFrame");
+        (i, MESSAGES[i].fields)
+    });
+    let mut p = Peeked { request_id: 0, method: None, elements: 0, repeated: 0 };
     let mut body_number = None;
     for f in fields(frame) {
         let f = f?;
@@ -134,12 +195,15 @@ pub fn peek_request(frame: &[u8]) -> Result<Peeked, String> {
             (n, 2) if method_of(n).is_some() => {
                 if body_number != Some(n) {
                     body_number = Some(n);
-                    (p.method, p.body_fields, p.repeated) = (method_of(n), 0, 0);
+                    (p.method, p.elements, p.repeated) = (method_of(n), 0, 0);
                 }
                 let body = payload(frame, &f)?;
+                let Some((_, Kind::Message(ty))) = frame_fields.iter().find(|(m, _)| *m == n) else {
+                    return Err(format!("body field {n} is not a message in the schema"));
+                };
+                count_elements(body, *ty, 1, &mut p.elements, MAX_ELEMENTS)?;
                 for g in fields(body) {
                     let g = g?;
-                    p.body_fields += 1;
                     match (p.method, g.number, g.wire) {
                         (Some(Method::AddEntries), 1, 2) => p.repeated += 1,
                         // Packed (the proto3 default) or not.
@@ -159,8 +223,8 @@ pub fn peek_request(frame: &[u8]) -> Result<Peeked, String> {
 
 /// Why a scanned request is refused before it is decoded, if it is.
 pub fn over_bounds(p: &Peeked) -> Option<String> {
-    if p.body_fields > MAX_BODY_FIELDS {
-        return Some(format!("a request body holds at most {MAX_BODY_FIELDS} fields, not {}", p.body_fields));
+    if p.elements > MAX_ELEMENTS {
+        return Some(format!("a request body holds at most {MAX_ELEMENTS} elements, not more"));
     }
     let cap = match p.method {
         Some(Method::AddEntries) => MAX_BATCH_ADDS,
@@ -240,5 +304,68 @@ mod tests {
         hidden.extend_from_slice(&[(12 << 3) | 2, 0]); // field 12: in no oneof
         let p = peek_request(&hidden).unwrap();
         assert_eq!((p.method, p.repeated), (Some(Method::AddEntries), 2 * MAX_BATCH_ADDS));
+    }
+
+    /// Issue #20 item 4's last gap: nested repeated fields were bounded only
+    /// by the frame size. An UpdateLedger whose segments name 70 000 bookie
+    /// ids (two bytes each on the wire, a String each when decoded) is
+    /// counted through the metadata and its segments, and refused.
+    #[test]
+    fn nested_repeated_fields_are_counted_at_every_depth() {
+        let update = |segments: usize, ids: usize| {
+            let seg = v1::EnsembleSegment { bookie_ids: vec![String::new(); ids], ..Default::default() };
+            let ledger = v1::LedgerMetadata { ensembles: vec![seg; segments], ..Default::default() };
+            frame(1, Body::UpdateLedger(v1::UpdateLedgerRequest { ledger: Some(ledger), ..Default::default() }))
+        };
+        let p = peek_request(&update(7, 10_000)).unwrap();
+        assert_eq!(p.method, Some(Method::UpdateLedger));
+        assert!(p.elements > MAX_ELEMENTS, "{}", p.elements);
+        assert!(over_bounds(&p).unwrap().contains("elements"));
+        // An ordinary ledger: a frame field, the metadata, 3 segments of 3
+        // bookies and their other fields.
+        let p = peek_request(&update(3, 3)).unwrap();
+        assert!(p.elements < 30, "{}", p.elements);
+        assert_eq!(over_bounds(&p), None);
+        // Packed numbers count one each.
+        let ids: Vec<u64> = (0..100).collect();
+        let p = peek_request(&frame(1, Body::CheckEntries(v1::CheckEntriesRequest { ledger_id: 1, entry_ids: ids })))
+            .unwrap();
+        assert_eq!(p.elements, 1 + 1 + 100, "ledger_id, the packed field, its numbers");
+    }
+
+    /// A full AddEntries batch stays within the element bound.
+    #[test]
+    fn a_full_batch_of_adds_is_within_the_element_bound() {
+        let add = v1::AddEntryRequest {
+            entry: Some(v1::Entry {
+                ledger_id: 1,
+                entry_id: 2,
+                last_add_confirmed: 1,
+                payload: vec![1u8; 8].into(),
+                crc32c: 7,
+                ledger_length: 9,
+            }),
+            metadata_version: 3,
+            expected_instance_id: "i".into(),
+            recovery: true,
+            replication: true,
+        };
+        let p = peek_request(&frame(1, Body::AddEntries(v1::AddEntriesRequest { adds: vec![add; MAX_BATCH_ADDS] })))
+            .unwrap();
+        assert_eq!(over_bounds(&p), None, "{} elements", p.elements);
+    }
+
+    /// Every message the schema names is in it, and every body of a frame is a message.
+    #[test]
+    fn the_schema_covers_every_request_body() {
+        for n in 0..BODY_FIELD_LIMIT {
+            if method_of(n).is_some() {
+                let i = schema_of(".quire.v1.RequestFrame").unwrap();
+                assert!(
+                    MESSAGES[i].fields.iter().any(|(m, k)| *m == n && matches!(k, Kind::Message(_))),
+                    "body field {n}"
+                );
+            }
+        }
     }
 }

@@ -99,6 +99,9 @@ pub struct Reply<T> {
     pub instance_id: String,
 }
 
+/// A client's QUIC config, shared with its peers.
+type SharedConfig = Arc<Mutex<quinn::ClientConfig>>;
+
 /// Address, role and (optional) id: one connection each.
 type PeerKey = (String, Role, Option<String>);
 
@@ -106,7 +109,8 @@ type PeerKey = (String, Role, Option<String>);
 #[derive(Clone)]
 pub struct RpcClient {
     endpoint: quinn::Endpoint,
-    config: quinn::ClientConfig,
+    /// Read at every connect: replaced when credentials are reloaded.
+    config: SharedConfig,
     opts: Arc<ClientOptions>,
     peers: Arc<Mutex<HashMap<PeerKey, PeerClient>>>,
 }
@@ -124,7 +128,17 @@ impl RpcClient {
         let endpoint = quinn::Endpoint::client(SocketAddr::from(([0u16; 8], 0)))
             .or_else(|_| quinn::Endpoint::client(SocketAddr::from(([0u8; 4], 0))))
             .map_err(ClientBuildError::Bind)?;
+        let config = Arc::new(Mutex::new(config));
         Ok(RpcClient { endpoint, config, opts: Arc::new(opts), peers: Arc::new(Mutex::new(HashMap::new())) })
+    }
+
+    /// Presents `creds` on every connection made from now on (a rotated
+    /// certificate and key, on SIGHUP); connections already made keep the
+    /// certificate they were made with until they end.
+    pub fn set_credentials(&self, creds: &Credentials) -> Result<(), ClientBuildError> {
+        let config = creds.client_config(self.opts.idle_timeout)?;
+        *self.config.lock().expect("config lock") = config;
+        Ok(())
     }
 
     /// The client for the server at `addr` (`host:port`) that must hold a
@@ -185,7 +199,7 @@ struct PeerInner {
     role: Role,
     id: Option<String>,
     endpoint: quinn::Endpoint,
-    config: quinn::ClientConfig,
+    config: SharedConfig,
     opts: Arc<ClientOptions>,
     current: Mutex<Option<Arc<Conn>>>,
     /// Held while connecting: one handshake at a time per peer.
@@ -451,7 +465,8 @@ impl PeerInner {
             // being exported. (Entering a disabled span would not do: it
             // leaves the caller's span current.)
             let attempt = tracing::dispatcher::with_default(&tracing::Dispatch::none(), || {
-                self.endpoint.connect_with(self.config.clone(), addr, &self.role.server_name())
+                let config = self.config.lock().expect("config lock").clone();
+                self.endpoint.connect_with(config, addr, &self.role.server_name())
             });
             let attempt = match attempt {
                 Ok(connecting) => connecting.await.map_err(|e| describe(&e)),
@@ -489,7 +504,7 @@ impl PeerInner {
         for (send, recv) in streams {
             let (tx, rx) = mpsc::channel(self.opts.lane_queue);
             let state = Arc::new(LaneState { pending: Mutex::new(HashMap::new()), dead: AtomicBool::new(false) });
-            tokio::spawn(write_frames(send, rx));
+            tokio::spawn(write_frames(send, rx, None));
             tokio::spawn(read_lane(
                 self.addr.clone(),
                 FrameReader::new(recv, self.opts.max_frame_bytes),

@@ -3,6 +3,8 @@
 use bytes::{Bytes, BytesMut};
 use prost::Message;
 use quire_proto::codec::{encode_frame, FrameDecoder, FrameError};
+use std::time::Duration;
+
 use tokio::sync::mpsc;
 
 /// Frames written to the stream in one write, at most (when more are queued).
@@ -13,6 +15,9 @@ const COALESCE_BYTES_MAX: usize = 256 * 1024;
 pub const LANE_ERROR_FRAMING: u32 = 1;
 /// QUIC application error code for a lane or connection closed at shutdown.
 pub const LANE_ERROR_SHUTDOWN: u32 = 2;
+/// QUIC application error code for a lane reset because its peer stopped
+/// reading (the send deadline passed).
+pub const LANE_ERROR_STALLED: u32 = 3;
 
 /// Why reading a lane stopped.
 #[derive(Debug, thiserror::Error)]
@@ -60,23 +65,72 @@ impl FrameReader {
     }
 }
 
-/// Writes every message from `rx` as frames until the channel closes, then
-/// finishes the stream. Messages queued together go out in one write.
-pub async fn write_frames<M: Message>(
+/// Something a lane writer sends: a frame, and whatever it holds until the
+/// frame has been handed to QUIC (a response's share of the byte budget).
+pub trait Outgoing: Send + 'static {
+    /// Appends the frame (length prefix and message) to `buf`.
+    fn encode(&self, buf: &mut BytesMut);
+}
+
+impl<M: Message + Send + 'static> Outgoing for M {
+    fn encode(&self, buf: &mut BytesMut) {
+        encode_frame(self, buf)
+    }
+}
+
+/// Why a lane writer stopped before its channel closed.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteFailed {
+    /// The stream or its connection failed.
+    #[error(transparent)]
+    Write(#[from] quinn::WriteError),
+    /// The peer read nothing for the send deadline: the stream was reset.
+    #[error("the peer took none of {bytes} bytes for {timeout:?}: stream reset")]
+    Stalled {
+        /// Bytes waiting to be written.
+        bytes: usize,
+        /// The deadline.
+        timeout: Duration,
+    },
+}
+
+/// Writes every item from `rx` as frames until the channel closes, then
+/// finishes the stream. Items queued together go out in one write, and are
+/// dropped (their budget given back) once it is done. With `send_timeout`,
+/// a write the peer does not take within it (a reader that stopped reading
+/// while the flow-control window is shut) resets the stream: what the lane
+/// holds is given back rather than pinned for as long as the peer likes.
+pub async fn write_frames<T: Outgoing>(
     mut send: quinn::SendStream,
-    mut rx: mpsc::Receiver<M>,
-) -> Result<(), quinn::WriteError> {
+    mut rx: mpsc::Receiver<T>,
+    send_timeout: Option<Duration>,
+) -> Result<(), WriteFailed> {
     let mut buf = BytesMut::with_capacity(COALESCE_BYTES_MAX);
+    let mut batch: Vec<T> = Vec::new();
     while let Some(first) = rx.recv().await {
         buf.clear();
-        encode_frame(&first, &mut buf);
+        first.encode(&mut buf);
+        batch.push(first);
         while buf.len() < COALESCE_BYTES_MAX {
             match rx.try_recv() {
-                Ok(m) => encode_frame(&m, &mut buf),
+                Ok(m) => {
+                    m.encode(&mut buf);
+                    batch.push(m);
+                }
                 Err(_) => break,
             }
         }
-        send.write_all(&buf).await?;
+        match send_timeout {
+            Some(t) => match tokio::time::timeout(t, send.write_all(&buf)).await {
+                Ok(r) => r?,
+                Err(_) => {
+                    let _ = send.reset(quinn::VarInt::from_u32(LANE_ERROR_STALLED));
+                    return Err(WriteFailed::Stalled { bytes: buf.len(), timeout: t });
+                }
+            },
+            None => send.write_all(&buf).await?,
+        }
+        batch.clear();
         if buf.capacity() > 2 * COALESCE_BYTES_MAX {
             // One large frame must not pin its size for the lane's whole life.
             buf = BytesMut::with_capacity(COALESCE_BYTES_MAX);

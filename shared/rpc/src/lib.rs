@@ -19,6 +19,7 @@
 //! What this crate does not do: retry a failed request (only the caller knows
 //! whether it is idempotent), or pick peers (that is the client library's job).
 
+mod budget;
 pub mod client;
 pub mod error;
 pub mod identity;

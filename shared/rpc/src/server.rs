@@ -30,11 +30,16 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn, Instrument};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use crate::budget::{Budget, Held, Peers, DECODED_BYTES_PER_ELEMENT};
 use crate::error::ServiceError;
 use crate::identity::PeerIdentity;
-use crate::lane::{write_frames, FrameReader, LaneError, LANE_ERROR_FRAMING, LANE_ERROR_SHUTDOWN};
+use crate::lane::{
+    write_frames, FrameReader, LaneError, Outgoing, WriteFailed, LANE_ERROR_FRAMING, LANE_ERROR_SHUTDOWN,
+    LANE_ERROR_STALLED,
+};
 use crate::tls::{Credentials, TlsError};
 use crate::trace;
+use quire_proto::peek::Peeked;
 
 /// A handler's pending answer.
 pub type ServiceFuture = Pin<Box<dyn Future<Output = Result<Resp, ServiceError>> + Send>>;
@@ -97,6 +102,16 @@ pub struct ServerOptions {
     pub max_connections: usize,
     /// Requests executing at once per connection; beyond it the lanes stop reading.
     pub max_in_flight_per_connection: usize,
+    /// Bytes of requests (frames, and what decoding them builds) and of
+    /// responses not yet handed to QUIC, per connection; beyond it the
+    /// connection's lanes stop reading (budget.rs).
+    pub max_in_flight_bytes_per_connection: usize,
+    /// The same over all connections of one peer (certificate identity).
+    pub max_in_flight_bytes_per_peer: usize,
+    /// A response write the peer does not take within this (it stopped
+    /// reading and the flow-control window is shut) resets the lane, which
+    /// gives back everything the lane holds.
+    pub send_timeout: Duration,
     /// The largest frame accepted.
     pub max_frame_bytes: usize,
     /// Responses queued per lane before handlers wait for the writer.
@@ -125,6 +140,9 @@ impl Default for ServerOptions {
         ServerOptions {
             max_connections: 1024,
             max_in_flight_per_connection: 4096,
+            max_in_flight_bytes_per_connection: 64 << 20,
+            max_in_flight_bytes_per_peer: 256 << 20,
+            send_timeout: Duration::from_secs(30),
             max_frame_bytes: MAX_FRAME_BYTES_DEFAULT,
             lane_queue: 1024,
             max_long_polls: 4096,
@@ -157,6 +175,8 @@ pub struct ServerStats {
     pub permission_denied: AtomicU64,
     /// Frames that were oversized or did not decode.
     pub bad_frames: AtomicU64,
+    /// Lanes reset because the peer took no response for `send_timeout`.
+    pub lanes_stalled: AtomicU64,
 }
 
 /// Why a server could not start.
@@ -192,10 +212,38 @@ struct Shared {
     /// Of them, handshakes not yet finished.
     handshaking: AtomicUsize,
     long_polls: Arc<Semaphore>,
+    /// In-flight bytes per connection and per peer.
+    peers: Peers,
     /// Request handler tasks: awaited at shutdown so in-flight requests finish.
     requests: TaskTracker,
     /// Lane tasks: awaited after requests so their responses get written.
     lanes: TaskTracker,
+}
+
+/// Why a server's credentials could not be replaced.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The new config could not be built.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// The new certificate names another identity.
+    #[error("the certificate names {loaded}, but this server is {serving}")]
+    OtherIdentity {
+        /// The running server's identity.
+        serving: String,
+        /// The loaded certificate's.
+        loaded: String,
+    },
+    /// The server is stopping.
+    #[error("the server is shutting down")]
+    ShuttingDown,
+}
+
+fn server_config(creds: &Credentials, opts: &ServerOptions) -> Result<quinn::ServerConfig, TlsError> {
+    let mut config = creds.server_config(opts.idle_timeout)?;
+    // Handshakes waiting to be accepted or refused: bounded like the rest.
+    config.max_incoming(opts.max_connections.saturating_mul(2).max(16));
+    Ok(config)
 }
 
 /// Starts servers.
@@ -218,9 +266,7 @@ impl Server {
         service: Arc<dyn Service>,
         opts: ServerOptions,
     ) -> Result<ServerHandle, BindError> {
-        let mut config = creds.server_config(opts.idle_timeout)?;
-        // Handshakes waiting to be accepted or refused: bounded like the rest.
-        config.max_incoming(opts.max_connections.saturating_mul(2).max(16));
+        let config = server_config(creds, &opts)?;
         let socket = std::net::UdpSocket::bind(addr).map_err(|source| BindError::Io { addr, source })?;
         let runtime = quinn::default_runtime()
             .ok_or_else(|| BindError::Io { addr, source: std::io::Error::other("no async runtime") })?;
@@ -232,7 +278,7 @@ impl Server {
             me: creds.identity().clone(),
             info,
             service,
-            opts,
+            opts: opts.clone(),
             stats: ServerStats::default(),
             started: std::time::Instant::now(),
             shutting_down: AtomicBool::new(false),
@@ -241,6 +287,11 @@ impl Server {
             open_conns: AtomicUsize::new(0),
             handshaking: AtomicUsize::new(0),
             long_polls: Arc::new(Semaphore::new(opts_long_polls)),
+            peers: Peers::new(
+                opts.max_in_flight_bytes_per_connection,
+                opts.max_in_flight_bytes_per_peer,
+                opts.max_frame_bytes,
+            ),
             requests: TaskTracker::new(),
             lanes: TaskTracker::new(),
         });
@@ -259,6 +310,27 @@ impl ServerHandle {
     /// The server's counters.
     pub fn stats(&self) -> &ServerStats {
         &self.shared.stats
+    }
+
+    /// Serves handshakes from now on with `creds` (a rotated certificate and
+    /// key, or a new CA bundle, on SIGHUP); connections already made keep
+    /// theirs until they end. Refused, with the old credentials kept in
+    /// force, when `creds` name another identity than the server's: a
+    /// reload rotates keys, it does not turn a bookie into something else.
+    pub fn reload(&self, creds: &Credentials) -> Result<(), ReloadError> {
+        if *creds.identity() != self.shared.me {
+            return Err(ReloadError::OtherIdentity {
+                serving: self.shared.me.to_string(),
+                loaded: creds.identity().to_string(),
+            });
+        }
+        if self.shared.shutting_down.load(Ordering::SeqCst) {
+            return Err(ReloadError::ShuttingDown);
+        }
+        let config = server_config(creds, &self.shared.opts)?;
+        self.endpoint.set_server_config(Some(config));
+        info!(identity = %self.shared.me, "reloaded TLS credentials: new handshakes use them");
+        Ok(())
     }
 
     /// Stops accepting, lets in-flight requests finish and their responses be
@@ -354,6 +426,7 @@ async fn serve_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
     shared.stats.connections_accepted.fetch_add(1, Ordering::Relaxed);
     debug!(%remote, %peer, "connection accepted");
     let inflight = Arc::new(Semaphore::new(shared.opts.max_in_flight_per_connection));
+    let budget = shared.peers.connection(&peer.to_string());
     loop {
         let (send, recv) = tokio::select! {
             _ = shared.stop_accepting.cancelled() => break,
@@ -365,7 +438,7 @@ async fn serve_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
                 }
             },
         };
-        let lane = serve_lane(shared.clone(), peer.clone(), remote, inflight.clone(), send, recv);
+        let lane = serve_lane(shared.clone(), peer.clone(), remote, inflight.clone(), budget.clone(), send, recv);
         shared.lanes.spawn(lane);
     }
 }
@@ -381,21 +454,48 @@ fn error_frame(request_id: u64, instance_id: &str, err: ServiceError) -> Respons
     }
 }
 
+/// A response on its way to the lane writer, with its share of the budget
+/// (none for the small refusals the lane answers itself).
+struct Reply {
+    frame: ResponseFrame,
+    _held: Option<Held>,
+}
+
+impl Outgoing for Reply {
+    fn encode(&self, buf: &mut bytes::BytesMut) {
+        quire_proto::codec::encode_frame(&self.frame, buf)
+    }
+}
+
+impl From<ResponseFrame> for Reply {
+    fn from(frame: ResponseFrame) -> Reply {
+        Reply { frame, _held: None }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn serve_lane(
     shared: Arc<Shared>,
     peer: PeerIdentity,
     remote: SocketAddr,
     inflight: Arc<Semaphore>,
+    budget: Budget,
     send: quinn::SendStream,
     recv: quinn::RecvStream,
 ) {
-    let (tx, rx) = mpsc::channel::<ResponseFrame>(shared.opts.lane_queue);
-    let writer = tokio::spawn(write_frames(send, rx));
+    let (tx, rx) = mpsc::channel::<Reply>(shared.opts.lane_queue);
+    let writer = tokio::spawn(write_frames(send, rx, Some(shared.opts.send_timeout)));
     let mut reader = FrameReader::new(recv, shared.opts.max_frame_bytes);
     let instance = shared.info.instance_id.as_str();
     loop {
         let next = tokio::select! {
             _ = shared.stop_accepting.cancelled() => break,
+            // The writer gave up (the peer stopped reading): nothing read
+            // from here on could be answered.
+            _ = tx.closed() => {
+                reader.stop(LANE_ERROR_STALLED);
+                break;
+            }
             n = reader.next() => n,
         };
         let frame = match next {
@@ -408,7 +508,7 @@ async fn serve_lane(
                     FrameError::TooLarge { .. } => ErrorCode::FrameTooLarge,
                     FrameError::Truncated { .. } => ErrorCode::BadRequest,
                 };
-                let _ = tx.send(error_frame(0, instance, ServiceError::new(code, e.to_string()))).await;
+                let _ = tx.send(error_frame(0, instance, ServiceError::new(code, e.to_string())).into()).await;
                 reader.stop(LANE_ERROR_FRAMING);
                 break;
             }
@@ -420,19 +520,33 @@ async fn serve_lane(
         // Scanned before it is decoded (`screen`): a caller that may not
         // call the method, or a body of too many elements, costs a scan of
         // the frame's field headers and no allocation.
-        if let Err((id, err)) = screen(&shared, &peer, &frame) {
-            if tx.send(error_frame(id, instance, err)).await.is_err() {
-                break;
+        let peeked = match screen(&shared, &peer, &frame) {
+            Ok(p) => p,
+            Err((id, err)) => {
+                if tx.send(error_frame(id, instance, err).into()).await.is_err() {
+                    break;
+                }
+                continue;
             }
-            continue;
-        }
+        };
+        // The request's bytes, and what decoding it builds, are taken before
+        // it is decoded: past the budget this lane stops reading.
+        let cost = frame.len().saturating_add(peeked.elements.saturating_mul(DECODED_BYTES_PER_ELEMENT));
+        let held = tokio::select! {
+            h = budget.take(cost) => h,
+            _ = tx.closed() => None,
+        };
+        let Some(held) = held else {
+            reader.stop(LANE_ERROR_STALLED);
+            break;
+        };
         let req = match RequestFrame::decode(frame) {
             Ok(r) => r,
             Err(e) => {
                 shared.stats.bad_frames.fetch_add(1, Ordering::Relaxed);
                 warn!(%remote, %peer, error = %e, "undecodable request frame");
                 let err = ServiceError::bad_request(format!("undecodable request frame: {e}"));
-                if tx.send(error_frame(0, instance, err)).await.is_err() {
+                if tx.send(error_frame(0, instance, err).into()).await.is_err() {
                     break;
                 }
                 continue;
@@ -442,14 +556,14 @@ async fn serve_lane(
         let refuse = |err: ServiceError| error_frame(id, instance, err);
         let Some(body) = req.body else {
             let err = ServiceError::new(ErrorCode::UnknownMethod, "request has no body this server understands");
-            if tx.send(refuse(err)).await.is_err() {
+            if tx.send(refuse(err).into()).await.is_err() {
                 break;
             }
             continue;
         };
         let method = Method::of_request(&body);
         if let Some(err) = admit(&shared, &peer, method, &body) {
-            if tx.send(refuse(err)).await.is_err() {
+            if tx.send(refuse(err).into()).await.is_err() {
                 break;
             }
             continue;
@@ -459,7 +573,7 @@ async fn serve_lane(
                 Ok(p) => p,
                 Err(_) => {
                     let err = ServiceError::new(ErrorCode::Overloaded, "too many long polls parked on this server");
-                    if tx.send(refuse(err)).await.is_err() {
+                    if tx.send(refuse(err).into()).await.is_err() {
                         break;
                     }
                     continue;
@@ -509,6 +623,7 @@ async fn serve_lane(
         };
         let tx = tx.clone();
         let shared2 = shared.clone();
+        let budget = budget.clone();
         shared.requests.spawn(
             async move {
                 let result = tokio::select! {
@@ -519,8 +634,8 @@ async fn serve_lane(
                 let Some(result) = result else {
                     let err =
                         ServiceError::new(ErrorCode::ShuttingDown, "server shut down before the request finished");
-                    let _ = tx.send(error_frame(id, instance, err)).await;
-                    drop(permit);
+                    let _ = tx.send(error_frame(id, instance, err).into()).await;
+                    drop((permit, held));
                     return;
                 };
                 let resp = match result {
@@ -548,8 +663,13 @@ async fn serve_lane(
                 } else {
                     resp
                 };
+                // The request's bytes are given back before the response's are
+                // taken (holding both could stall every handler of a full
+                // budget); the response holds its own until it is written.
+                drop(held);
+                let held = budget.take(resp.encoded_len()).await;
                 // The lane may be gone (caller disconnected); nobody is left to answer.
-                let _ = tx.send(resp).await;
+                let _ = tx.send(Reply { frame: resp, _held: held }).await;
                 drop(permit);
             }
             .instrument(span),
@@ -558,6 +678,10 @@ async fn serve_lane(
     drop(tx);
     match writer.await {
         Ok(Ok(())) => {}
+        Ok(Err(e @ WriteFailed::Stalled { .. })) => {
+            shared.stats.lanes_stalled.fetch_add(1, Ordering::Relaxed);
+            warn!(%remote, %peer, error = %e, "reset a lane whose peer stopped reading its responses");
+        }
         Ok(Err(e)) => debug!(%remote, %peer, reason = %e, "lane writer stopped"),
         Err(e) => warn!(%remote, %peer, error = %e, "lane writer panicked"),
     }
@@ -573,7 +697,7 @@ fn is_long_poll(m: Method) -> bool {
 /// be scanned, calls a method the caller's role may not call, or holds
 /// more elements than its method allows: the request id to answer under,
 /// and the error.
-fn screen(shared: &Shared, peer: &PeerIdentity, frame: &[u8]) -> Result<(), (u64, ServiceError)> {
+fn screen(shared: &Shared, peer: &PeerIdentity, frame: &[u8]) -> Result<Peeked, (u64, ServiceError)> {
     let p = quire_proto::peek::peek_request(frame).map_err(|e| {
         shared.stats.bad_frames.fetch_add(1, Ordering::Relaxed);
         warn!(%peer, error = %e, "unreadable request frame");
@@ -591,7 +715,7 @@ fn screen(shared: &Shared, peer: &PeerIdentity, frame: &[u8]) -> Result<(), (u64
         warn!(%peer, reason = why, "refused request before decoding it: too many elements");
         return Err((p.request_id, ServiceError::bad_request(why)));
     }
-    Ok(())
+    Ok(p)
 }
 
 /// Refuses a request the server will not run, with the reason.

@@ -165,3 +165,39 @@ async fn a_same_named_ca_with_another_key_is_refused() {
     wait_until(Duration::from_secs(5), "server to count the refusal", || (refused_count(&server) == 1).then_some(()))
         .unwrap();
 }
+
+/// Rotation without a restart (issue #20 item 6): a server whose certificate
+/// expired is given a new one and serves again; a client given new
+/// credentials presents them on its next connection; credentials of another
+/// identity are refused and the old ones stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_are_replaced_while_serving() {
+    let pki = Pki::new();
+    let server = serve(&pki.creds_with(Role::Bookie, "1", Validity::expired()), std::sync::Arc::new(ControlOnly));
+    let addr = server.local_addr().to_string();
+    let expired_client = pki.creds_with(Role::Admin, "1", Validity::expired());
+    let c = client(&pki.creds(Role::Admin, "1"));
+    assert!(ping(&c, &addr, Role::Bookie).await.is_err(), "an expired server certificate is refused");
+    server.reload(&pki.creds(Role::Bookie, "1")).unwrap();
+    let c = client(&pki.creds(Role::Admin, "1"));
+    ping(&c, &addr, Role::Bookie).await.unwrap();
+
+    // Another identity's credentials: refused, and the server still serves.
+    let err = server.reload(&pki.creds(Role::Bookie, "2")).unwrap_err();
+    assert!(err.to_string().contains("names bookie/2"), "{err}");
+    let c2 = client(&pki.creds(Role::Admin, "1"));
+    ping(&c2, &addr, Role::Bookie).await.unwrap();
+
+    // A client's rotated credentials are used by its next connection.
+    let rotating = client(&expired_client);
+    assert!(ping(&rotating, &addr, Role::Bookie).await.is_err(), "the server refuses an expired client");
+    rotating.set_credentials(&pki.creds(Role::Admin, "1")).unwrap();
+    // The failed connection is retried after the client's backoff.
+    wait_until(Duration::from_secs(10), "a connection with the new credentials", || {
+        let r = tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(ping(&rotating, &addr, Role::Bookie))
+        });
+        r.ok()
+    })
+    .unwrap();
+}

@@ -15,7 +15,7 @@ use prost::Message;
 use quire_proto::codec::{encode_frame, FrameDecoder};
 use quire_proto::v1::{self, ErrorCode, PingRequest, ReadLacRequest, RequestFrame, ResponseFrame, WaitLacRequest};
 use quire_proto::Role;
-use quire_rpc::server::ControlOnly;
+use quire_rpc::server::{ControlOnly, ServerOptions};
 use quire_rpc::{CallOptions, ClientOptions, RpcError};
 use quire_testkit::wait_until;
 
@@ -485,4 +485,58 @@ async fn a_frame_is_authorised_and_bounded_before_it_is_decoded() {
     send.write_all(&buf).await.unwrap();
     let r = read_response(&mut recv, &mut dec).await.unwrap();
     assert_eq!((r.request_id, r.code), (22, 0), "{r:?}");
+}
+
+/// Issue #20 item 4: a peer that sends requests and never reads the replies
+/// used to have up to 4096 requests in flight and 1024 responses queued per
+/// lane (5 MiB each): gigabytes. Now the server reads only as many as the
+/// connection's bytes allow, and a response the peer does not take within the
+/// send deadline resets the lane and gives everything back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_never_reads_its_replies_holds_a_bounded_number_of_bytes() {
+    let pki = Pki::new();
+    let budget = 4 << 20;
+    let opts = ServerOptions {
+        max_in_flight_bytes_per_connection: budget,
+        max_in_flight_bytes_per_peer: budget,
+        send_timeout: Duration::from_secs(1),
+        ..ServerOptions::default()
+    };
+    let server =
+        serve_with("127.0.0.1:0".parse().unwrap(), &pki.creds(Role::Bookie, "1"), FakeBookie::new(), "a", opts);
+    let (_ep, _conn, mut send, recv) = raw_lane(&pki, server.local_addr()).await;
+    let pings = 512usize;
+    let payload = Bytes::from(vec![7u8; 256 << 10]);
+    let writer = tokio::spawn(async move {
+        for id in 0..pings as u64 {
+            let ping = RequestFrame {
+                request_id: id + 1,
+                body: Some(v1::request_frame::Body::Ping(PingRequest { payload: payload.clone(), echo: true })),
+                ..Default::default()
+            };
+            let mut buf = BytesMut::new();
+            encode_frame(&ping, &mut buf);
+            if send.write_all(&buf).await.is_err() {
+                return;
+            }
+        }
+    });
+    // Nothing is read from `recv`: the server's writer stalls, then resets the lane.
+    wait_until(Duration::from_secs(20), "the stalled lane to be reset", || {
+        (server.stats().lanes_stalled.load(Ordering::Relaxed) == 1).then_some(())
+    })
+    .unwrap();
+    let served = server.stats().requests.load(Ordering::Relaxed) as usize;
+    // The budget, plus what the peer's QUIC stack took into its own stream
+    // window (16 MiB: its memory, not the server's). Before the bound the
+    // server read everything the peer sent.
+    eprintln!("served {served} of {pings}");
+    assert!(served < pings / 3, "{served} of {pings} requests of 256 KiB were read past a {budget}-byte budget");
+    // The lane's bytes were given back: the same identity is served again.
+    let c = client(&pki.creds(Role::Client, "raw"));
+    let peer = c.peer(&server.local_addr().to_string(), Role::Bookie, None);
+    let r = peer.call(PingRequest { payload: Bytes::from(vec![1u8; 1 << 20]), echo: true }).await.unwrap();
+    assert_eq!(r.payload.len(), 1 << 20);
+    writer.abort();
+    drop(recv);
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use quire_proto::Role;
 use quire_rpc::server::ServerOptions;
-use quire_rpc::{Credentials, Server, ServerHandle, ServerIdentity, Service, TlsFiles};
+use quire_rpc::{Credentials, RpcClient, Server, ServerHandle, ServerIdentity, Service, TlsFiles};
 use tracing::info;
 
 use crate::logging::LogFormat;
@@ -142,6 +142,12 @@ pub struct RunningService {
     pub server: ServerHandle,
     grace: Duration,
     signals: ShutdownSignals,
+    /// What SIGHUP reloads: the credentials of `role` from `common`'s files,
+    /// into the server and `clients`.
+    role: Role,
+    common: CommonArgs,
+    clients: Vec<RpcClient>,
+    hangup: tokio::signal::unix::Signal,
 }
 
 impl RunningService {
@@ -158,6 +164,8 @@ impl RunningService {
         let creds = common.credentials(role)?;
         // Before the ready file appears: a supervisor may signal as soon as it does.
         let signals = ShutdownSignals::install()?;
+        let hangup =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).context("install SIGHUP handler")?;
         let info = ServerIdentity { instance_id, version: env!("CARGO_PKG_VERSION").to_string() };
         let server = Server::bind(listen, &creds, info, service, opts).context("start QUIC server")?;
         if let Some(path) = &common.ready_file {
@@ -167,12 +175,49 @@ impl RunningService {
                 .with_context(|| format!("write {}", tmp.display()))?;
             std::fs::rename(&tmp, path).with_context(|| format!("write {}", path.display()))?;
         }
-        Ok(RunningService { server, grace: Duration::from_millis(common.shutdown_grace_ms), signals })
+        Ok(RunningService {
+            server,
+            grace: Duration::from_millis(common.shutdown_grace_ms),
+            signals,
+            role,
+            common: common.clone(),
+            clients: Vec::new(),
+            hangup,
+        })
+    }
+
+    /// Has SIGHUP give `client` the reloaded credentials too (the service's
+    /// connections to its peers).
+    pub fn reload_client_too(&mut self, client: RpcClient) {
+        self.clients.push(client);
+    }
+
+    /// Re-reads the certificate, key and CA files and puts them in force for
+    /// new handshakes, server and clients alike. Files that do not load, or
+    /// name another identity, change nothing: the old credentials stay in
+    /// force and the error says why.
+    pub fn reload_credentials(&self) -> anyhow::Result<()> {
+        let creds = self.common.credentials(self.role)?;
+        self.server.reload(&creds).context("reload the server's credentials")?;
+        for c in &self.clients {
+            c.set_credentials(&creds).context("reload a client's credentials")?;
+        }
+        Ok(())
     }
 
     /// Waits for SIGTERM or SIGINT, then shuts the server down gracefully.
+    /// SIGHUP meanwhile reloads the TLS credentials (rotation without a
+    /// restart).
     pub async fn run_until_signal(mut self) -> anyhow::Result<()> {
-        let sig = self.signals.recv().await;
+        let sig = loop {
+            tokio::select! {
+                sig = self.signals.recv() => break sig,
+                _ = self.hangup.recv() => match self.reload_credentials() {
+                    Ok(()) => info!("SIGHUP: TLS credentials reloaded"),
+                    Err(e) => tracing::error!(error = format!("{e:#}"), "SIGHUP: TLS credentials not reloaded; the old ones stay in force"),
+                },
+            }
+        };
         info!(signal = sig, "shutting down");
         self.server.shutdown(self.grace).await;
         Ok(())
