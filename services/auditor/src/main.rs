@@ -68,6 +68,9 @@ fn main() -> anyhow::Result<()> {
         let creds = args.common.credentials(Role::Auditor)?;
         let rpc = quire_rpc::RpcClient::new(&creds, quire_rpc::ClientOptions::default())?;
         let meta = Arc::new(MetaClient::new(rpc.clone(), args.metadata.clone(), MetaClientOptions::default()));
+        // Certificates revoked by the operator are refused from the moment this hears of them.
+        let deny_meta = meta.clone();
+        tokio::spawn(async move { deny_meta.follow_deny_list(quire_runtime::deny_list().clone()).await });
         let client = Client::new(rpc.clone(), meta, ClientOptions::default());
         let mut svc = RunningService::start(
             Role::Auditor,

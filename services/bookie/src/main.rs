@@ -280,7 +280,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     } else {
         let rpc = quire_rpc::RpcClient::new(&creds, quire_rpc::ClientOptions::default())?;
         clients.push(rpc.clone());
-        Some(Arc::new(quire_metaclient::MetaClient::new(rpc, args.metadata.clone(), Default::default())))
+        let meta = Arc::new(quire_metaclient::MetaClient::new(rpc, args.metadata.clone(), Default::default()));
+        // Certificates revoked by the operator are refused from the moment this hears of them.
+        let deny_meta = meta.clone();
+        tokio::spawn(async move { deny_meta.follow_deny_list(quire_runtime::deny_list().clone()).await });
+        Some(meta)
     };
     let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // With data missing, absent entries are not evidence until the

@@ -35,6 +35,9 @@ pub struct Metrics {
     pub errors: AtomicU64,
     /// Single appends: from the request's body in hand to the acknowledgement.
     pub append_seconds: quire_metrics::Histogram,
+    /// Streamed responses abandoned because the client took nothing for the
+    /// send deadline.
+    pub stalled: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -44,6 +47,7 @@ impl Default for Metrics {
             reads: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             append_seconds: quire_metrics::Histogram::latency(),
+            stalled: AtomicU64::new(0),
         }
     }
 }
@@ -181,11 +185,14 @@ async fn metrics(state: State, m: web::Data<Metrics>) -> HttpResponse {
          # HELP quire_gateway_writers Writer handles held.\n\
          # TYPE quire_gateway_writers gauge\nquire_gateway_writers {writers}\n\
          # HELP quire_gateway_client_tasks Tasks doing HTTP requests' work on the client runtime now.\n\
-         # TYPE quire_gateway_client_tasks gauge\nquire_gateway_client_tasks {}\n",
+         # TYPE quire_gateway_client_tasks gauge\nquire_gateway_client_tasks {}\n\
+         # HELP quire_gateway_responses_stalled_total Streamed responses abandoned: the client took nothing for the send deadline.\n\
+         # TYPE quire_gateway_responses_stalled_total counter\nquire_gateway_responses_stalled_total {}\n",
         m.appends.load(Ordering::Relaxed),
         m.reads.load(Ordering::Relaxed),
         m.errors.load(Ordering::Relaxed),
         state.client_tasks(),
+        m.stalled.load(Ordering::Relaxed),
     );
     m.append_seconds.render(
         &mut text,
@@ -475,6 +482,12 @@ async fn read_range(state: State, req: HttpRequest, m: web::Data<Metrics>) -> Re
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, ApiError>>(4);
     let head = [Bytes::from_static(br#"{"entries":["#), entries_json(&first_page, true)];
     let metrics = m.clone();
+    let send_timeout = state.send_timeout;
+    // Set when the client took no page for the send deadline: the stream
+    // then fails instead of ending, so the response is cut off (an
+    // incomplete chunked body), never passed off as a complete, shorter one.
+    let abandoned = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let abandon = abandoned.clone();
     state.rt.spawn(async move {
         let mut at = next;
         while at <= last {
@@ -490,15 +503,37 @@ async fn read_range(state: State, req: HttpRequest, m: web::Data<Metrics>) -> Re
             };
             at += page.len() as u64;
             metrics.reads.fetch_add(page.len() as u64, Ordering::Relaxed);
-            if tx.send(Ok(entries_json(&page, false))).await.is_err() {
-                return; // the caller went away
+            match tokio::time::timeout(send_timeout, tx.send(Ok(entries_json(&page, false)))).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return, // the caller went away
+                Err(_) => {
+                    // The client stopped reading: what this task holds (the
+                    // reader, the next pages) goes now; the connection goes
+                    // when the kernel's TCP_USER_TIMEOUT fires.
+                    abandon.store(true, Ordering::Relaxed);
+                    metrics.stalled.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        ledger_id = id,
+                        entry_id = at,
+                        timeout_ms = send_timeout.as_millis() as u64,
+                        "range read abandoned: the client took nothing for the send deadline"
+                    );
+                    return;
+                }
             }
         }
         let _ = tx.send(Ok(Bytes::from_static(b"]}"))).await;
     });
     let body = futures_util::stream::iter(head.into_iter().map(Ok::<_, actix_web::Error>)).chain(
-        futures_util::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|item| (item.map_err(actix_web::Error::from), rx))
+        futures_util::stream::unfold(rx, move |mut rx| {
+            let abandoned = abandoned.clone();
+            async move {
+                if abandoned.load(Ordering::Relaxed) {
+                    let err = ApiError::internal("the response was abandoned: the client stopped reading");
+                    return Some((Err(actix_web::Error::from(err)), rx));
+                }
+                rx.recv().await.map(|item| (item.map_err(actix_web::Error::from), rx))
+            }
         }),
     );
     Ok(HttpResponse::Ok().content_type("application/json").streaming(body))

@@ -95,6 +95,27 @@ struct Args {
     /// the caller gets 408 (a slow upload does not hold a worker for ever).
     #[arg(long, env = "QUIRE_BODY_TIMEOUT_MS", default_value_t = 30_000)]
     body_timeout_ms: u64,
+
+    /// A response the client takes none of for this long is abandoned: a
+    /// range read stops reading pages for it, and the kernel resets the
+    /// connection (TCP_USER_TIMEOUT on every accepted socket), so a client
+    /// that stops reading holds nothing for longer.
+    #[arg(long, env = "QUIRE_SEND_TIMEOUT_MS", default_value_t = 30_000)]
+    send_timeout_ms: u64,
+}
+
+/// The HTTP listener: TCP_USER_TIMEOUT set on it is inherited by every
+/// connection it accepts (Linux), so data a client leaves unacknowledged or
+/// a window it keeps shut past the send deadline aborts the connection.
+fn http_listener(addr: SocketAddr, send_timeout: Duration) -> anyhow::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None).context("create the HTTP socket")?;
+    socket.set_reuse_address(true)?;
+    socket.set_tcp_user_timeout(Some(send_timeout)).context("set TCP_USER_TIMEOUT")?;
+    socket.bind(&addr.into()).with_context(|| format!("bind the HTTP API on {addr}"))?;
+    socket.listen(1024)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
 }
 
 fn write_ready(path: &std::path::Path, addr: SocketAddr) -> anyhow::Result<()> {
@@ -122,6 +143,9 @@ fn main() -> anyhow::Result<()> {
         let creds = args.common.credentials(Role::Gateway)?;
         let rpc = quire_rpc::RpcClient::new(&creds, quire_rpc::ClientOptions::default())?;
         let meta = Arc::new(MetaClient::new(rpc.clone(), args.metadata.clone(), MetaClientOptions::default()));
+        // Certificates revoked by the operator are refused from the moment this hears of them.
+        let deny_meta = meta.clone();
+        tokio::spawn(async move { deny_meta.follow_deny_list(quire_runtime::deny_list().clone()).await });
         let opts = ClientOptions { max_entry_bytes: args.max_entry_bytes, ..ClientOptions::default() };
         let state = Arc::new(GatewayState {
             client: Client::new(rpc.clone(), meta, opts),
@@ -131,6 +155,7 @@ fn main() -> anyhow::Result<()> {
             max_range_entries: args.max_range_entries.max(1),
             request_timeout: Duration::from_millis(args.request_timeout_ms.max(1000)),
             body_timeout: Duration::from_millis(args.body_timeout_ms.max(100)),
+            send_timeout: Duration::from_millis(args.send_timeout_ms.max(100)),
             client_tasks: std::sync::atomic::AtomicUsize::new(0),
         });
         let mut svc = RunningService::start(
@@ -212,11 +237,12 @@ fn main() -> anyhow::Result<()> {
         .disable_signals()
         .client_request_timeout(Duration::from_secs(30));
         let scheme = if tls.is_some() { "https" } else { "http" };
+        let listener = http_listener(args.http_listen, Duration::from_millis(args.send_timeout_ms.max(100)))?;
         let server = match tls {
-            Some(cfg) => server.bind_rustls_0_23(args.http_listen, cfg),
-            None => server.bind(args.http_listen),
+            Some(cfg) => server.listen_rustls_0_23(listener, cfg),
+            None => server.listen(listener),
         }
-        .with_context(|| format!("bind the HTTP API on {}", args.http_listen))?;
+        .with_context(|| format!("serve the HTTP API on {}", args.http_listen))?;
         let addr = *server.addrs().first().context("no HTTP address bound")?;
         // SIGHUP re-reads the token file (rotation without a restart), and
         // is never the default "terminate": installed before the ready file.

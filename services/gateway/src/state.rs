@@ -35,6 +35,8 @@ pub struct GatewayState {
     pub request_timeout: std::time::Duration,
     /// Longest a request body may take to arrive: then 408.
     pub body_timeout: std::time::Duration,
+    /// How long a streamed response may wait for its client to take more.
+    pub send_timeout: std::time::Duration,
     /// Tasks on the client's runtime for HTTP requests (for /metrics).
     pub client_tasks: std::sync::atomic::AtomicUsize,
 }

@@ -655,6 +655,59 @@ fn a_stalled_upload_gets_408_and_a_vanished_reader_stops_its_work() {
     .unwrap();
 }
 
+/// Issue #20 item 4: a range read streamed to a client that stops reading
+/// used to hold its reader and pages for as long as the connection lived.
+/// Past the send deadline the gateway abandons it (the task and its pages
+/// go) and the connection is cut, never ended as if complete.
+#[test]
+fn a_range_read_to_a_client_that_stops_reading_is_abandoned_at_the_send_deadline() {
+    let g = start_args(None, 3, false, &["--send-timeout-ms", "1000", "--max-range-entries", "1000"]);
+    let (status, v) = g.json("POST", "/v1/ledgers", "");
+    assert_eq!(status, 201, "{v}");
+    let id = v["ledger_id"].as_u64().unwrap();
+    // About 32 MB of JSON (base64): more than loopback's socket buffers hold.
+    let entries = 400u64;
+    let payload = vec![7u8; 60_000];
+    for _ in 0..entries {
+        let (status, b) =
+            g.call("POST", &format!("/v1/ledgers/{id}/entries"), Some("application/octet-stream"), &payload);
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&b));
+    }
+    let stalled = || {
+        let (_, m) = g.call("GET", "/metrics", None, b"");
+        let m = String::from_utf8(m).unwrap();
+        m.lines()
+            .find_map(|l| l.strip_prefix("quire_gateway_responses_stalled_total "))
+            .map(|n| n.parse::<u64>().unwrap())
+    };
+    assert_eq!(stalled(), Some(0));
+
+    let mut s = TcpStream::connect(&g.http).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let req = format!("GET /v1/ledgers/{id}/entries?from=0&to={} HTTP/1.1\r\nHost: quire\r\n\r\n", entries - 1);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    // The client reads nothing more.
+    quire_testkit::wait_until(Duration::from_secs(30), "the range read abandoned", || {
+        (stalled() == Some(1)).then_some(())
+    })
+    .unwrap();
+    // Whatever was in flight can still be read, but the response never
+    // completes: the connection is cut (reset, or closed mid-body).
+    let mut rest = Vec::new();
+    let r = s.read_to_end(&mut rest);
+    assert!(
+        r.is_err() || !rest.ends_with(b"0\r\n\r\n"),
+        "an abandoned response ended as if complete ({} bytes)",
+        rest.len()
+    );
+    // The gateway serves on.
+    let (status, _) = g.call("GET", &format!("/v1/ledgers/{id}/entries/0"), None, b"");
+    assert_eq!(status, 200);
+}
+
 #[test]
 fn the_openapi_document_lists_every_route_and_each_one_answers() {
     let g = start();

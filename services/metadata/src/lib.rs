@@ -6,11 +6,13 @@
 //! - [`raft`]: openraft's types, the sled stores, the QUIC network;
 //! - [`service`]: the RPC handlers (leader writes, linearizable reads, watches);
 //! - [`node`]: starting a replica;
-//! - [`convert`]: wire messages to records and back.
+//! - [`convert`]: wire messages to records and back;
+//! - [`revocation`]: the replica's own deny list of certificates.
 
 pub mod convert;
 pub mod metrics;
 pub mod node;
 pub mod raft;
+pub mod revocation;
 pub mod service;
 pub mod state;

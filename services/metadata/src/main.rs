@@ -115,6 +115,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ServerOptions::default(),
     )?;
     svc.reload_client_too(rpc.clone());
+    let deny =
+        tokio::spawn(quire_metadata::revocation::follow_local(node.shared.clone(), quire_runtime::deny_list().clone()));
     tracing::info!(addr = %svc.server.local_addr(), id, "quire-metadata ready");
     let metrics = match args.metrics_listen {
         Some(addr) => {
@@ -128,6 +130,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         None => None,
     };
     let result = svc.run_until_signal().await;
+    deny.abort();
     if let Some(m) = metrics {
         m.abort();
     }

@@ -464,6 +464,46 @@ impl quire_rpc::Service for MetaService {
                     proposer.propose(Command::PutAuditReport { report }).await?;
                     Ok(v1::PutAuditReportResponse {}.into())
                 }
+                Req::RevokeCertificate(r) => {
+                    let cmd = Command::RevokeCertificate {
+                        serial: r.serial,
+                        identity: r.identity,
+                        reason: r.reason,
+                        undo: r.undo,
+                        now_ms: now_ms(),
+                    };
+                    match proposer.propose(cmd).await? {
+                        Outcome::Revocations(version) => {
+                            tracing::warn!(peer = %ctx.peer, version, "certificate deny list changed");
+                            Ok(v1::RevokeCertificateResponse { version }.into())
+                        }
+                        other => Err(ServiceError::internal(format!("unexpected outcome {other:?}"))),
+                    }
+                }
+                // Any replica answers from its own state (a follower's list is
+                // at most a heartbeat behind): every service polls this, and
+                // it must keep working while a leader is being elected.
+                Req::ListRevoked(l) => {
+                    let timeout = Duration::from_millis(l.wait_ms.into())
+                        .min(ctx.deadline.saturating_duration_since(tokio::time::Instant::now()));
+                    let after = l.after_version;
+                    watch(&shared, timeout, |s| (s.revoked_version != after).then_some(())).await;
+                    let st = shared.state.read().expect("state lock");
+                    Ok(v1::ListRevokedResponse {
+                        version: st.revoked_version,
+                        revoked: st
+                            .revoked
+                            .values()
+                            .map(|r| v1::RevokedCertificate {
+                                serial: r.serial.clone(),
+                                identity: r.identity.clone(),
+                                reason: r.reason.clone(),
+                                revoked_at_ms: r.revoked_at_ms,
+                            })
+                            .collect(),
+                    }
+                    .into())
+                }
                 Req::ChangeMembership(c) => change_membership(&raft, c).await,
                 Req::MetadataStatus(_) => {
                     let m = raft.metrics().borrow().clone();

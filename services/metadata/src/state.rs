@@ -326,6 +326,39 @@ pub enum Command {
     UpdateLedgerAs { ledger: Ledger, expected_version: u64, caller: Caller },
     /// DeleteLedger by a caller named by its certificate ([`ledger_right`]).
     DeleteLedgerAs { ledger_id: u64, caller: Caller },
+    /// Add a certificate serial to the deny list (or take it off: `undo`).
+    RevokeCertificate { serial: String, identity: String, reason: String, undo: bool, now_ms: u64 },
+}
+
+/// A revoked certificate (issue #20 item 6).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Revoked {
+    /// Lowercase hex of the serial number's bytes.
+    pub serial: String,
+    /// Whose it was, as the operator said.
+    pub identity: String,
+    /// Why.
+    pub reason: String,
+    /// When (leader clock).
+    pub revoked_at_ms: u64,
+}
+
+/// Longest serial (RFC 5280: at most 20 bytes), in hex digits.
+pub const SERIAL_HEX_MAX: usize = 40;
+/// Revocations held at most (certificates expire; prune with `undo`).
+pub const REVOKED_MAX: usize = 65_536;
+/// Bytes of a revocation's identity and reason, at most.
+pub const REVOCATION_NOTE_MAX: usize = 256;
+
+/// A serial as the deny list keys it: hex digits, lowercase, without
+/// leading zeros (DER integers may carry one), or None when it is not hex.
+pub fn normalise_serial(serial: &str) -> Option<String> {
+    let s = serial.trim().trim_start_matches("0x").replace(':', "").to_ascii_lowercase();
+    if s.is_empty() || s.len() > SERIAL_HEX_MAX + 2 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let t = s.trim_start_matches('0');
+    Some(if t.is_empty() { "0".to_string() } else { t.to_string() })
 }
 
 /// Who proposed a command, from the certificate the request came with.
@@ -467,6 +500,8 @@ pub enum Outcome {
     BookieState(Bookie),
     /// A Raft-internal entry (blank, membership).
     Nothing,
+    /// The deny list's version after a revocation.
+    Revocations(u64),
 }
 
 /// Limits that keep one record bounded.
@@ -505,6 +540,14 @@ pub struct MetaState {
     /// oldest half is dropped past [`CREATES_KEPT`] (a retry comes within
     /// seconds).
     pub creates: BTreeMap<String, u64>,
+    /// Revoked certificates by serial. Not in MetaState's own encoding: a
+    /// snapshot carries them after it (state_machine.rs), so snapshots of
+    /// replicas from before the deny list still decode.
+    #[serde(skip)]
+    pub revoked: BTreeMap<String, Revoked>,
+    /// Bumped by every change to `revoked` (for ListRevoked's long poll).
+    #[serde(skip)]
+    pub revoked_version: u64,
 }
 
 /// Request ids of creations remembered, at most.
@@ -534,6 +577,8 @@ pub enum Touched {
     Counters,
     /// A creation's request id (absent now if forgotten).
     Create(String),
+    /// A revocation (absent now if taken back).
+    Revoked(String),
 }
 
 fn validate_custom(custom: &BTreeMap<String, Vec<u8>>) -> Result<(), Refusal> {
@@ -859,6 +904,33 @@ impl MetaState {
                     ));
                 }
                 self.try_apply(Command::UpdateLedger { ledger, expected_version })
+            }
+            Command::RevokeCertificate { serial, identity, reason, undo, now_ms } => {
+                let serial = normalise_serial(&serial).ok_or_else(|| {
+                    Refusal::BadRequest(format!(
+                        "serial {serial:?} is not a certificate serial (hex, at most 20 bytes)"
+                    ))
+                })?;
+                if identity.len() > REVOCATION_NOTE_MAX || reason.len() > REVOCATION_NOTE_MAX {
+                    return Err(Refusal::BadRequest(format!(
+                        "a revocation's identity and reason are at most {REVOCATION_NOTE_MAX} bytes each"
+                    )));
+                }
+                if undo {
+                    if self.revoked.remove(&serial).is_none() {
+                        return Ok((Outcome::Revocations(self.revoked_version), Vec::new()));
+                    }
+                } else {
+                    if !self.revoked.contains_key(&serial) && self.revoked.len() >= REVOKED_MAX {
+                        return Err(Refusal::BadRequest(format!(
+                            "the deny list holds {REVOKED_MAX} serials already: take back those of expired certificates"
+                        )));
+                    }
+                    let r = Revoked { serial: serial.clone(), identity, reason, revoked_at_ms: now_ms };
+                    self.revoked.insert(serial.clone(), r);
+                }
+                self.revoked_version += 1;
+                Ok((Outcome::Revocations(self.revoked_version), vec![Touched::Revoked(serial), Touched::Counters]))
             }
             Command::DeleteLedgerAs { ledger_id, caller } => {
                 let stored = self.ledgers.get(&ledger_id).ok_or(Refusal::NoSuchLedger(ledger_id))?;
@@ -1706,5 +1778,46 @@ mod tests {
         assert_eq!(s.list_ledgers(None, 2), (vec![1, 2], Some(2)));
         assert_eq!(s.list_ledgers(Some(2), 2), (vec![3, 4], Some(4)));
         assert_eq!(s.list_ledgers(Some(4), 2), (vec![5], None));
+    }
+
+    fn revoke(serial: &str, undo: bool) -> Command {
+        Command::RevokeCertificate {
+            serial: serial.into(),
+            identity: "client/1".into(),
+            reason: "leaked".into(),
+            undo,
+            now_ms: 5,
+        }
+    }
+
+    /// Issue #20 item 6: the deny list. Serials are kept in one form however
+    /// they are written; each change bumps the version the services poll;
+    /// taking back what is not there changes nothing; bad input is refused.
+    #[test]
+    fn revocations_are_versioned_normalised_and_bounded() {
+        let mut s = MetaState::default();
+        assert_eq!(s.apply(revoke("0x00:AB:cd", false)).0, Outcome::Revocations(1));
+        assert_eq!(s.revoked.keys().collect::<Vec<_>>(), ["abcd"]);
+        assert_eq!(s.revoked["abcd"].identity, "client/1");
+        // The same serial again: recorded anew (its note may change), a new version.
+        assert_eq!(s.apply(revoke("abcd", false)).0, Outcome::Revocations(2));
+        assert_eq!(s.revoked.len(), 1);
+        assert_eq!(s.apply(revoke("ABCD", true)).0, Outcome::Revocations(3));
+        assert!(s.revoked.is_empty());
+        let (outcome, touched) = s.apply(revoke("abcd", true));
+        assert_eq!((outcome, touched.len()), (Outcome::Revocations(3), 0), "nothing to take back");
+        for bad in ["", "xyz", "12 34", &"a".repeat(43)] {
+            assert!(matches!(s.apply(revoke(bad, false)).0, Outcome::Refused(Refusal::BadRequest(_))), "{bad:?}");
+        }
+        let long = Command::RevokeCertificate {
+            serial: "1".into(),
+            identity: String::new(),
+            reason: "x".repeat(REVOCATION_NOTE_MAX + 1),
+            undo: false,
+            now_ms: 0,
+        };
+        assert!(matches!(s.apply(long).0, Outcome::Refused(Refusal::BadRequest(_))));
+        assert_eq!(s.revoked_version, 3, "refusals change nothing");
+        assert_eq!(normalise_serial("000"), Some("0".into()));
     }
 }

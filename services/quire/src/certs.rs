@@ -14,6 +14,46 @@ pub enum CertsCmd {
     Init(InitArgs),
     /// Issue one more certificate from the CA in DIR.
     Issue(IssueArgs),
+    /// Print a certificate's identity, serial number and validity.
+    Show(ShowArgs),
+    /// Revoke a certificate by its serial: every service refuses it at the
+    /// handshake, and closes its connections, once it hears (seconds).
+    Revoke(RevokeArgs),
+    /// List the revoked certificates.
+    Revoked(RevokedArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// The certificate (PEM).
+    cert: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct RevokeArgs {
+    #[command(flatten)]
+    target: crate::bookies::MetaTarget,
+    /// The serial number, hex (as `quire certs show` prints it; colons allowed).
+    #[arg(long)]
+    serial: String,
+    /// Whose certificate it is (`role/id`), for the record.
+    #[arg(long, default_value = "")]
+    identity: String,
+    /// Why, for the record.
+    #[arg(long, default_value = "")]
+    reason: String,
+    /// Take the revocation back.
+    #[arg(long)]
+    undo: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RevokedArgs {
+    #[command(flatten)]
+    target: crate::bookies::MetaTarget,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -148,6 +188,9 @@ pub fn run(cmd: CertsCmd) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        CertsCmd::Show(a) => show(&a.cert),
+        CertsCmd::Revoke(a) => revoke(a),
+        CertsCmd::Revoked(a) => revoked(a),
         CertsCmd::Issue(a) => {
             let ca = CertAuthority::load(&a.dir).with_context(|| format!("load CA from {}", a.dir.display()))?;
             let out = match &a.out {
@@ -163,4 +206,68 @@ pub fn run(cmd: CertsCmd) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+fn show(path: &Path) -> anyhow::Result<()> {
+    use rustls_pki_types::pem::PemObject;
+    let der = rustls_pki_types::CertificateDer::pem_file_iter(path)
+        .with_context(|| format!("read {}", path.display()))?
+        .next()
+        .with_context(|| format!("{} holds no certificate", path.display()))?
+        .with_context(|| format!("parse {}", path.display()))?;
+    let identity = quire_rpc::PeerIdentity::from_cert(&der).map_or_else(|e| format!("({e})"), |p| p.to_string());
+    let serial = quire_rpc::deny::serial_hex(&der).context("the certificate does not parse")?;
+    let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).context("the certificate does not parse")?;
+    let validity = cert.validity();
+    println!("identity:   {identity}");
+    println!("serial:     {serial}");
+    println!("not before: {}", validity.not_before);
+    println!("not after:  {}", validity.not_after);
+    Ok(())
+}
+
+fn revoke(a: RevokeArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let rpc = a.target.rpc()?;
+        let meta = quire_metaclient::MetaClient::new(rpc.clone(), a.target.metadata.clone(), Default::default());
+        let req = quire_proto::v1::RevokeCertificateRequest {
+            serial: a.serial.clone(),
+            identity: a.identity,
+            reason: a.reason,
+            undo: a.undo,
+        };
+        let r = meta.call(req).await.context("revoke")?;
+        rpc.close(std::time::Duration::from_millis(100)).await;
+        let what = if a.undo { "no longer revoked" } else { "revoked" };
+        println!("{} {what} (deny list version {})", a.serial, r.version);
+        Ok(())
+    })
+}
+
+fn revoked(a: RevokedArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let rpc = a.target.rpc()?;
+        let meta = quire_metaclient::MetaClient::new(rpc.clone(), a.target.metadata.clone(), Default::default());
+        let r = meta.call(quire_proto::v1::ListRevokedRequest { after_version: 0, wait_ms: 0 }).await?;
+        rpc.close(std::time::Duration::from_millis(100)).await;
+        if a.json {
+            let rows: Vec<_> = r
+                .revoked
+                .iter()
+                .map(|c| {
+                    serde_json::json!({"serial": c.serial, "identity": c.identity, "reason": c.reason,
+                        "revoked_at_ms": c.revoked_at_ms})
+                })
+                .collect();
+            println!("{}", serde_json::json!({"version": r.version, "revoked": rows}));
+        } else {
+            println!("{:<42} {:<24} REASON", "SERIAL", "IDENTITY");
+            for c in &r.revoked {
+                println!("{:<42} {:<24} {}", c.serial, c.identity, c.reason);
+            }
+        }
+        Ok(())
+    })
 }

@@ -66,7 +66,7 @@ pub struct MetaClient {
 
 fn reads(m: Method) -> bool {
     use Method::*;
-    matches!(m, GetLedger | ListLedgers | WatchLedger | ListBookies | WatchBookies)
+    matches!(m, GetLedger | ListLedgers | WatchLedger | ListBookies | WatchBookies | ListRevoked)
 }
 
 impl MetaClient {
@@ -162,6 +162,39 @@ impl MetaClient {
                 return Ok(None);
             }
             version = w.version;
+        }
+    }
+
+    /// Keeps `list` equal to the metadata service's deny list of certificate
+    /// serials (issue #20 item 6), for as long as it runs: a long poll on
+    /// the list's version, so a revocation reaches every service within a
+    /// round trip of being committed. Errors are retried after a pause (the
+    /// list in force stays meanwhile); spawn it beside the service.
+    pub async fn follow_deny_list(&self, list: quire_rpc::DenyList) {
+        const WAIT: Duration = Duration::from_secs(30);
+        let mut failing = false;
+        loop {
+            let req = v1::ListRevokedRequest { after_version: list.version(), wait_ms: WAIT.as_millis() as u32 };
+            match self.call_waiting(req, WAIT).await {
+                Ok(r) => {
+                    if failing {
+                        tracing::info!("following the certificate deny list again");
+                        failing = false;
+                    }
+                    if r.version != list.version() {
+                        let n = r.revoked.len();
+                        list.replace(r.version, r.revoked.into_iter().map(|c| c.serial));
+                        tracing::info!(version = r.version, revoked = n, "certificate deny list installed");
+                    }
+                }
+                Err(e) => {
+                    if !failing {
+                        tracing::warn!(error = %e, "cannot follow the certificate deny list; the last one stays in force");
+                        failing = true;
+                    }
+                    tokio::time::sleep(self.opts.retry_pause.max(Duration::from_millis(500))).await;
+                }
+            }
         }
     }
 

@@ -111,6 +111,8 @@ methods! {
     SetBookieState => SetBookieStateRequest, SetBookieStateResponse, "set_bookie_state";
     GetBookie => GetBookieRequest, GetBookieResponse, "get_bookie";
     PutAuditReport => PutAuditReportRequest, PutAuditReportResponse, "put_audit_report";
+    RevokeCertificate => RevokeCertificateRequest, RevokeCertificateResponse, "revoke_certificate";
+    ListRevoked => ListRevokedRequest, ListRevokedResponse, "list_revoked";
 }
 
 /// The service a method belongs to; a server hosts the control service plus one other.
@@ -135,7 +137,9 @@ impl Method {
             CreateLedger | GetLedger | UpdateLedger | DeleteLedger | ListLedgers | WatchLedger | RegisterBookie
             | RenewLease | ListBookies | WatchBookies | MarkUnderReplicated | ListUnderReplicated
             | ClearUnderReplicated | AcquireLock | RenewLock | ReleaseLock | GetLock | ChangeMembership
-            | MetadataStatus | Raft | SetBookieState | GetBookie | PutAuditReport => ServiceKind::Metadata,
+            | MetadataStatus | Raft | SetBookieState | GetBookie | PutAuditReport | RevokeCertificate | ListRevoked => {
+                ServiceKind::Metadata
+            }
         }
     }
 }

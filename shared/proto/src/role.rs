@@ -147,6 +147,10 @@ pub fn allowed(role: Role, method: Method) -> bool {
         SetBookieState => matches!(role, Gateway | Admin | Auditor),
         GetBookie => !matches!(role, Metadata),
         PutAuditReport => role == Auditor,
+        // Revoking a certificate is the operator's; every service follows
+        // the list to refuse revoked peers.
+        RevokeCertificate => role == Admin,
+        ListRevoked => true,
     }
 }
 

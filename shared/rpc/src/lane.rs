@@ -18,6 +18,9 @@ pub const LANE_ERROR_SHUTDOWN: u32 = 2;
 /// QUIC application error code for a lane reset because its peer stopped
 /// reading (the send deadline passed).
 pub const LANE_ERROR_STALLED: u32 = 3;
+/// QUIC application error code for a connection closed because its peer's
+/// certificate was revoked.
+pub const LANE_ERROR_REVOKED: u32 = 4;
 
 /// Why reading a lane stopped.
 #[derive(Debug, thiserror::Error)]

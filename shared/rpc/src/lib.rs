@@ -21,6 +21,7 @@
 
 mod budget;
 pub mod client;
+pub mod deny;
 pub mod error;
 pub mod identity;
 pub mod lane;
@@ -32,6 +33,7 @@ mod transport;
 pub use transport::MAX_LANES_PER_CONNECTION;
 
 pub use client::{CallOptions, ClientOptions, PeerClient, Reply, RpcClient};
+pub use deny::DenyList;
 pub use error::{RpcError, ServiceError};
 pub use identity::PeerIdentity;
 pub use server::{

@@ -31,11 +31,12 @@ use tracing::{debug, info, warn, Instrument};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::budget::{Budget, Held, Peers, DECODED_BYTES_PER_ELEMENT};
+use crate::deny::DenyList;
 use crate::error::ServiceError;
 use crate::identity::PeerIdentity;
 use crate::lane::{
-    write_frames, FrameReader, LaneError, Outgoing, WriteFailed, LANE_ERROR_FRAMING, LANE_ERROR_SHUTDOWN,
-    LANE_ERROR_STALLED,
+    write_frames, FrameReader, LaneError, Outgoing, WriteFailed, LANE_ERROR_FRAMING, LANE_ERROR_REVOKED,
+    LANE_ERROR_SHUTDOWN, LANE_ERROR_STALLED,
 };
 use crate::tls::{Credentials, TlsError};
 use crate::trace;
@@ -177,6 +178,8 @@ pub struct ServerStats {
     pub bad_frames: AtomicU64,
     /// Lanes reset because the peer took no response for `send_timeout`.
     pub lanes_stalled: AtomicU64,
+    /// Live connections closed because their peer's certificate was revoked.
+    pub connections_revoked: AtomicU64,
 }
 
 /// Why a server could not start.
@@ -214,6 +217,9 @@ struct Shared {
     long_polls: Arc<Semaphore>,
     /// In-flight bytes per connection and per peer.
     peers: Peers,
+    /// The certificates refused (from the credentials the server started
+    /// with; kept across reloads).
+    deny: Option<DenyList>,
     /// Request handler tasks: awaited at shutdown so in-flight requests finish.
     requests: TaskTracker,
     /// Lane tasks: awaited after requests so their responses get written.
@@ -287,6 +293,7 @@ impl Server {
             open_conns: AtomicUsize::new(0),
             handshaking: AtomicUsize::new(0),
             long_polls: Arc::new(Semaphore::new(opts_long_polls)),
+            deny: creds.deny_list().cloned(),
             peers: Peers::new(
                 opts.max_in_flight_bytes_per_connection,
                 opts.max_in_flight_bytes_per_peer,
@@ -327,7 +334,11 @@ impl ServerHandle {
         if self.shared.shutting_down.load(Ordering::SeqCst) {
             return Err(ReloadError::ShuttingDown);
         }
-        let config = server_config(creds, &self.shared.opts)?;
+        let creds = match (&self.shared.deny, creds.deny_list()) {
+            (Some(deny), None) => creds.clone().with_deny_list(deny.clone()),
+            _ => creds.clone(),
+        };
+        let config = server_config(&creds, &self.shared.opts)?;
         self.endpoint.set_server_config(Some(config));
         info!(identity = %self.shared.me, "reloaded TLS credentials: new handshakes use them");
         Ok(())
@@ -427,9 +438,29 @@ async fn serve_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
     debug!(%remote, %peer, "connection accepted");
     let inflight = Arc::new(Semaphore::new(shared.opts.max_in_flight_per_connection));
     let budget = shared.peers.connection(&peer.to_string());
+    // A certificate revoked while its connection lives: the connection is
+    // closed when the list changes (the handshake refuses it from then on).
+    let serial = peer_serial(&conn);
+    let mut deny_changes = shared.deny.as_ref().map(DenyList::subscribe);
+    let revoked = || match (&shared.deny, &serial) {
+        (Some(deny), Some(s)) => deny.denies(s),
+        _ => false,
+    };
+    // (Also checked once now: the list may have changed since the handshake.)
+    let mut check = true;
     loop {
+        if std::mem::take(&mut check) && revoked() {
+            shared.stats.connections_revoked.fetch_add(1, Ordering::Relaxed);
+            warn!(%remote, %peer, serial = serial.as_deref().unwrap_or(""), "closing a connection: its certificate was revoked");
+            conn.close(quinn::VarInt::from_u32(LANE_ERROR_REVOKED), b"certificate revoked");
+            break;
+        }
         let (send, recv) = tokio::select! {
             _ = shared.stop_accepting.cancelled() => break,
+            _ = list_changed(&mut deny_changes) => {
+                check = true;
+                continue;
+            }
             s = conn.accept_bi() => match s {
                 Ok(s) => s,
                 Err(e) => {
@@ -440,6 +471,25 @@ async fn serve_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
         };
         let lane = serve_lane(shared.clone(), peer.clone(), remote, inflight.clone(), budget.clone(), send, recv);
         shared.lanes.spawn(lane);
+    }
+}
+
+/// The serial of a connection's peer certificate (deny-list form).
+fn peer_serial(conn: &quinn::Connection) -> Option<String> {
+    let any = conn.peer_identity()?;
+    let certs = any.downcast::<Vec<rustls_pki_types::CertificateDer<'static>>>().ok()?;
+    certs.first().and_then(crate::deny::serial_hex)
+}
+
+/// Resolves when the deny list changes; never without one.
+async fn list_changed(rx: &mut Option<tokio::sync::watch::Receiver<u64>>) {
+    match rx {
+        Some(rx) => {
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await
+            }
+        }
+        None => std::future::pending::<()>().await,
     }
 }
 
@@ -690,7 +740,7 @@ async fn serve_lane(
 /// Methods that park until something happens: they take a long-poll slot, not
 /// an in-flight slot.
 fn is_long_poll(m: Method) -> bool {
-    matches!(m, Method::WaitLac | Method::WatchLedger | Method::WatchBookies)
+    matches!(m, Method::WaitLac | Method::WatchLedger | Method::WatchBookies | Method::ListRevoked)
 }
 
 /// Refuses, from its bytes alone (`quire_proto::peek`), a frame that cannot

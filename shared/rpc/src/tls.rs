@@ -16,6 +16,7 @@ use rustls::RootCertStore;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
+use crate::deny::{DenyList, DenyingClientVerifier, DenyingServerVerifier};
 use crate::identity::{IdentityError, PeerIdentity};
 use crate::transport::transport_config;
 
@@ -73,6 +74,8 @@ pub struct Credentials {
     chain: Vec<CertificateDer<'static>>,
     key: Arc<PrivateKeyDer<'static>>,
     identity: PeerIdentity,
+    /// Serials refused at every handshake, as server and as client.
+    deny: Option<DenyList>,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -124,12 +127,29 @@ impl Credentials {
         let leaf = chain.first().ok_or_else(|| pem_err(cert.0, "no certificate in file"))?;
         let identity = PeerIdentity::from_cert(leaf)?;
         let key = PrivateKeyDer::from_pem_slice(key.1).map_err(|e| pem_err(key.0, e))?;
-        Ok(Credentials { roots: Arc::new(roots), chain, key: Arc::new(key), identity })
+        Ok(Credentials { roots: Arc::new(roots), chain, key: Arc::new(key), identity, deny: None })
     }
 
     /// The identity this service's own certificate names.
     pub fn identity(&self) -> &PeerIdentity {
         &self.identity
+    }
+
+    /// Refuses the certificates on `deny` at every handshake made with
+    /// configs built from these credentials (the list may change later).
+    pub fn with_deny_list(mut self, deny: DenyList) -> Credentials {
+        self.deny = Some(deny);
+        self
+    }
+
+    /// The deny list these credentials refuse, if any.
+    pub fn deny_list(&self) -> Option<&DenyList> {
+        self.deny.as_ref()
+    }
+
+    /// The serial of this service's own certificate (deny-list form).
+    pub fn serial(&self) -> Option<String> {
+        self.chain.first().and_then(crate::deny::serial_hex)
     }
 
     /// The QUIC endpoint config of a server: its stateless-reset key and
@@ -161,9 +181,12 @@ impl Credentials {
     /// The QUIC server config: client certificates from the cluster CA required.
     pub fn server_config(&self, idle_timeout: Duration) -> Result<quinn::ServerConfig, TlsError> {
         let p = provider();
-        let verifier = WebPkiClientVerifier::builder_with_provider(self.roots.clone(), p.clone())
+        let mut verifier = WebPkiClientVerifier::builder_with_provider(self.roots.clone(), p.clone())
             .build()
             .map_err(|e| TlsError::Verifier(e.to_string()))?;
+        if let Some(deny) = &self.deny {
+            verifier = Arc::new(DenyingClientVerifier { inner: verifier, deny: deny.clone() });
+        }
         let mut cfg = rustls::ServerConfig::builder_with_provider(p)
             .with_protocol_versions(&[&rustls::version::TLS13])?
             .with_client_cert_verifier(verifier)
@@ -177,7 +200,7 @@ impl Credentials {
 
     /// The QUIC client config presenting this service's certificate.
     pub fn client_config(&self, idle_timeout: Duration) -> Result<quinn::ClientConfig, TlsError> {
-        client_config(&self.roots, Some((self.chain.clone(), self.key.clone_key())), idle_timeout)
+        client_config(&self.roots, Some((self.chain.clone(), self.key.clone_key())), self.deny.as_ref(), idle_timeout)
     }
 }
 
@@ -186,17 +209,28 @@ impl Credentials {
 /// probe a server's certificate and to test that refusal.
 pub fn anonymous_client_config(ca_pem: &str, idle_timeout: Duration) -> Result<quinn::ClientConfig, TlsError> {
     let roots = roots_from_pem(Path::new("<memory>"), ca_pem.as_bytes())?;
-    client_config(&roots, None, idle_timeout)
+    client_config(&roots, None, None, idle_timeout)
 }
 
 fn client_config(
     roots: &RootCertStore,
     auth: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+    deny: Option<&DenyList>,
     idle_timeout: Duration,
 ) -> Result<quinn::ClientConfig, TlsError> {
-    let builder = rustls::ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])?
-        .with_root_certificates(roots.clone());
+    let versions =
+        rustls::ClientConfig::builder_with_provider(provider()).with_protocol_versions(&[&rustls::version::TLS13])?;
+    let builder = match deny {
+        None => versions.with_root_certificates(roots.clone()),
+        Some(deny) => {
+            let inner =
+                rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots.clone()), provider())
+                    .build()
+                    .map_err(|e| TlsError::Verifier(e.to_string()))?;
+            let verifier = DenyingServerVerifier { inner, deny: deny.clone() };
+            versions.dangerous().with_custom_certificate_verifier(Arc::new(verifier))
+        }
+    };
     let mut cfg = match auth {
         Some((chain, key)) => builder.with_client_auth_cert(chain, key)?,
         None => builder.with_no_client_auth(),

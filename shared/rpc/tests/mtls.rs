@@ -201,3 +201,55 @@ async fn credentials_are_replaced_while_serving() {
     })
     .unwrap();
 }
+
+/// Polls an async condition until it holds or `secs` pass.
+async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
+    secs: u64,
+    what: &str,
+    mut f: impl FnMut() -> F,
+) -> T {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Issue #20 item 6: a certificate on the deny list is refused at the
+/// handshake (a server refuses such a client, a client such a server), a
+/// live connection of it is closed when the list changes, and taking it off
+/// the list lets it in again. Other certificates are untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_certificate_is_refused_and_its_live_connections_closed() {
+    let pki = Pki::new();
+    let deny = quire_rpc::DenyList::new();
+    let bookie = pki.creds(Role::Bookie, "1");
+    let server = serve(&bookie.clone().with_deny_list(deny.clone()), std::sync::Arc::new(ControlOnly));
+    let addr = server.local_addr().to_string();
+    let leaked = pki.creds(Role::Client, "1");
+    let c = client(&leaked);
+    ping(&c, &addr, Role::Bookie).await.unwrap();
+
+    deny.replace(1, [leaked.serial().unwrap()]);
+    eventually(10, "the live connection closed", || async {
+        (server.stats().connections_revoked.load(Ordering::Relaxed) == 1).then_some(())
+    })
+    .await;
+    let err = eventually(10, "a refusal", || async { ping(&c, &addr, Role::Bookie).await.err() }).await;
+    assert!(err.to_string().to_lowercase().contains("revoked"), "{err}");
+    ping(&client(&pki.creds(Role::Client, "2")), &addr, Role::Bookie).await.unwrap();
+
+    // A client that holds the list refuses a server whose certificate is on it.
+    let wary_list = quire_rpc::DenyList::new();
+    wary_list.replace(1, [bookie.serial().unwrap()]);
+    let wary = client(&pki.creds(Role::Admin, "1").with_deny_list(wary_list));
+    let err = ping(&wary, &addr, Role::Bookie).await.unwrap_err();
+    assert!(err.to_string().to_lowercase().contains("revoked"), "{err}");
+
+    // Taken off the list: served again (after the client's reconnect backoff).
+    deny.replace(2, Vec::<String>::new());
+    eventually(10, "the certificate served again", || async { ping(&c, &addr, Role::Bookie).await.ok() }).await;
+}

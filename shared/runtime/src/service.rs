@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use quire_proto::Role;
 use quire_rpc::server::ServerOptions;
-use quire_rpc::{Credentials, RpcClient, Server, ServerHandle, ServerIdentity, Service, TlsFiles};
+use quire_rpc::{Credentials, DenyList, RpcClient, Server, ServerHandle, ServerIdentity, Service, TlsFiles};
 use tracing::info;
 
 use crate::logging::LogFormat;
@@ -117,15 +117,24 @@ impl CommonArgs {
         })
     }
 
-    /// Loads the credentials and checks the certificate is for `role`.
+    /// Loads the credentials and checks the certificate is for `role`. They
+    /// refuse the process's [`deny_list`] at every handshake.
     pub fn credentials(&self, role: Role) -> anyhow::Result<Credentials> {
         let files = self.tls_files(role)?;
-        let creds = Credentials::load(&files).context("load TLS credentials")?;
+        let creds = Credentials::load(&files).context("load TLS credentials")?.with_deny_list(deny_list().clone());
         if creds.identity().role != role {
             bail!("certificate {} names {}, but this is a {role} service", files.cert.display(), creds.identity());
         }
         Ok(creds)
     }
+}
+
+/// The certificates this process refuses: the metadata service's deny list
+/// as last heard (`MetaClient::follow_deny_list` keeps it so). One per
+/// process, shared by every server and client its credentials build.
+pub fn deny_list() -> &'static DenyList {
+    static LIST: std::sync::OnceLock<DenyList> = std::sync::OnceLock::new();
+    LIST.get_or_init(DenyList::new)
 }
 
 /// A random 128-bit id, hex. Instance ids need uniqueness, not secrecy.

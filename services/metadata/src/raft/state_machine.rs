@@ -42,6 +42,37 @@ struct Counters {
     next_lease_id: u64,
     bookies_version: u64,
     next_lock_id: u64,
+    /// Absent in counters written before the deny list.
+    #[serde(default)]
+    revoked_version: u64,
+}
+
+/// What a snapshot carries after the encoded `MetaState` (fields added
+/// since, which `MetaState`'s encoding skips so that older snapshots still
+/// decode: postcard ignores bytes after a value, and a snapshot that ends
+/// with the state has none of these).
+#[derive(Serialize, Deserialize, Default)]
+struct SnapshotExtras {
+    revoked: Vec<crate::state::Revoked>,
+    revoked_version: u64,
+}
+
+/// A snapshot's bytes: the state, then its extras.
+pub(crate) fn encode_snapshot(state: &MetaState) -> Result<Vec<u8>, postcard::Error> {
+    let mut data = postcard::to_stdvec(state)?;
+    let extras =
+        SnapshotExtras { revoked: state.revoked.values().cloned().collect(), revoked_version: state.revoked_version };
+    data.extend(postcard::to_stdvec(&extras)?);
+    Ok(data)
+}
+
+/// The state a snapshot holds (from before the deny list too).
+pub(crate) fn decode_snapshot(data: &[u8]) -> Result<MetaState, postcard::Error> {
+    let (mut state, rest): (MetaState, &[u8]) = postcard::take_from_bytes(data)?;
+    let extras: SnapshotExtras = if rest.is_empty() { SnapshotExtras::default() } else { postcard::from_bytes(rest)? };
+    state.revoked = extras.revoked.into_iter().map(|r| (r.serial.clone(), r)).collect();
+    state.revoked_version = extras.revoked_version;
+    Ok(state)
 }
 
 #[derive(Serialize, Deserialize)]
@@ -82,6 +113,10 @@ fn key_mark(id: u64) -> Vec<u8> {
 
 fn key_retirement(id: &str) -> Vec<u8> {
     [b"r/".as_slice(), id.as_bytes()].concat()
+}
+
+fn key_revoked(serial: &str) -> Vec<u8> {
+    [b"v/".as_slice(), serial.as_bytes()].concat()
 }
 
 fn key_create(request_id: &str) -> Vec<u8> {
@@ -133,6 +168,10 @@ impl StateMachineStore {
                     let r: crate::state::Retirement = unjson(&v)?;
                     state.retirements.insert(r.bookie_id.clone(), r);
                 }
+                Some(b"v/") => {
+                    let r: crate::state::Revoked = unjson(&v)?;
+                    state.revoked.insert(r.serial.clone(), r);
+                }
                 Some(b"q/") => {
                     let id = String::from_utf8_lossy(&k[2..]).into_owned();
                     state.creates.insert(id, unjson(&v)?);
@@ -150,6 +189,7 @@ impl StateMachineStore {
             state.next_lease_id = c.next_lease_id;
             state.bookies_version = c.bookies_version;
             state.next_lock_id = c.next_lock_id;
+            state.revoked_version = c.revoked_version;
         }
         let last_applied: Option<LogId<u64>> = match get("m/last_applied")? {
             Some(v) => unjson(&v)?,
@@ -203,6 +243,10 @@ impl StateMachineStore {
                     Some(l) => batch.insert(key_create(r), json(l)?),
                     None => batch.remove(key_create(r)),
                 },
+                Touched::Revoked(s) => match state.revoked.get(s) {
+                    Some(r) => batch.insert(key_revoked(s), json(r)?),
+                    None => batch.remove(key_revoked(s)),
+                },
                 Touched::AuditReport => batch.insert(b"m/audit".to_vec(), state.audit_report.clone()),
                 Touched::Counters => batch.insert(
                     b"m/counters".to_vec(),
@@ -211,6 +255,7 @@ impl StateMachineStore {
                         next_lease_id: state.next_lease_id,
                         bookies_version: state.bookies_version,
                         next_lock_id: state.next_lock_id,
+                        revoked_version: state.revoked_version,
                     })?,
                 ),
             }
@@ -234,7 +279,7 @@ pub struct SnapshotBuilder {
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, SErr> {
-        let data = postcard::to_stdvec(&self.state).map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        let data = encode_snapshot(&self.state).map_err(|e| StorageIOError::write_snapshot(None, &e))?;
         let snapshot_id = match self.last_applied {
             Some(l) => format!("{}-{}-{}", l.leader_id, l.index, data.len()),
             None => format!("empty-{}", data.len()),
@@ -317,7 +362,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     ) -> Result<(), SErr> {
         let data = snapshot.into_inner();
         let new_state: MetaState =
-            postcard::from_bytes(&data).map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
+            decode_snapshot(&data).map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
         // Rewrite the persisted state whole.
         let mut batch = sled::Batch::default();
         for kv in self.sm.iter() {
@@ -331,6 +376,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         touched.extend(new_state.locks.keys().cloned().map(Touched::Lock));
         touched.extend(new_state.retirements.keys().cloned().map(Touched::Retirement));
         touched.extend(new_state.creates.keys().cloned().map(Touched::Create));
+        touched.extend(new_state.revoked.keys().cloned().map(Touched::Revoked));
         touched.push(Touched::AuditReport);
         touched.push(Touched::Counters);
         self.persist(&new_state, &touched, &mut batch)?;
@@ -361,5 +407,35 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             }
             None => Ok(None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A snapshot carries the deny list after the state, and one written
+    /// before the deny list existed (the state alone) still installs.
+    #[test]
+    fn snapshots_carry_the_deny_list_and_older_ones_still_decode() {
+        let mut state = MetaState { next_ledger_id: 7, ..MetaState::default() };
+        state.apply(crate::state::Command::RevokeCertificate {
+            serial: "ab".into(),
+            identity: "client/1".into(),
+            reason: "leaked".into(),
+            undo: false,
+            now_ms: 1,
+        });
+        let decoded = decode_snapshot(&encode_snapshot(&state).unwrap()).unwrap();
+        assert_eq!(decoded, state);
+        assert_eq!(decoded.revoked_version, 1);
+        let old = postcard::to_stdvec(&state).unwrap();
+        let decoded = decode_snapshot(&old).unwrap();
+        assert_eq!((decoded.next_ledger_id, decoded.revoked.len(), decoded.revoked_version), (7, 0, 0));
+        // And a replica of the older version reads the new snapshot's state
+        // (postcard ignores what follows a value).
+        let new = encode_snapshot(&state).unwrap();
+        let read_by_old: MetaState = postcard::from_bytes(&new).unwrap();
+        assert_eq!(read_by_old.next_ledger_id, 7);
     }
 }
