@@ -38,6 +38,17 @@ pub struct Metrics {
     /// Streamed responses abandoned because the client took nothing for the
     /// send deadline.
     pub stalled: AtomicU64,
+    /// Range reads streaming now (a task reading pages for a client each).
+    pub range_streams: AtomicU64,
+}
+
+/// Counts a range stream while it lives.
+struct StreamGuard(web::Data<Metrics>);
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.0.range_streams.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Default for Metrics {
@@ -48,6 +59,7 @@ impl Default for Metrics {
             errors: AtomicU64::new(0),
             append_seconds: quire_metrics::Histogram::latency(),
             stalled: AtomicU64::new(0),
+            range_streams: AtomicU64::new(0),
         }
     }
 }
@@ -187,12 +199,15 @@ async fn metrics(state: State, m: web::Data<Metrics>) -> HttpResponse {
          # HELP quire_gateway_client_tasks Tasks doing HTTP requests' work on the client runtime now.\n\
          # TYPE quire_gateway_client_tasks gauge\nquire_gateway_client_tasks {}\n\
          # HELP quire_gateway_responses_stalled_total Streamed responses abandoned: the client took nothing for the send deadline.\n\
-         # TYPE quire_gateway_responses_stalled_total counter\nquire_gateway_responses_stalled_total {}\n",
+         # TYPE quire_gateway_responses_stalled_total counter\nquire_gateway_responses_stalled_total {}\n\
+         # HELP quire_gateway_range_streams Range reads streaming to their clients now.\n\
+         # TYPE quire_gateway_range_streams gauge\nquire_gateway_range_streams {}\n",
         m.appends.load(Ordering::Relaxed),
         m.reads.load(Ordering::Relaxed),
         m.errors.load(Ordering::Relaxed),
         state.client_tasks(),
         m.stalled.load(Ordering::Relaxed),
+        m.range_streams.load(Ordering::Relaxed),
     );
     m.append_seconds.render(
         &mut text,
@@ -488,7 +503,10 @@ async fn read_range(state: State, req: HttpRequest, m: web::Data<Metrics>) -> Re
     // incomplete chunked body), never passed off as a complete, shorter one.
     let abandoned = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let abandon = abandoned.clone();
+    m.range_streams.fetch_add(1, Ordering::Relaxed);
+    let guard = StreamGuard(m.clone());
     state.rt.spawn(async move {
+        let _guard = guard;
         let mut at = next;
         while at <= last {
             let end = last.min(at + RANGE_PAGE_ENTRIES as u64 - 1);

@@ -487,7 +487,9 @@ impl quire_rpc::Service for MetaService {
                     let timeout = Duration::from_millis(l.wait_ms.into())
                         .min(ctx.deadline.saturating_duration_since(tokio::time::Instant::now()));
                     let after = l.after_version;
-                    watch(&shared, timeout, |s| (s.revoked_version != after).then_some(())).await;
+                    // A replica behind the caller (it lags, or was partitioned
+                    // away) waits too: it must not hand back an older list.
+                    watch(&shared, timeout, |s| (s.revoked_version > after).then_some(())).await;
                     let st = shared.state.read().expect("state lock");
                     Ok(v1::ListRevokedResponse {
                         version: st.revoked_version,

@@ -349,6 +349,9 @@ pub const SERIAL_HEX_MAX: usize = 40;
 pub const REVOKED_MAX: usize = 65_536;
 /// Bytes of a revocation's identity and reason, at most.
 pub const REVOCATION_NOTE_MAX: usize = 256;
+/// Bytes of the whole list (serials and notes), at most: ListRevoked
+/// answers with all of it in one frame (5 MiB).
+pub const REVOKED_BYTES_MAX: usize = 2 << 20;
 
 /// A serial as the deny list keys it: hex digits, lowercase, without
 /// leading zeros (DER integers may carry one), or None when it is not hex.
@@ -926,7 +929,14 @@ impl MetaState {
                             "the deny list holds {REVOKED_MAX} serials already: take back those of expired certificates"
                         )));
                     }
+                    let size = |r: &Revoked| r.serial.len() + r.identity.len() + r.reason.len() + 16;
                     let r = Revoked { serial: serial.clone(), identity, reason, revoked_at_ms: now_ms };
+                    let others: usize = self.revoked.values().filter(|o| o.serial != serial).map(size).sum();
+                    if others + size(&r) > REVOKED_BYTES_MAX {
+                        return Err(Refusal::BadRequest(format!(
+                            "the deny list would exceed {REVOKED_BYTES_MAX} bytes: take back those of expired certificates"
+                        )));
+                    }
                     self.revoked.insert(serial.clone(), r);
                 }
                 self.revoked_version += 1;

@@ -56,9 +56,9 @@ pub struct InfoArgs {
     target: Target,
 }
 
-/// The lowest id (numerically where ids are numbers) of `role` with both a
-/// certificate and a key in `dir`.
-fn first_id(dir: &Path, role: Role) -> anyhow::Result<String> {
+/// The ids of `role` with both a certificate and a key in `dir`, lowest
+/// first (numerically where ids are numbers).
+fn ids_in(dir: &Path, role: Role) -> anyhow::Result<Vec<String>> {
     let prefix = format!("{role}-");
     let entries = std::fs::read_dir(dir).with_context(|| format!("read {}", dir.display()))?;
     let mut ids: Vec<String> = entries
@@ -68,7 +68,8 @@ fn first_id(dir: &Path, role: Role) -> anyhow::Result<String> {
         .filter(|id| dir.join(format!("{prefix}{id}.pem")).exists())
         .collect();
     ids.sort_by_key(|id| (id.parse::<u64>().map_or(1, |_| 0), id.parse::<u64>().unwrap_or(0), id.clone()));
-    ids.into_iter().next().with_context(|| format!("no {role} certificate and key in {}", dir.display()))
+    anyhow::ensure!(!ids.is_empty(), "no {role} certificate and key in {}", dir.display());
+    Ok(ids)
 }
 
 /// Whether an id with a dash belongs to `role` rather than to a longer role
@@ -79,12 +80,23 @@ fn role_owns(role: Role, id: &str) -> bool {
     !Role::ALL.iter().any(|other| other.as_str().len() > role.as_str().len() && name.starts_with(&format!("{other}-")))
 }
 
-fn client(t: &Target) -> anyhow::Result<RpcClient> {
-    let id = match &t.as_id {
-        Some(id) => id.clone(),
-        None => first_id(&t.certs_dir, t.as_role)?,
-    };
-    let creds = Credentials::load(&TlsFiles::in_dir(&t.certs_dir, t.as_role, &id)).context("load credentials")?;
+/// The ids to try as: `--as-id`, or every id of `--as-role` in the
+/// directory, lowest first (a health check pings as its own role; when one
+/// id's certificate is revoked, the next one's is tried).
+fn candidate_ids(t: &Target) -> anyhow::Result<Vec<String>> {
+    match &t.as_id {
+        Some(id) => Ok(vec![id.clone()]),
+        None => ids_in(&t.certs_dir, t.as_role),
+    }
+}
+
+/// Whether an error is the server refusing our certificate as revoked.
+fn revoked(e: &anyhow::Error) -> bool {
+    format!("{e:#}").to_lowercase().contains("revoked")
+}
+
+fn client(t: &Target, id: &str) -> anyhow::Result<RpcClient> {
+    let creds = Credentials::load(&TlsFiles::in_dir(&t.certs_dir, t.as_role, id)).context("load credentials")?;
     let opts = ClientOptions {
         request_timeout: Duration::from_millis(t.timeout_ms),
         connect_timeout: Duration::from_millis(t.timeout_ms),
@@ -98,9 +110,20 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 pub fn ping(a: PingArgs) -> anyhow::Result<()> {
+    let mut result = Ok(());
+    for id in candidate_ids(&a.target)? {
+        result = ping_as(&a, &id);
+        if !matches!(&result, Err(e) if revoked(e)) {
+            break;
+        }
+    }
+    result
+}
+
+fn ping_as(a: &PingArgs, id: &str) -> anyhow::Result<()> {
     runtime()?.block_on(async {
         // quinn binds its socket on the runtime, so the client is made inside it.
-        let rpc = client(&a.target)?;
+        let rpc = client(&a.target, id)?;
         let peer = rpc.peer(&a.target.addr, a.target.role, None);
         let payload = Bytes::from(vec![0x5a; a.size]);
         let mut rtts_us = Vec::new();
@@ -128,7 +151,8 @@ pub fn ping(a: PingArgs) -> anyhow::Result<()> {
 pub fn info(a: InfoArgs) -> anyhow::Result<()> {
     runtime()?.block_on(async {
         // quinn binds its socket on the runtime, so the client is made inside it.
-        let rpc = client(&a.target)?;
+        let id = candidate_ids(&a.target)?.remove(0);
+        let rpc = client(&a.target, &id)?;
         let peer = rpc.peer(&a.target.addr, a.target.role, None);
         let r = peer.call(ServerInfoRequest {}).await.with_context(|| format!("server-info {}", a.target.addr))?;
         rpc.close(Duration::from_millis(200)).await;

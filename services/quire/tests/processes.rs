@@ -269,13 +269,20 @@ fn sighup_rotates_a_services_certificate_and_keeps_the_old_one_when_the_new_one_
     let (certs_s, other_s) = (certs.to_str().unwrap(), other.to_str().unwrap());
     ok(quire(&["certs", "init", "--dir", certs_s, "--bookies", "2", "--metadata", "0"]));
     ok(quire(&["certs", "init", "--dir", other_s, "--bookies", "1", "--metadata", "0"]));
+    // The operator's directory trusts the first CA only, whatever the bookie's ca.pem says.
+    let ops = tmp.path().join("ops");
+    std::fs::create_dir(&ops).unwrap();
+    for f in ["ca.pem", "admin-1.pem", "admin-1.key"] {
+        std::fs::copy(certs.join(f), ops.join(f)).unwrap();
+    }
     let (mut bookie, addr) = start(
         "quire-bookie",
         "bookie-1",
         tmp.path(),
         &["--certs-dir", certs_s, "--id", "1", "--data-dir", tmp.path().join("data").to_str().unwrap()],
     );
-    let ping = || quire(&["ping", "--addr", &addr, "--role", "bookie", "--certs-dir", certs_s, "--timeout-ms", "3000"]);
+    let ops_s = ops.to_str().unwrap();
+    let ping = || quire(&["ping", "--addr", &addr, "--role", "bookie", "--certs-dir", ops_s, "--timeout-ms", "3000"]);
     let (pem, key) = (certs.join("bookie-1.pem"), certs.join("bookie-1.key"));
     let (good_pem, good_key) = (std::fs::read(&pem).unwrap(), std::fs::read(&key).unwrap());
     let hup_and_wait = |bookie: &Process, what: &str, n: usize| {
@@ -294,10 +301,18 @@ fn sighup_rotates_a_services_certificate_and_keeps_the_old_one_when_the_new_one_
     hup_and_wait(&bookie, "TLS credentials not reloaded", 2);
     assert!(bookie.log().contains("names bookie/2"), "{}", bookie.log());
     ok(ping());
-    // A pair from another CA loads: new handshakes present it, and this
-    // cluster's clients refuse it. That is the reload taking effect.
+    // A pair of a CA the bookie does not trust: every peer would refuse it,
+    // so it is not put in force.
     std::fs::copy(other.join("bookie-1.pem"), &pem).unwrap();
     std::fs::copy(other.join("bookie-1.key"), &key).unwrap();
+    hup_and_wait(&bookie, "TLS credentials not reloaded", 3);
+    ok(ping());
+    // CA rotation's first step: the bookie trusts both CAs, and the new
+    // CA's pair loads. New handshakes present it: the operator's client,
+    // which trusts only the old CA, now refuses the bookie. That is the
+    // reload taking effect.
+    let bundle = [std::fs::read(certs.join("ca.pem")).unwrap(), std::fs::read(other.join("ca.pem")).unwrap()].concat();
+    std::fs::write(certs.join("ca.pem"), bundle).unwrap();
     hup_and_wait(&bookie, "SIGHUP: TLS credentials reloaded", 1);
     assert!(!ping().status.success(), "a handshake after the reload still presented the old certificate");
     // Rotated back: served again, by the same process.

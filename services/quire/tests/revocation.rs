@@ -93,6 +93,22 @@ fn a_revoked_certificate_is_refused_by_every_service_and_served_again_when_taken
     // Other certificates are served as before.
     ping(&certs, &bookie, "bookie", "admin").unwrap();
     ping(&certs, &bookie, "bookie", "gateway").unwrap();
+    // A health check (no --as-id) goes on to its role's next certificate
+    // when the first is revoked.
+    ok(quire(&["certs", "issue", "--dir", certs_s, "--role", "client", "--id", "2"]));
+    ok(quire(&[
+        "ping",
+        "--addr",
+        &bookie,
+        "--role",
+        "bookie",
+        "--certs-dir",
+        certs_s,
+        "--as-role",
+        "client",
+        "--timeout-ms",
+        "2000",
+    ]));
     let listed = ok(quire(&["certs", "revoked", "--metadata", &meta, "--certs-dir", certs_s, "--json"]));
     let v: serde_json::Value = serde_json::from_str(listed.trim()).unwrap();
     assert_eq!(v["revoked"][0]["serial"], serial.as_str(), "{listed}");

@@ -181,7 +181,10 @@ impl MetaClient {
                         tracing::info!("following the certificate deny list again");
                         failing = false;
                     }
-                    if r.version != list.version() {
+                    // Versions only grow: an older list (a lagging replica's
+                    // answer at its timeout) would let a revoked certificate
+                    // back in.
+                    if r.version > list.version() {
                         let n = r.revoked.len();
                         list.replace(r.version, r.revoked.into_iter().map(|c| c.serial));
                         tracing::info!(version = r.version, revoked = n, "certificate deny list installed");

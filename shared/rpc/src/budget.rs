@@ -18,7 +18,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// What decoding builds per element beyond the frame's own bytes (a
 /// message's struct, a `Bytes` handle, a `String`): an estimate on the
 /// high side, so the budget bounds decoded memory too.
-pub const DECODED_BYTES_PER_ELEMENT: usize = 64;
+pub const DECODED_BYTES_PER_ELEMENT: usize = 128;
 
 /// Bytes held under both bounds; given back when dropped.
 #[derive(Debug)]

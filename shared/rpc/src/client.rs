@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
+use crate::deny::DenyList;
 use crate::error::RpcError;
 use crate::identity::PeerIdentity;
 use crate::lane::{write_frames, FrameReader, LANE_ERROR_FRAMING, LANE_ERROR_SHUTDOWN};
@@ -99,8 +100,9 @@ pub struct Reply<T> {
     pub instance_id: String,
 }
 
-/// A client's QUIC config, shared with its peers.
-type SharedConfig = Arc<Mutex<quinn::ClientConfig>>;
+/// A client's QUIC config and the deny list its verifier consults, shared
+/// with its peers (both replaced when credentials are reloaded).
+type SharedConfig = Arc<Mutex<(quinn::ClientConfig, Option<DenyList>)>>;
 
 /// Address, role and (optional) id: one connection each.
 type PeerKey = (String, Role, Option<String>);
@@ -119,7 +121,9 @@ impl RpcClient {
     /// A client presenting `creds`.
     pub fn new(creds: &Credentials, opts: ClientOptions) -> Result<RpcClient, ClientBuildError> {
         let config = creds.client_config(opts.idle_timeout)?;
-        Self::with_config(config, opts)
+        let client = Self::with_config(config, opts)?;
+        client.config.lock().expect("config lock").1 = creds.deny_list().cloned();
+        Ok(client)
     }
 
     /// A client with an explicit QUIC config (e.g. `tls::anonymous_client_config`).
@@ -128,7 +132,7 @@ impl RpcClient {
         let endpoint = quinn::Endpoint::client(SocketAddr::from(([0u16; 8], 0)))
             .or_else(|_| quinn::Endpoint::client(SocketAddr::from(([0u8; 4], 0))))
             .map_err(ClientBuildError::Bind)?;
-        let config = Arc::new(Mutex::new(config));
+        let config = Arc::new(Mutex::new((config, None)));
         Ok(RpcClient { endpoint, config, opts: Arc::new(opts), peers: Arc::new(Mutex::new(HashMap::new())) })
     }
 
@@ -136,8 +140,9 @@ impl RpcClient {
     /// certificate and key, on SIGHUP); connections already made keep the
     /// certificate they were made with until they end.
     pub fn set_credentials(&self, creds: &Credentials) -> Result<(), ClientBuildError> {
+        creds.check_own_certificate()?;
         let config = creds.client_config(self.opts.idle_timeout)?;
-        *self.config.lock().expect("config lock") = config;
+        *self.config.lock().expect("config lock") = (config, creds.deny_list().cloned());
         Ok(())
     }
 
@@ -465,7 +470,7 @@ impl PeerInner {
             // being exported. (Entering a disabled span would not do: it
             // leaves the caller's span current.)
             let attempt = tracing::dispatcher::with_default(&tracing::Dispatch::none(), || {
-                let config = self.config.lock().expect("config lock").clone();
+                let config = self.config.lock().expect("config lock").0.clone();
                 self.endpoint.connect_with(config, addr, &self.role.server_name())
             });
             let attempt = match attempt {
@@ -490,6 +495,13 @@ impl PeerInner {
                 expected: format!("{}/{}", self.role, self.id.as_deref().unwrap_or("*")),
                 actual: peer.to_string(),
             });
+        }
+        // A server whose certificate is revoked later loses this connection
+        // then (the handshake refuses it from then on): a client must not
+        // go on writing to, or taking votes from, a revoked peer.
+        let deny = self.config.lock().expect("config lock").1.clone();
+        if let (Some(deny), Some(serial)) = (deny, crate::deny::serial_of_connection(&connection)) {
+            tokio::spawn(crate::deny::close_when_revoked(connection.clone(), serial, deny, self.addr.clone()));
         }
         // Open every lane before any reader runs: a reader that sees the
         // connection fail closes it, which would mask the cause here.

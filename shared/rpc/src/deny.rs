@@ -26,6 +26,31 @@ pub fn serial_hex(der: &CertificateDer<'_>) -> Option<String> {
     Some(if t.is_empty() { "0".to_string() } else { t.to_string() })
 }
 
+/// The serial of a QUIC connection's peer certificate.
+pub(crate) fn serial_of_connection(conn: &quinn::Connection) -> Option<String> {
+    let any = conn.peer_identity()?;
+    let certs = any.downcast::<Vec<CertificateDer<'static>>>().ok()?;
+    certs.first().and_then(serial_hex)
+}
+
+/// Closes `conn` as soon as its peer's certificate (`serial`) is on `deny`,
+/// now or after a change of the list; ends with the connection. `what`
+/// names the peer in the log.
+pub(crate) async fn close_when_revoked(conn: quinn::Connection, serial: String, deny: DenyList, what: String) -> bool {
+    let mut changes = deny.subscribe();
+    loop {
+        if deny.denies(&serial) {
+            tracing::warn!(peer = %what, serial, "closing a connection: its peer's certificate was revoked");
+            conn.close(quinn::VarInt::from_u32(crate::lane::LANE_ERROR_REVOKED), b"certificate revoked");
+            return true;
+        }
+        tokio::select! {
+            r = changes.changed() => if r.is_err() { return false },
+            _ = conn.closed() => return false,
+        }
+    }
+}
+
 /// A shared, replaceable set of revoked serials.
 #[derive(Debug, Clone)]
 pub struct DenyList {

@@ -334,6 +334,7 @@ impl ServerHandle {
         if self.shared.shutting_down.load(Ordering::SeqCst) {
             return Err(ReloadError::ShuttingDown);
         }
+        creds.check_own_certificate()?;
         let creds = match (&self.shared.deny, creds.deny_list()) {
             (Some(deny), None) => creds.clone().with_deny_list(deny.clone()),
             _ => creds.clone(),
@@ -440,7 +441,7 @@ async fn serve_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
     let budget = shared.peers.connection(&peer.to_string());
     // A certificate revoked while its connection lives: the connection is
     // closed when the list changes (the handshake refuses it from then on).
-    let serial = peer_serial(&conn);
+    let serial = crate::deny::serial_of_connection(&conn);
     let mut deny_changes = shared.deny.as_ref().map(DenyList::subscribe);
     let revoked = || match (&shared.deny, &serial) {
         (Some(deny), Some(s)) => deny.denies(s),
@@ -472,13 +473,6 @@ async fn serve_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
         let lane = serve_lane(shared.clone(), peer.clone(), remote, inflight.clone(), budget.clone(), send, recv);
         shared.lanes.spawn(lane);
     }
-}
-
-/// The serial of a connection's peer certificate (deny-list form).
-fn peer_serial(conn: &quinn::Connection) -> Option<String> {
-    let any = conn.peer_identity()?;
-    let certs = any.downcast::<Vec<rustls_pki_types::CertificateDer<'static>>>().ok()?;
-    certs.first().and_then(crate::deny::serial_hex)
 }
 
 /// Resolves when the deny list changes; never without one.

@@ -147,6 +147,22 @@ impl Credentials {
         self.deny.as_ref()
     }
 
+    /// Checks this service's own certificate as its peers will: issued by
+    /// the CA these credentials trust, valid now, for its role's server
+    /// name. A reload checks it first, so that a rotated certificate that
+    /// every peer would refuse (expired, of another CA) is not put in force.
+    pub fn check_own_certificate(&self) -> Result<(), TlsError> {
+        use rustls::client::danger::ServerCertVerifier;
+        let leaf = self.chain.first().ok_or_else(|| TlsError::Verifier("no certificate".into()))?;
+        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(self.roots.clone(), provider())
+            .build()
+            .map_err(|e| TlsError::Verifier(e.to_string()))?;
+        let name = rustls_pki_types::ServerName::try_from(self.identity.role.server_name())
+            .map_err(|e| TlsError::Verifier(e.to_string()))?;
+        verifier.verify_server_cert(leaf, &self.chain[1..], &name, &[], rustls_pki_types::UnixTime::now())?;
+        Ok(())
+    }
+
     /// The serial of this service's own certificate (deny-list form).
     pub fn serial(&self) -> Option<String> {
         self.chain.first().and_then(crate::deny::serial_hex)
