@@ -1024,3 +1024,22 @@ fn with_a_certificate_the_api_is_served_over_https_only() {
     .unwrap();
     assert_eq!(https_call(&g.http, &other_ca, "/healthz").unwrap().0, 200);
 }
+
+/// Issue #21 item 3: an open ledger with no entries yet answers like any
+/// other: its LAC is -1, entry 0 does not exist yet (404 NoSuchEntry), and a
+/// range holds no entries. A tail reader that starts right after the create
+/// meets exactly this (it used to get 502 "NoSuchLedger from <bookie>").
+#[test]
+fn a_new_ledger_with_no_entries_answers_like_any_other() {
+    let g = start();
+    let (status, v) = g.json("POST", "/v1/ledgers", "");
+    assert_eq!(status, 201, "{v}");
+    let id = v["ledger_id"].as_u64().unwrap();
+    let (status, v) = g.json("GET", &format!("/v1/ledgers/{id}/lac"), "");
+    assert_eq!((status, v["lac"].as_i64()), (200, Some(-1)), "{v}");
+    let (status, v) = g.json("GET", &format!("/v1/ledgers/{id}/entries/0"), "");
+    assert_eq!((status, error_of(&v)), (404, "NoSuchEntry"), "{v}");
+    let (status, v) = g.json("GET", &format!("/v1/ledgers/{id}/entries?from=0&to=5"), "");
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["entries"].as_array().map(Vec::len), Some(0), "{v}");
+}

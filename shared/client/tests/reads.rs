@@ -93,3 +93,21 @@ async fn a_corrupt_copy_is_skipped_and_the_intact_one_returned() {
     assert_eq!(e.payload, Bytes::from(marker), "the intact copy, never the damaged one");
     assert!(e.digest_ok());
 }
+
+/// Issue #21 item 3, in the library: an open ledger no bookie has seen an
+/// entry of has LAC -1 (its bookies answer NoSuchLedger: they hold none of
+/// it, which is not an error), and its first entry is past the LAC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_ledgers_lac_is_minus_one_and_its_first_entry_is_past_it() {
+    let s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let w = s.client().create(spec()).await.unwrap();
+    let r = s.client().open(w.ledger_id()).await.unwrap();
+    assert_eq!(r.read_lac().await.unwrap(), -1);
+    let err = r.read(0).await.unwrap_err();
+    assert_eq!(err.code_name(), "NoSuchEntry", "{err:?}");
+    assert!(r.read_range(0, 5, 100).await.unwrap().is_empty());
+    // The first add makes it an ordinary ledger.
+    w.add(Bytes::from_static(b"first")).await.unwrap();
+    drop(w);
+}

@@ -292,8 +292,14 @@ impl Bookies {
         timeout: Duration,
     ) -> Result<(i64, String), RpcError> {
         let p = self.peer(bookie_id).await?;
-        let r = p.call_full(v1::ReadLacRequest { ledger_id }, CallOptions::timeout(timeout)).await?;
-        Ok((r.body.last_add_confirmed, r.instance_id))
+        match p.call_full(v1::ReadLacRequest { ledger_id }, CallOptions::timeout(timeout)).await {
+            Ok(r) => Ok((r.body.last_add_confirmed, r.instance_id)),
+            // A bookie that has not seen the ledger holds none of its entries:
+            // for the LAC that is -1, not an error (a new ledger, issue #21
+            // item 3). The caller still checks the instance that answered.
+            Err(RpcError::Remote { code: ErrorCode::NoSuchLedger, instance_id, .. }) => Ok((-1, instance_id)),
+            Err(e) => Err(e),
+        }
     }
 
     /// Long-polls the bookie until its LAC passes `after` or `wait` ends: the
