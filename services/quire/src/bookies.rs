@@ -25,6 +25,21 @@ pub struct MetaTarget {
 }
 
 impl MetaTarget {
+    /// One metadata request as the operator, on a runtime of its own.
+    pub fn call<C>(&self, req: C) -> anyhow::Result<C::Response>
+    where
+        C: quire_proto::method::Call + Clone,
+    {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        rt.block_on(async {
+            let rpc = self.rpc()?;
+            let meta = MetaClient::new(rpc.clone(), self.metadata.clone(), MetaClientOptions::default());
+            let r = meta.call(req).await;
+            rpc.close(Duration::from_millis(100)).await;
+            r.with_context(|| C::METHOD.name())
+        })
+    }
+
     /// An RPC client holding the operator's certificate (inside a runtime).
     pub fn rpc(&self) -> anyhow::Result<RpcClient> {
         let files = TlsFiles::in_dir(&self.certs_dir, Role::Admin, &self.as_id);

@@ -227,47 +227,35 @@ fn show(path: &Path) -> anyhow::Result<()> {
 }
 
 fn revoke(a: RevokeArgs) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    rt.block_on(async {
-        let rpc = a.target.rpc()?;
-        let meta = quire_metaclient::MetaClient::new(rpc.clone(), a.target.metadata.clone(), Default::default());
-        let req = quire_proto::v1::RevokeCertificateRequest {
-            serial: a.serial.clone(),
-            identity: a.identity,
-            reason: a.reason,
-            undo: a.undo,
-        };
-        let r = meta.call(req).await.context("revoke")?;
-        rpc.close(std::time::Duration::from_millis(100)).await;
-        let what = if a.undo { "no longer revoked" } else { "revoked" };
-        println!("{} {what} (deny list version {})", a.serial, r.version);
-        Ok(())
-    })
+    let req = quire_proto::v1::RevokeCertificateRequest {
+        serial: a.serial.clone(),
+        identity: a.identity,
+        reason: a.reason,
+        undo: a.undo,
+    };
+    let r = a.target.call(req)?;
+    let what = if a.undo { "no longer revoked" } else { "revoked" };
+    println!("{} {what} (deny list version {})", a.serial, r.version);
+    Ok(())
 }
 
 fn revoked(a: RevokedArgs) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    rt.block_on(async {
-        let rpc = a.target.rpc()?;
-        let meta = quire_metaclient::MetaClient::new(rpc.clone(), a.target.metadata.clone(), Default::default());
-        let r = meta.call(quire_proto::v1::ListRevokedRequest { after_version: 0, wait_ms: 0 }).await?;
-        rpc.close(std::time::Duration::from_millis(100)).await;
-        if a.json {
-            let rows: Vec<_> = r
-                .revoked
-                .iter()
-                .map(|c| {
-                    serde_json::json!({"serial": c.serial, "identity": c.identity, "reason": c.reason,
+    let r = a.target.call(quire_proto::v1::ListRevokedRequest { after_version: 0, wait_ms: 0 })?;
+    if a.json {
+        let rows: Vec<_> = r
+            .revoked
+            .iter()
+            .map(|c| {
+                serde_json::json!({"serial": c.serial, "identity": c.identity, "reason": c.reason,
                         "revoked_at_ms": c.revoked_at_ms})
-                })
-                .collect();
-            println!("{}", serde_json::json!({"version": r.version, "revoked": rows}));
-        } else {
-            println!("{:<42} {:<24} REASON", "SERIAL", "IDENTITY");
-            for c in &r.revoked {
-                println!("{:<42} {:<24} {}", c.serial, c.identity, c.reason);
-            }
+            })
+            .collect();
+        println!("{}", serde_json::json!({"version": r.version, "revoked": rows}));
+    } else {
+        println!("{:<42} {:<24} REASON", "SERIAL", "IDENTITY");
+        for c in &r.revoked {
+            println!("{:<42} {:<24} {}", c.serial, c.identity, c.reason);
         }
-        Ok(())
-    })
+    }
+    Ok(())
 }

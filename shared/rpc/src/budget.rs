@@ -132,16 +132,15 @@ pub struct Budget {
 impl Budget {
     /// Waits until `bytes` fit the connection's and the peer's budgets and
     /// takes them. A single item larger than a bound goes through when
-    /// nothing else is held under it. (Returns an Option so that a budget
-    /// that can be closed stays a drop-in; this one is never closed.)
-    pub async fn take(&self, bytes: usize) -> Option<Held> {
+    /// nothing else is held under it.
+    pub async fn take(&self, bytes: usize) -> Held {
         // The connection's first: a peer's other connections are not held
         // up by one connection's backlog.
         // Cancelled while waiting for the peer's, the connection's bytes are
         // given back (`Taken` drops).
         let conn = self.conn.take(bytes).await;
         let peer = self.peer.take(bytes).await;
-        Some(Held { _conn: conn, _peer: peer })
+        Held { _conn: conn, _peer: peer }
     }
 
     /// Bytes of the connection's budget not held now.
@@ -196,16 +195,17 @@ mod tests {
     async fn a_peer_is_bounded_over_all_its_connections() {
         let peers = Peers::new(1000, 1500, 100);
         let (a, b) = (peers.connection("client/1"), peers.connection("client/1"));
-        let held_a = a.take(900).await.unwrap();
+        let held_a = a.take(900).await;
         // The connection has room, the peer only 600 more.
-        let held_b = b.take(600).await.unwrap();
+        let held_b = b.take(600).await;
         let blocked = tokio::time::timeout(Duration::from_millis(50), b.take(1)).await;
         assert!(blocked.is_err(), "the peer's bytes are spent");
         // Another peer is not held up.
         let other = peers.connection("client/2");
-        assert!(other.take(1000).await.is_some());
+        let soon = |f| tokio::time::timeout(Duration::from_secs(5), f);
+        soon(other.take(1000)).await.expect("another peer is not held up");
         drop(held_a);
-        assert!(b.take(300).await.is_some());
+        soon(b.take(300)).await.expect("room once the peer's bytes are given back");
         drop(held_b);
         assert_eq!(a.connection_available(), 1000);
     }
@@ -214,7 +214,7 @@ mod tests {
     async fn an_item_over_a_bound_goes_through_alone() {
         let peers = Peers::new(10, 10, 100);
         let c = peers.connection("x/1");
-        let held = c.take(1_000_000).await.unwrap();
+        let held = c.take(1_000_000).await;
         assert_eq!(c.connection_available(), 0);
         // Nothing else gets in beside it.
         assert!(tokio::time::timeout(Duration::from_millis(50), c.take(1)).await.is_err());
@@ -236,11 +236,11 @@ mod tests {
     async fn a_cancelled_take_holds_nothing() {
         let peers = Peers::new(1000, 1000, 1);
         let (a, b) = (peers.connection("client/1"), peers.connection("client/1"));
-        let held = a.take(1000).await.unwrap();
+        let held = a.take(1000).await;
         // b's own budget has room, the peer's none: b waits, and is cancelled.
         assert!(tokio::time::timeout(Duration::from_millis(50), b.take(500)).await.is_err());
         assert_eq!(b.connection_available(), 1000, "the cancelled take gave its connection bytes back");
         drop(held);
-        assert!(b.take(1000).await.is_some());
+        tokio::time::timeout(Duration::from_secs(5), b.take(1000)).await.expect("room once the bytes are given back");
     }
 }

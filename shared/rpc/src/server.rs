@@ -35,8 +35,8 @@ use crate::deny::DenyList;
 use crate::error::ServiceError;
 use crate::identity::PeerIdentity;
 use crate::lane::{
-    write_frames, FrameReader, LaneError, Outgoing, WriteFailed, LANE_ERROR_FRAMING, LANE_ERROR_REVOKED,
-    LANE_ERROR_SHUTDOWN, LANE_ERROR_STALLED,
+    write_frames, FrameReader, LaneError, Outgoing, WriteFailed, LANE_ERROR_FRAMING, LANE_ERROR_SHUTDOWN,
+    LANE_ERROR_STALLED,
 };
 use crate::tls::{Credentials, TlsError};
 use crate::trace;
@@ -440,28 +440,19 @@ async fn serve_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
     let inflight = Arc::new(Semaphore::new(shared.opts.max_in_flight_per_connection));
     let budget = shared.peers.connection(&peer.to_string());
     // A certificate revoked while its connection lives: the connection is
-    // closed when the list changes (the handshake refuses it from then on).
-    let serial = crate::deny::serial_of_connection(&conn);
-    let mut deny_changes = shared.deny.as_ref().map(DenyList::subscribe);
-    let revoked = || match (&shared.deny, &serial) {
-        (Some(deny), Some(s)) => deny.denies(s),
-        _ => false,
-    };
-    // (Also checked once now: the list may have changed since the handshake.)
-    let mut check = true;
+    // closed when the list changes (the handshake refuses it from then on),
+    // and the loop below ends with it.
+    if let (Some(deny), Some(serial)) = (shared.deny.clone(), crate::deny::serial_of_connection(&conn)) {
+        let (s, c, who) = (shared.clone(), conn.clone(), format!("{peer} at {remote}"));
+        tokio::spawn(async move {
+            if crate::deny::close_when_revoked(c, serial, deny, who).await {
+                s.stats.connections_revoked.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
     loop {
-        if std::mem::take(&mut check) && revoked() {
-            shared.stats.connections_revoked.fetch_add(1, Ordering::Relaxed);
-            warn!(%remote, %peer, serial = serial.as_deref().unwrap_or(""), "closing a connection: its certificate was revoked");
-            conn.close(quinn::VarInt::from_u32(LANE_ERROR_REVOKED), b"certificate revoked");
-            break;
-        }
         let (send, recv) = tokio::select! {
             _ = shared.stop_accepting.cancelled() => break,
-            _ = list_changed(&mut deny_changes) => {
-                check = true;
-                continue;
-            }
             s = conn.accept_bi() => match s {
                 Ok(s) => s,
                 Err(e) => {
@@ -472,18 +463,6 @@ async fn serve_connection(shared: Arc<Shared>, incoming: quinn::Incoming) {
         };
         let lane = serve_lane(shared.clone(), peer.clone(), remote, inflight.clone(), budget.clone(), send, recv);
         shared.lanes.spawn(lane);
-    }
-}
-
-/// Resolves when the deny list changes; never without one.
-async fn list_changed(rx: &mut Option<tokio::sync::watch::Receiver<u64>>) {
-    match rx {
-        Some(rx) => {
-            if rx.changed().await.is_err() {
-                std::future::pending::<()>().await
-            }
-        }
-        None => std::future::pending::<()>().await,
     }
 }
 
@@ -577,7 +556,7 @@ async fn serve_lane(
         // it is decoded: past the budget this lane stops reading.
         let cost = frame.len().saturating_add(peeked.elements.saturating_mul(DECODED_BYTES_PER_ELEMENT));
         let held = tokio::select! {
-            h = budget.take(cost) => h,
+            h = budget.take(cost) => Some(h),
             _ = tx.closed() => None,
         };
         let Some(held) = held else {
@@ -711,7 +690,7 @@ async fn serve_lane(
                 // taken (holding both could stall every handler of a full
                 // budget); the response holds its own until it is written.
                 drop(held);
-                let held = budget.take(resp.encoded_len()).await;
+                let held = Some(budget.take(resp.encoded_len()).await);
                 // The lane may be gone (caller disconnected); nobody is left to answer.
                 let _ = tx.send(Reply { frame: resp, _held: held }).await;
                 drop(permit);

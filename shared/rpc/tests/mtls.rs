@@ -12,7 +12,7 @@ use quire_proto::v1::{self, ErrorCode, PingRequest, ServerInfoRequest};
 use quire_proto::Role;
 use quire_rpc::server::ControlOnly;
 use quire_rpc::{tls, RpcClient, RpcError};
-use quire_testkit::wait_until;
+use quire_testkit::{eventually, wait_until};
 
 async fn ping(c: &RpcClient, addr: &str, role: Role) -> Result<v1::PingResponse, RpcError> {
     c.peer(addr, role, None).call(PingRequest { payload: bytes::Bytes::from_static(b"hi"), echo: true }).await
@@ -193,29 +193,11 @@ async fn credentials_are_replaced_while_serving() {
     assert!(ping(&rotating, &addr, Role::Bookie).await.is_err(), "the server refuses an expired client");
     rotating.set_credentials(&pki.creds(Role::Admin, "1")).unwrap();
     // The failed connection is retried after the client's backoff.
-    wait_until(Duration::from_secs(10), "a connection with the new credentials", || {
-        let r = tokio::task::block_in_place(|| {
-            tokio::runtime::Handle::current().block_on(ping(&rotating, &addr, Role::Bookie))
-        });
-        r.ok()
+    eventually(Duration::from_secs(10), "a connection with the new credentials", || async {
+        ping(&rotating, &addr, Role::Bookie).await.ok()
     })
+    .await
     .unwrap();
-}
-
-/// Polls an async condition until it holds or `secs` pass.
-async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
-    secs: u64,
-    what: &str,
-    mut f: impl FnMut() -> F,
-) -> T {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Issue #20 item 6: a certificate on the deny list is refused at the
@@ -234,11 +216,13 @@ async fn a_revoked_certificate_is_refused_and_its_live_connections_closed() {
     ping(&c, &addr, Role::Bookie).await.unwrap();
 
     deny.replace(1, [leaked.serial().unwrap()]);
-    eventually(10, "the live connection closed", || async {
+    let secs = Duration::from_secs(10);
+    eventually(secs, "the live connection closed", || async {
         (server.stats().connections_revoked.load(Ordering::Relaxed) == 1).then_some(())
     })
-    .await;
-    let err = eventually(10, "a refusal", || async { ping(&c, &addr, Role::Bookie).await.err() }).await;
+    .await
+    .unwrap();
+    let err = eventually(secs, "a refusal", || async { ping(&c, &addr, Role::Bookie).await.err() }).await.unwrap();
     assert!(err.to_string().to_lowercase().contains("revoked"), "{err}");
     ping(&client(&pki.creds(Role::Client, "2")), &addr, Role::Bookie).await.unwrap();
 
@@ -248,13 +232,16 @@ async fn a_revoked_certificate_is_refused_and_its_live_connections_closed() {
     let wary = client(&pki.creds(Role::Admin, "1").with_deny_list(wary_list.clone()));
     ping(&wary, &addr, Role::Bookie).await.unwrap();
     wary_list.replace(1, [bookie.serial().unwrap()]);
-    let err = eventually(10, "the client to drop the revoked server", || async {
+    let err = eventually(secs, "the client to drop the revoked server", || async {
         ping(&wary, &addr, Role::Bookie).await.err().filter(|e| e.to_string().to_lowercase().contains("revoked"))
     })
-    .await;
+    .await
+    .unwrap();
     assert!(matches!(err, quire_rpc::RpcError::Unavailable { .. }), "{err:?}");
 
     // Taken off the list: served again (after the client's reconnect backoff).
     deny.replace(2, Vec::<String>::new());
-    eventually(10, "the certificate served again", || async { ping(&c, &addr, Role::Bookie).await.ok() }).await;
+    eventually(secs, "the certificate served again", || async { ping(&c, &addr, Role::Bookie).await.ok() })
+        .await
+        .unwrap();
 }
