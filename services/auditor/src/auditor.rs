@@ -4,10 +4,13 @@
 //! service under a lease it renews each pass; the others try to take it each
 //! interval and take over within a lease of the active one's death. A pass:
 //! list the registry, the marks and every ledger; mark the ledgers that keep
-//! copies on a lost or draining bookie; every replica-check interval, ask each
-//! live bookie whether it can serve the entries its fragments should hold, and
-//! mark the ledgers with holes or corrupt copies (seed 004); retire drained
-//! bookies; publish the report.
+//! copies on a lost, draining or replaced bookie (replaced: the process at
+//! its address answers as another instance than the one a segment names,
+//! registered or not yet); every replica-check interval, ask each live bookie
+//! whether it can serve the entries its fragments should hold, and mark the
+//! ledgers with holes or corrupt copies (seed 004), going on at the next
+//! passes with any bookie that did not answer; retire drained bookies;
+//! publish the report.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,7 +24,9 @@ use quire_metaclient::MetaClient;
 use quire_proto::v1::{self, ErrorCode};
 use tokio::time::Instant;
 
-use crate::audit::{named_by, needs_repair, replaced_members, LostBookies};
+use crate::audit::{
+    current_instances, named_by, needs_repair, replaced_members, CheckScope, LostBookies, Now, ReplicaCheck,
+};
 
 /// How the auditor behaves.
 #[derive(Debug, Clone)]
@@ -41,6 +46,17 @@ pub struct AuditorConfig {
 const CHECK_BATCH_ENTRIES: usize = 4096;
 /// Ledger metadata reads in flight while listing.
 const LIST_IN_FLIGHT: usize = 32;
+/// How long a bookie has to say which instance it is, each pass. An
+/// answer is one in-memory look-up; a bookie slower than this is judged by
+/// the registry for that pass.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Bookies asked at once.
+const PROBES_IN_FLIGHT: usize = 32;
+/// Times a replica check asks a bookie whose connection was lost before it
+/// counts the bookie as unreached: the first call after a bookie was
+/// replaced at its address meets the old connection's reset, and only the
+/// next one reaches the new process.
+const CHECK_ATTEMPTS: usize = 3;
 
 /// What /metrics shows: the last report and running totals.
 #[derive(Debug, Default)]
@@ -131,6 +147,20 @@ impl AuditorStats {
         );
         metric(
             &mut s,
+            "quire_auditor_replica_check_unreached_bookies",
+            "gauge",
+            "Bookies the replica check under way could not reach yet (it is not complete until they answer).",
+            self.last.replica_check_unreached.len(),
+        );
+        metric(
+            &mut s,
+            "quire_auditor_replica_check_at_ms",
+            "gauge",
+            "Wall clock when the last complete replica check ended (ms since the epoch; 0: none yet).",
+            self.last.replica_check_at_ms,
+        );
+        metric(
+            &mut s,
             "quire_auditor_bookies_retired_total",
             "counter",
             "Drained bookies retired.",
@@ -149,6 +179,11 @@ impl AuditorStats {
 
 fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Now on the monotonic clock (since `start`) and the wall clock.
+fn now(start: Instant) -> Now {
+    Now { mono_ms: start.elapsed().as_millis() as u64, wall_ms: now_ms() }
 }
 
 /// The auditor lock while this process holds it: a task renews it every
@@ -206,9 +241,8 @@ impl Drop for Held {
 pub async fn run(client: Client, cfg: AuditorConfig, stats: Arc<Mutex<AuditorStats>>) {
     let mut lost = LostBookies::new(cfg.lost_bookie_grace.as_millis() as u64);
     let mut held: Option<Held> = None;
-    let mut last_check: Option<Instant> = None;
-    // When the last replica check ended (wall clock), for every report.
-    let mut last_check_at_ms = 0;
+    let started = Instant::now();
+    let mut check = ReplicaCheck::new(cfg.replica_check_interval.as_millis() as u64);
     let lease_ms = cfg.election_lease.as_millis() as u32;
     loop {
         let meta = client.meta();
@@ -232,16 +266,20 @@ pub async fn run(client: Client, cfg: AuditorConfig, stats: Arc<Mutex<AuditorSta
         }
         stats.lock().expect("stats lock").active = held.is_some();
         if let Some(h) = &held {
-            let check = !cfg.replica_check_interval.is_zero()
-                && last_check.is_none_or(|t| t.elapsed() >= cfg.replica_check_interval);
-            match pass(&client, &cfg, &mut lost, check, &h.alive).await {
-                Ok((mut report, under_replicated)) => {
-                    if check {
-                        last_check = Some(Instant::now());
-                        last_check_at_ms = report.replica_check_at_ms;
-                    } else {
-                        report.replica_check_at_ms = last_check_at_ms;
+            let scope = check.plan(now(started));
+            match pass(&client, &cfg, &mut lost, scope.as_ref(), &h.alive).await {
+                Ok((mut report, under_replicated, unreached)) => {
+                    if scope.is_some() {
+                        if !unreached.is_empty() {
+                            tracing::warn!(
+                                ?unreached,
+                                "the replica check could not reach these bookies; asking them again at the next pass"
+                            );
+                        }
+                        check.finish(unreached, now(started));
                     }
+                    (report.replica_check_started_at_ms, report.replica_check_at_ms) = check.last();
+                    report.replica_check_unreached = check.unreached();
                     {
                         let mut st = stats.lock().expect("stats lock");
                         st.passes_total += 1;
@@ -305,17 +343,53 @@ async fn mark(client: &Client, ledger_id: u64, missing: Vec<String>, reason: Str
     }
 }
 
-/// One audit pass; its report.
+/// Which instance each registered bookie's process answers as now (those
+/// that answered within [`PROBE_TIMEOUT`]).
+async fn live_instances(client: &Client, registry: &[v1::BookieRecord]) -> BTreeMap<String, String> {
+    let mut live = BTreeMap::new();
+    for chunk in registry.chunks(PROBES_IN_FLIGHT) {
+        let mut tasks = tokio::task::JoinSet::new();
+        for b in chunk {
+            let client = client.clone();
+            let id = b.bookie_id.clone();
+            tasks.spawn(async move {
+                // A lost connection once more, on a new one: the first call
+                // after a replacement meets the old connection's reset.
+                let mut r = client.bookies().info(&id, PROBE_TIMEOUT).await;
+                if matches!(r, Err(quire_rpc::RpcError::ConnectionLost { .. })) {
+                    r = client.bookies().info(&id, PROBE_TIMEOUT).await;
+                }
+                (id, r)
+            });
+        }
+        while let Some(r) = tasks.join_next().await {
+            match r {
+                Ok((id, Ok(instance))) => {
+                    live.insert(id, instance);
+                }
+                Ok((id, Err(e))) => {
+                    tracing::debug!(bookie_id = %id, error = %e, "bookie did not say which instance it is")
+                }
+                Err(e) => tracing::warn!(error = %e, "a bookie probe task failed"),
+            }
+        }
+    }
+    live
+}
+
+/// One audit pass: its report, the ledgers marked under-replicated, and the
+/// bookies the replica check (if `replica_check` says it runs) could not reach.
 async fn pass(
     client: &Client,
     cfg: &AuditorConfig,
     lost: &mut LostBookies,
-    replica_check: bool,
+    replica_check: Option<&CheckScope>,
     held: &AtomicBool,
-) -> Result<(v1::AuditReport, u64), ClientError> {
+) -> Result<(v1::AuditReport, u64, BTreeSet<String>), ClientError> {
     let lost_lock = || ClientError::MetadataUnavailable("the auditor lock was lost during the pass".into());
-    let registry =
-        client.meta().call(v1::ListBookiesRequest {}).await.map_err(|e| ClientError::from_metadata(e, None))?;
+    // Through the directory, so that the probes and checks below go to the
+    // addresses listed now.
+    let registry = client.bookies().list().await?;
     let registered: BTreeSet<String> = registry.bookies.iter().map(|b| b.bookie_id.clone()).collect();
     let draining: BTreeSet<String> = registry
         .bookies
@@ -337,8 +411,9 @@ async fn pass(
     };
 
     let gone: BTreeSet<String> = lost_now.union(&draining).cloned().collect();
-    let instances: BTreeMap<String, String> =
+    let registered_as: BTreeMap<String, String> =
         registry.bookies.iter().map(|b| (b.bookie_id.clone(), b.instance_id.clone())).collect();
+    let instances = current_instances(&registered_as, &live_instances(client, &registry.bookies).await);
     if !held.load(Ordering::SeqCst) {
         return Err(lost_lock());
     }
@@ -362,11 +437,12 @@ async fn pass(
         report.ledgers_marked += 1;
     }
 
-    if replica_check {
-        // A bookie that cannot answer is skipped for the rest of the check:
-        // whether it is lost is for its lease to say, not for this check to
-        // wait out, one timeout per ledger.
-        let mut unreachable = BTreeSet::new();
+    // A bookie that cannot answer is skipped for the rest of this pass
+    // (whether it is lost is for its lease to say, not for this check to
+    // wait out, one timeout per ledger); the check is not complete until it
+    // has answered at a later pass.
+    let mut unreachable = BTreeSet::new();
+    if let Some(scope) = replica_check {
         for meta in &ledgers {
             // A check must not go on after the lock is gone (another
             // auditor may be active by now).
@@ -379,6 +455,7 @@ async fn pass(
                     || gone.contains(&b)
                     || unreachable.contains(&b)
                     || marked.is_some_and(|m| m.contains(&b))
+                    || matches!(scope, CheckScope::Only(only) if !only.contains(&b))
                 {
                     continue;
                 }
@@ -396,7 +473,6 @@ async fn pass(
                 }
             }
         }
-        report.replica_check_at_ms = now_ms();
     }
 
     for b in &draining {
@@ -426,12 +502,13 @@ async fn pass(
             "audit pass"
         );
     }
-    Ok((report, under_replicated))
+    Ok((report, under_replicated, unreachable))
 }
 
 /// Asks `bookie` about every entry its repairable fragments of `meta` should
 /// hold: (missing, corrupt, checked); `None` when it cannot answer (not
-/// judged here: its lease decides whether it is lost).
+/// judged here: its lease decides whether it is lost). A lost connection is
+/// asked again on a new one ([`CHECK_ATTEMPTS`]): CheckEntries only reads.
 async fn check_bookie(client: &Client, meta: &LedgerMeta, bookie: &str) -> Option<(u64, u64, u64)> {
     let (fragments, _) = repairable(meta, bookie);
     let (mut missing, mut corrupt, mut checked) = (0, 0, 0);
@@ -439,7 +516,15 @@ async fn check_bookie(client: &Client, meta: &LedgerMeta, bookie: &str) -> Optio
         let ids: Vec<u64> = f.entries(&meta.quorums).collect();
         for chunk in ids.chunks(CHECK_BATCH_ENTRIES) {
             let timeout = client.options().read_timeout;
-            match client.bookies().check_entries(bookie, meta.ledger_id, chunk.to_vec(), timeout).await {
+            let mut attempt = 1;
+            let answer = loop {
+                let r = client.bookies().check_entries(bookie, meta.ledger_id, chunk.to_vec(), timeout).await;
+                match r {
+                    Err(quire_rpc::RpcError::ConnectionLost { .. }) if attempt < CHECK_ATTEMPTS => attempt += 1,
+                    r => break r,
+                }
+            };
+            match answer {
                 Ok((m, c, instance)) => {
                     if !f.member.instance_id.is_empty() && instance != f.member.instance_id {
                         // Another instance: it holds nothing of this fragment.

@@ -766,6 +766,8 @@ async fn cluster(state: State) -> Result<HttpResponse, ApiError> {
             "draining_bookies": a.draining_bookies,
             "ledgers_marked": a.ledgers_marked,
             "replica_check_at_ms": a.replica_check_at_ms,
+            "replica_check_started_at_ms": a.replica_check_started_at_ms,
+            "replica_check_unreached": a.replica_check_unreached,
             "entries_checked": a.entries_checked,
             "entries_missing": a.entries_missing,
             "entries_corrupt": a.entries_corrupt,

@@ -157,8 +157,20 @@ pub fn schemas() -> Map<String, Value> {
                     "properties": {
                         "auditor": string(), "at_ms": uint(), "ledgers_checked": uint(),
                         "lost_bookies": array_of(string()), "draining_bookies": array_of(string()),
-                        "ledgers_marked": uint(), "replica_check_at_ms": uint(), "entries_checked": uint(),
+                        "ledgers_marked": uint(), "entries_checked": uint(),
                         "entries_missing": uint(), "entries_corrupt": uint(), "retired_bookies": array_of(string()),
+                        "replica_check_at_ms": {
+                            "type": "integer", "format": "uint64", "minimum": 0,
+                            "description": "when the last complete replica check ended (every bookie it had to ask answered); 0: none yet",
+                        },
+                        "replica_check_started_at_ms": {
+                            "type": "integer", "format": "uint64", "minimum": 0,
+                            "description": "when that check began: damage done before it was looked for",
+                        },
+                        "replica_check_unreached": {
+                            "type": "array", "items": string(),
+                            "description": "bookies the check under way has not reached yet (asked again every pass); the check is not complete until they answer",
+                        },
                     },
                 },
             }),

@@ -28,13 +28,19 @@ impl Setup {
 
     /// As [`Setup::start`], with `extra` flags for every bookie.
     fn start_with(bookies: usize, extra: &[&str]) -> Setup {
+        Self::start_with_lease(bookies, 2000, extra)
+    }
+
+    /// As [`Setup::start_with`], the bookies registering under `lease_ms`.
+    fn start_with_lease(bookies: usize, lease_ms: u32, extra: &[&str]) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let certs = dir.path().join("certs");
         init_dir(&certs, "test", &LocalCluster { metadata: 3, bookies: bookies as u32 }, &IssueOptions::default())
             .unwrap();
         let racks: Vec<String> = (0..bookies).map(|i| format!("r{}", i % 3 + 1)).collect();
         let racks: Vec<&str> = racks.iter().map(String::as_str).collect();
-        let mut flags = vec!["--lease-ms", "2000"];
+        let lease = lease_ms.to_string();
+        let mut flags = vec!["--lease-ms", lease.as_str()];
         flags.extend_from_slice(extra);
         let cluster = TestCluster::start(dir.path(), &certs, &racks, &flags).unwrap();
         Setup { _dir: dir, cluster }
@@ -525,6 +531,131 @@ async fn an_open_ledger_on_a_bookie_replaced_by_an_empty_one_is_recovered_and_re
         Err(quire_client::ClientError::LedgerFenced(l)) => assert_eq!(l, id),
         other => panic!("the idle writer is fenced out: {other:?}"),
     }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// The active auditor's last report, once it has published one.
+async fn audit_report(client: &Client) -> Option<v1::AuditReport> {
+    client.meta().call(v1::MetadataStatusRequest {}).await.ok()?.audit
+}
+
+/// The fault suite's seed 98: a bookie replaced by an empty process while
+/// its predecessor's registration still stands (a long lease here; there,
+/// every lease promoted by metadata leader changes, 54 s). All that time the
+/// registry names the old instance, and the process at the address is the
+/// new one, holding nothing. The auditor judged by the registry alone: an
+/// open ledger on the bookie went unmarked until the old lease ran out, and
+/// the replica check's first call met the old connection's reset, skipped
+/// the bookie and still reported itself complete; the fault suite, trusting
+/// that report, took a second bookie away and lost entries. Now the auditor
+/// asks who answers at each address, and a worker moves a fragment whose
+/// bookie answers as another instance instead of failing to fill it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bookie_replaced_while_its_old_registration_stands_is_judged_by_who_answers() {
+    // The old registration outlives the whole test.
+    let mut s = Setup::start_with_lease(4, 120_000, &[]);
+    let client = ready(&s, 4).await;
+    let on_123 = || vec!["1".to_string(), "2".to_string(), "3".to_string()];
+    let open = client.create_on(on_123(), spec()).await.unwrap();
+    let open_data: Vec<Bytes> = (0..30).map(|e| payload(6, e)).collect();
+    open.add_batch(open_data.clone()).await.unwrap();
+    let open_id = open.ledger_id();
+    let w = client.create_on(on_123(), spec()).await.unwrap();
+    let closed_data: Vec<Bytes> = (0..30).map(|e| payload(7, e)).collect();
+    w.add_batch(closed_data.clone()).await.unwrap();
+    let closed_id = w.close().await.unwrap().ledger_id;
+    // Every copy on bookie 2 first (one in flight would make the writer
+    // move off it, and nothing would be open there).
+    every_copy_on(&client, "2", open_id, &open_data).await;
+    every_copy_on(&client, "2", closed_id, &closed_data).await;
+    client.bookies().refresh().await.unwrap();
+    let old_instance = client.bookies().instance_of("2").unwrap();
+    // Once the auditor has checked every bookie, it holds a connection to the old process.
+    let auditor = s.auditor();
+    eventually(Duration::from_secs(20), "a first replica check", || async {
+        (audit_report(&client).await?.replica_check_at_ms > 0).then_some(())
+    })
+    .await;
+    s.cluster.replace_bookie(1).unwrap();
+    let client = s.client();
+    // Expected within a pass or two (300 ms each).
+    let marked = quire_testkit::eventually(Duration::from_secs(20), "both ledgers marked on bookie 2", || async {
+        let m = marks(&client).await;
+        let on_2 = |id: u64| m.iter().any(|x| x.ledger_id == id && x.missing_bookie_ids.iter().any(|b| b == "2"));
+        (on_2(open_id) && on_2(closed_id)).then_some(())
+    })
+    .await;
+    if let Err(e) = marked {
+        panic!("{e}; marks: {:?}\n--- auditor ---\n{}", marks(&client).await, auditor.log());
+    }
+    let worker = s.worker("1", &[]);
+    for (id, data) in [(closed_id, &closed_data), (open_id, &open_data)] {
+        let repaired = closed_and_repaired(&client, id, data, Duration::from_secs(30), || async { Ok(()) }).await;
+        if let Err(e) = repaired {
+            panic!("ledger {id}: {e}\n--- auditor ---\n{}\n--- worker ---\n{}", auditor.log(), worker.log());
+        }
+        let m = client.metadata(id).await.unwrap();
+        assert!(
+            m.segments.iter().flat_map(|g| &g.members).all(|x| x.instance_id != old_instance),
+            "ledger {id} still names the old instance: {m:?}"
+        );
+    }
+    // All of it happened while the registry still named the old instance.
+    client.bookies().refresh().await.unwrap();
+    assert_eq!(client.bookies().instance_of("2"), Some(old_instance), "the old registration stood throughout");
+    match open.add(payload(6, 30)).await {
+        Err(quire_client::ClientError::LedgerFenced(l)) => assert_eq!(l, open_id),
+        other => panic!("the idle writer is fenced out: {other:?}"),
+    }
+}
+
+/// A replica check that cannot reach a bookie is not complete: the report
+/// names the bookie, `replica_check_at_ms` stays where the last complete
+/// check put it, and the check goes on with that bookie at the next passes
+/// until it answers. Before, a bookie that did not answer was skipped and
+/// the check reported itself done (the report the fault suite waited on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_check_that_cannot_reach_a_bookie_does_not_report_itself_complete() {
+    // A frozen bookie stays registered for the whole test.
+    let s = Setup::start_with_lease(3, 120_000, &[]);
+    let client = ready(&s, 3).await;
+    let w = client.create(spec()).await.unwrap();
+    let data: Vec<Bytes> = (0..10).map(|e| payload(8, e)).collect();
+    w.add_batch(data.clone()).await.unwrap();
+    let id = w.close().await.unwrap().ledger_id;
+    every_copy_on(&client, "2", id, &data).await;
+    let auditor = s.auditor();
+    eventually(Duration::from_secs(20), "a first replica check", || async {
+        (audit_report(&client).await?.replica_check_at_ms > 0).then_some(())
+    })
+    .await;
+    let stopped_at = now_ms();
+    s.cluster.signal_bookie(1, "STOP").unwrap();
+    // A check that began after the freeze meets it (the read timeout is 5 s).
+    let frozen =
+        quire_testkit::eventually(Duration::from_secs(30), "a check that could not reach bookie 2", || async {
+            let r = audit_report(&client).await?;
+            (r.replica_check_unreached == ["2"]).then_some(r)
+        })
+        .await;
+    let r = frozen.unwrap_or_else(|e| panic!("{e}: {:?}\n--- auditor ---\n{}", s.cluster.logs(), auditor.log()));
+    assert!(
+        r.replica_check_started_at_ms < stopped_at,
+        "the last complete check began before the freeze: {r:?} (frozen at {stopped_at})"
+    );
+    let resumed_at = now_ms();
+    s.cluster.signal_bookie(1, "CONT").unwrap();
+    let done = quire_testkit::eventually(Duration::from_secs(30), "the check finished with bookie 2", || async {
+        let r = audit_report(&client).await?;
+        (r.replica_check_unreached.is_empty() && r.replica_check_at_ms > resumed_at).then_some(r)
+    })
+    .await;
+    let r = done.unwrap_or_else(|e| panic!("{e}\n--- auditor ---\n{}", auditor.log()));
+    assert!(r.replica_check_started_at_ms > stopped_at, "{r:?}");
+    assert!(marks(&client).await.is_empty(), "nothing was missing: a frozen bookie is no evidence");
 }
 
 /// An open ledger in limbo whose writer is gone (the fault suite's seed 44,

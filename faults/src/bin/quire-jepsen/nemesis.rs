@@ -99,27 +99,26 @@ impl Nemesis {
     }
 
     /// Waits until the damage of the last data-destroying fault is repaired
-    /// as far as autorecovery can tell: two replica checks have ended since
-    /// (the second began after the damage), no ledger is marked
+    /// as far as autorecovery can tell: a complete replica check (one that
+    /// reached every bookie) began after the damage, no ledger is marked
     /// under-replicated, and every bookie answers that its integrity check
-    /// is done (a bookie with ledgers in limbo still lacks copies it had). With Qw=2, a second disk lost before the first is
-    /// re-replicated loses data in any system of this family: the fault
-    /// model is one bookie away at a time, and a bookie whose copies are not
-    /// restored yet is still away. False when `bound` passed first.
+    /// is done (a bookie with ledgers in limbo still lacks copies it had).
+    /// With Qw=2, a second disk lost before the first is re-replicated
+    /// loses data in any system of this family: the fault model is one
+    /// bookie away at a time, and a bookie whose copies are not restored
+    /// yet is still away. Seed 98 once went on after two checks had
+    /// *ended* since the damage: the first had skipped the replaced bookie
+    /// (its old connection's reset) and still counted as done. False when
+    /// `bound` passed first.
     fn wait_repaired(&self, bound: Duration) -> bool {
         let Some(since) = self.last_destructive_ms else { return true };
         let until = Instant::now() + bound;
-        let mut first_check_end: Option<u64> = None;
         while Instant::now() < until {
             let status = self.rt.block_on(self.meta.call(v1::MetadataStatusRequest {}));
             if let Ok(st) = status {
-                let check_end = st.audit.as_ref().map_or(0, |a| a.replica_check_at_ms);
-                match first_check_end {
-                    None if check_end > since => first_check_end = Some(check_end),
-                    Some(t1) if check_end > t1 && st.under_replicated_ledgers == 0 && self.no_bookie_in_limbo() => {
-                        return true
-                    }
-                    _ => {}
+                let checked_since = st.audit.as_ref().is_some_and(|a| a.replica_check_started_at_ms > since);
+                if checked_since && st.under_replicated_ledgers == 0 && self.no_bookie_in_limbo() {
+                    return true;
                 }
             }
             std::thread::sleep(Duration::from_millis(500));

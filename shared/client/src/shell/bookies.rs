@@ -50,9 +50,15 @@ impl Bookies {
 
     /// Lists the registry again.
     pub async fn refresh(&self) -> Result<Vec<v1::BookieRecord>, ClientError> {
-        let list =
-            self.meta.call(v1::ListBookiesRequest {}).await.map_err(|e| ClientError::from_metadata(e, None))?.bookies;
-        *self.records.write().expect("records lock") = list.iter().map(|b| (b.bookie_id.clone(), b.clone())).collect();
+        Ok(self.list().await?.bookies)
+    }
+
+    /// Lists the registry again, retired bookies included; later calls go
+    /// to the addresses it names.
+    pub async fn list(&self) -> Result<v1::ListBookiesResponse, ClientError> {
+        let list = self.meta.call(v1::ListBookiesRequest {}).await.map_err(|e| ClientError::from_metadata(e, None))?;
+        *self.records.write().expect("records lock") =
+            list.bookies.iter().map(|b| (b.bookie_id.clone(), b.clone())).collect();
         *self.listed_at.lock().expect("listed lock") = Some(Instant::now());
         Ok(list)
     }
@@ -216,6 +222,14 @@ impl Bookies {
             Some(o) => Err(format!("entry {}: code {} {}", o.entry_id, o.code, o.message)),
             None => Ok(()),
         }
+    }
+
+    /// The instance the process at `bookie_id`'s registered address is
+    /// (its cookie's): a replacement at the address serves before its
+    /// predecessor's registration has gone.
+    pub async fn info(&self, bookie_id: &str, timeout: Duration) -> Result<String, RpcError> {
+        let p = self.peer(bookie_id).await?;
+        Ok(p.call_full(v1::BookieInfoRequest {}, CallOptions::timeout(timeout)).await?.instance_id)
     }
 
     /// Which of `entry_ids` the bookie cannot serve: (missing, corrupt).

@@ -5,7 +5,10 @@
 //! ([`crate::fragments`]) are repaired one at a time:
 //! - the bookie is registered and not draining (a hole, or a corrupt copy):
 //!   it asks the bookie which of the fragment's entries it cannot serve, and
-//!   copies those back to it in place; the metadata does not change;
+//!   copies those back to it in place; the metadata does not change. If it
+//!   answers as another instance than the fragment names (replaced at its
+//!   address before its predecessor's registration ran out), it is gone for
+//!   this fragment, as below;
 //! - it is gone or being decommissioned: a replacement is chosen by the
 //!   placement policy, every entry of the fragment is copied to it, the
 //!   ledger is fenced there when closed, and only then is the member replaced
@@ -57,6 +60,14 @@ pub struct Repair {
     pub bytes_copied: u64,
 }
 
+/// What filling a fragment in place came to.
+enum Filled {
+    /// Its bookie holds every entry of it now.
+    Done,
+    /// Its bookie is not the instance the fragment names: the fragment must move.
+    NotHere,
+}
+
 impl Client {
     /// Restores the copies `ledger_id` lacks on `missing` (see the module
     /// docs). `keep_going` is asked between batches; when it says no (the
@@ -88,10 +99,14 @@ impl Client {
                 let in_place = available_as
                     .as_ref()
                     .is_some_and(|i| f.member.instance_id.is_empty() || *i == f.member.instance_id);
-                let done = if in_place {
-                    self.fill_holes(&meta, f, throttle, keep_going, &mut report).await
-                } else {
-                    self.move_fragment(ledger_id, f, throttle, keep_going, &mut report).await
+                let filled = match in_place {
+                    true => self.fill_holes(&meta, f, throttle, keep_going, &mut report).await,
+                    false => Ok(Filled::NotHere),
+                };
+                let done = match filled {
+                    Ok(Filled::Done) => Ok(()),
+                    Ok(Filled::NotHere) => self.move_fragment(ledger_id, f, throttle, keep_going, &mut report).await,
+                    Err(e) => Err(e),
                 };
                 if let Err(e) = done {
                     tracing::warn!(ledger_id, bookie_id, segment = f.segment, error = %e, "fragment not repaired");
@@ -116,7 +131,7 @@ impl Client {
         throttle: &Throttle,
         keep_going: &(dyn Fn() -> bool + Sync),
         report: &mut Repair,
-    ) -> Result<(), ClientError> {
+    ) -> Result<Filled, ClientError> {
         let ids: Vec<u64> = f.entries(&meta.quorums).collect();
         let mut bad = Vec::new();
         for chunk in ids.chunks(CHECK_BATCH_ENTRIES) {
@@ -127,21 +142,28 @@ impl Client {
                 .map_err(ClientError::Rpc)?;
             if !f.member.instance_id.is_empty() && instance != f.member.instance_id {
                 // Another instance (new disks, seed 003): it holds none of this
-                // fragment; filling it in place would pass it off as the old one.
-                return Err(ClientError::BadRequest(format!(
-                    "bookie {} answers as instance {instance}, not {}: it must be replaced, not filled",
-                    f.member.bookie_id, f.member.instance_id
-                )));
+                // fragment, and filling it in place would pass it off as the
+                // old one. The registry may still name the old instance (its
+                // lease has not run out): the process that answers decides.
+                tracing::info!(
+                    ledger_id = meta.ledger_id,
+                    bookie_id = %f.member.bookie_id,
+                    answers_as = %instance,
+                    named = %f.member.instance_id,
+                    "the bookie is another instance now: moving the fragment instead of filling it"
+                );
+                return Ok(Filled::NotHere);
             }
             bad.extend(missing);
             bad.extend(corrupt);
         }
         if bad.is_empty() {
-            return Ok(());
+            return Ok(Filled::Done);
         }
         bad.sort_unstable();
         tracing::info!(ledger_id = meta.ledger_id, bookie_id = %f.member.bookie_id, entries = bad.len(), "refilling a bookie's holes");
-        self.copy_entries(meta, f, &bad, &f.member, throttle, keep_going, report).await
+        self.copy_entries(meta, f, &bad, &f.member, throttle, keep_going, report).await?;
+        Ok(Filled::Done)
     }
 
     /// Copies all of `f` to a replacement, then records the replacement.
