@@ -535,6 +535,11 @@ impl quire_rpc::Service for BookieService {
                     .map_err(|e| in_limbo(&self.limbo, r.ledger_id, e)),
             ),
             Req::WaitLac(w) => {
+                // As ReadLac: absence in limbo is no answer (the store would
+                // wait on a LAC it may have lost).
+                if self.limbo.contains(w.ledger_id) && self.store.lac(w.ledger_id).is_err() {
+                    return ready(Err(in_limbo(&self.limbo, w.ledger_id, StorageError::NoSuchLedger(w.ledger_id))));
+                }
                 let store = self.store.clone();
                 // Never past the request's own deadline (the RPC layer drops it then).
                 let left = ctx.deadline.saturating_duration_since(tokio::time::Instant::now());

@@ -12,7 +12,6 @@ use anyhow::Context;
 use bytes::Bytes;
 use clap::Args;
 use quire_client::{Client, ClientOptions, CreateLedger};
-use quire_metaclient::{MetaClient, MetaClientOptions};
 
 use crate::bookies::MetaTarget;
 
@@ -58,7 +57,7 @@ pub struct BookieSanityArgs {
 
 fn client(target: &MetaTarget) -> anyhow::Result<(Client, quire_rpc::RpcClient)> {
     let rpc = target.rpc()?;
-    let meta = Arc::new(MetaClient::new(rpc.clone(), target.metadata.clone(), MetaClientOptions::default()));
+    let meta = Arc::new(target.meta_client(&rpc)?);
     let opts = ClientOptions { add_timeout: Duration::from_secs(3), ..ClientOptions::default() };
     Ok((Client::new(rpc.clone(), meta, opts), rpc))
 }

@@ -17,7 +17,6 @@ use bytes::Bytes;
 use clap::Args;
 use hdrhistogram::Histogram;
 use quire_client::{Client, ClientOptions, CreateLedger};
-use quire_metaclient::{MetaClient, MetaClientOptions};
 
 use crate::bookies::MetaTarget;
 
@@ -208,7 +207,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
         let rpc = a.target.rpc()?;
-        let meta = Arc::new(MetaClient::new(rpc.clone(), a.target.metadata.clone(), MetaClientOptions::default()));
+        let meta = Arc::new(a.target.meta_client(&rpc)?);
         let client = Client::new(rpc.clone(), meta, ClientOptions::default());
         let spec = CreateLedger {
             ensemble: a.ensemble,

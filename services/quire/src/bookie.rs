@@ -11,13 +11,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use quire_metaclient::{MetaClient, MetaClientOptions};
+use quire_metaclient::MetaClient;
 use quire_proto::v1;
 
 use crate::bookies::{state_name, MetaTarget};
 
 #[derive(Debug, Args)]
 pub struct BookieArgs {
+    #[command(flatten)]
+    target: MetaTarget,
     #[command(subcommand)]
     cmd: BookieCmd,
 }
@@ -49,8 +51,6 @@ struct Gc {
 
 #[derive(Debug, Args)]
 struct OneBookie {
-    #[command(flatten)]
-    target: MetaTarget,
     /// The bookie id.
     id: String,
     /// Print JSON.
@@ -70,13 +70,8 @@ struct Decommission {
 pub fn run(a: BookieArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
-        let one = match &a.cmd {
-            BookieCmd::Show(o) | BookieCmd::Recommission(o) => o,
-            BookieCmd::Decommission(d) => &d.one,
-            BookieCmd::Gc(g) => &g.one,
-        };
-        let rpc = one.target.rpc()?;
-        let meta = MetaClient::new(rpc.clone(), one.target.metadata.clone(), MetaClientOptions::default());
+        let rpc = a.target.rpc()?;
+        let meta = a.target.meta_client(&rpc)?;
         let result = async {
             match &a.cmd {
                 BookieCmd::Show(o) => print(o, &show(&meta, &o.id).await?),

@@ -1,6 +1,6 @@
 //! `quire bookies`: the bookie registry, from the metadata service.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -10,21 +10,46 @@ use quire_proto::v1;
 use quire_proto::Role;
 use quire_rpc::{ClientOptions, Credentials, RpcClient, TlsFiles};
 
-/// Where the metadata service is, and the operator's certificate to reach it.
+/// Where the metadata service is, and the operator's certificate to reach
+/// it: the connection flags. Global, so that they go before or after a
+/// subcommand (`quire bookie --metadata M decommission 3` and `quire bookie
+/// decommission 3 --metadata M` alike); a global flag cannot be required by
+/// clap, so each is checked when used.
 #[derive(Debug, Args)]
 pub struct MetaTarget {
     /// Metadata replicas, host:port, comma-separated.
-    #[arg(long, env = "QUIRE_METADATA", value_delimiter = ',', required = true)]
-    pub metadata: Vec<String>,
+    #[arg(long, env = "QUIRE_METADATA", value_delimiter = ',', global = true)]
+    metadata: Vec<String>,
     /// Directory with ca.pem and the operator's certificate (admin-<as-id>.pem).
-    #[arg(long, env = "QUIRE_CERTS_DIR")]
-    pub certs_dir: PathBuf,
+    #[arg(long, env = "QUIRE_CERTS_DIR", global = true)]
+    certs_dir: Option<PathBuf>,
     /// See --certs-dir.
-    #[arg(long, default_value = "1")]
+    #[arg(long, default_value = "1", global = true)]
     pub as_id: String,
 }
 
 impl MetaTarget {
+    /// The metadata replicas (--metadata or QUIRE_METADATA).
+    pub fn metadata(&self) -> anyhow::Result<Vec<String>> {
+        anyhow::ensure!(
+            !self.metadata.is_empty(),
+            "--metadata is required (or QUIRE_METADATA): the metadata replicas, host:port, comma-separated"
+        );
+        Ok(self.metadata.clone())
+    }
+
+    /// The certificates directory (--certs-dir or QUIRE_CERTS_DIR).
+    pub fn certs_dir(&self) -> anyhow::Result<&Path> {
+        self.certs_dir.as_deref().context(
+            "--certs-dir is required (or QUIRE_CERTS_DIR): the directory with ca.pem and the operator's certificate",
+        )
+    }
+
+    /// A metadata client over `rpc`.
+    pub fn meta_client(&self, rpc: &RpcClient) -> anyhow::Result<MetaClient> {
+        Ok(MetaClient::new(rpc.clone(), self.metadata()?, MetaClientOptions::default()))
+    }
+
     /// One metadata request as the operator, on a runtime of its own.
     pub fn call<C>(&self, req: C) -> anyhow::Result<C::Response>
     where
@@ -33,7 +58,7 @@ impl MetaTarget {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         rt.block_on(async {
             let rpc = self.rpc()?;
-            let meta = MetaClient::new(rpc.clone(), self.metadata.clone(), MetaClientOptions::default());
+            let meta = self.meta_client(&rpc)?;
             let r = meta.call(req).await;
             rpc.close(Duration::from_millis(100)).await;
             r.with_context(|| C::METHOD.name())
@@ -42,7 +67,7 @@ impl MetaTarget {
 
     /// An RPC client holding the operator's certificate (inside a runtime).
     pub fn rpc(&self) -> anyhow::Result<RpcClient> {
-        let files = TlsFiles::in_dir(&self.certs_dir, Role::Admin, &self.as_id);
+        let files = TlsFiles::in_dir(self.certs_dir()?, Role::Admin, &self.as_id);
         let creds = Credentials::load(&files).context("load credentials")?;
         Ok(RpcClient::new(&creds, ClientOptions::default())?)
     }
@@ -77,7 +102,7 @@ pub fn list(a: BookiesArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
         let rpc = a.target.rpc()?;
-        let meta = MetaClient::new(rpc.clone(), a.target.metadata.clone(), MetaClientOptions::default());
+        let meta = a.target.meta_client(&rpc)?;
         let mut resp = meta.call(v1::ListBookiesRequest {}).await.context("list bookies")?;
         if resp.bookies.len() < a.at_least {
             let wait = Duration::from_millis(a.wait_ms);

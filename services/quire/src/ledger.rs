@@ -16,7 +16,6 @@ use bytes::Bytes;
 use clap::{Args, Subcommand};
 use quire_client::meta::LedgerMeta;
 use quire_client::{Client, ClientOptions, CreateLedger};
-use quire_metaclient::{MetaClient, MetaClientOptions};
 
 use crate::bookies::MetaTarget;
 
@@ -78,7 +77,9 @@ enum LedgerCmd {
         #[arg(long)]
         ledger: u64,
     },
-    /// List ledger ids.
+    /// List ledgers: id, state, quorums, last entry, length (one
+    /// metadata read per ledger; `--json` lists the ids alone, as the
+    /// HTTP API does, with the id to start after for the next page).
     List {
         /// Start after this id.
         #[arg(long)]
@@ -86,6 +87,9 @@ enum LedgerCmd {
         /// At most this many.
         #[arg(long, default_value_t = 100)]
         limit: u32,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -97,7 +101,7 @@ pub fn run(a: LedgerArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async {
         let rpc = a.target.rpc()?;
-        let meta = Arc::new(MetaClient::new(rpc.clone(), a.target.metadata.clone(), MetaClientOptions::default()));
+        let meta = Arc::new(a.target.meta_client(&rpc)?);
         let client = Client::new(rpc.clone(), meta, ClientOptions::default());
         let out = run_cmd(&client, a.cmd).await;
         rpc.close(Duration::from_millis(100)).await;
@@ -146,9 +150,32 @@ async fn run_cmd(client: &Client, cmd: LedgerCmd) -> anyhow::Result<()> {
             client.delete(ledger).await?;
             eprintln!("ledger {ledger} deleted");
         }
-        LedgerCmd::List { start_after, limit } => {
-            let (ids, next) = client.list(start_after, limit).await?;
-            println!("{}", serde_json::json!({ "ledgers": ids, "next": next }));
+        LedgerCmd::List { start_after, limit, json } => {
+            let (ids, next) = client.list(start_after, limit).await.context("list ledgers")?;
+            if json {
+                println!("{}", serde_json::json!({ "ledgers": ids, "next": next }));
+                return Ok(());
+            }
+            println!("{:<12} {:<12} {:<8} {:>10} {:>12}", "LEDGER", "STATE", "E/QW/QA", "LAST", "LENGTH");
+            for id in ids {
+                let m = match client.metadata(id).await {
+                    Ok(m) => m,
+                    Err(quire_client::ClientError::NoSuchLedger(_)) => continue, // deleted meanwhile
+                    Err(e) => return Err(e).with_context(|| format!("ledger {id}")),
+                };
+                let q = &m.quorums;
+                println!(
+                    "{:<12} {:<12} {:<8} {:>10} {:>12}",
+                    id,
+                    m.state.as_str(),
+                    format!("{}/{}/{}", q.ensemble, q.write, q.ack),
+                    m.last_entry_id,
+                    m.length
+                );
+            }
+            if let Some(n) = next {
+                eprintln!("more: --start-after {n}");
+            }
         }
     }
     Ok(())

@@ -21,6 +21,8 @@ mod metadata;
 mod probe;
 mod standalone;
 
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
 
 /// The quire operator CLI.
@@ -62,8 +64,34 @@ enum Cmd {
     Bench(bench::BenchArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+/// Errors are one line on stderr (`quire: error: what: why: ...`, the
+/// context chain joined), never a `Debug` dump with a backtrace, whatever
+/// RUST_BACKTRACE says; the exit code is 1.
+fn main() -> ExitCode {
+    // Output into a closed pipe (`quire ledger list | head`) ends the
+    // process quietly, as it does for other Unix tools: Rust ignores
+    // SIGPIPE, and println! then panics on EPIPE.
+    // SAFETY: restoring a signal's default disposition before any thread
+    // starts; no handler runs Rust code.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("quire: error: {}", one_line(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes on one line.
+fn one_line(e: &anyhow::Error) -> String {
+    format!("{e:#}").split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::Certs(c) => certs::run(c),
         Cmd::Ping(a) => probe::ping(a),

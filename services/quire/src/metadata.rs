@@ -4,7 +4,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use quire_metaclient::{MetaClient, MetaClientOptions};
 use quire_proto::v1;
 use quire_proto::Role;
 use quire_rpc::CallOptions;
@@ -22,7 +21,11 @@ pub struct MetadataArgs {
 #[derive(Debug, Subcommand)]
 pub enum MetadataCmd {
     /// Each replica's view: Raft state, term, leader, applied index, voters.
-    Status,
+    Status {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Set the voting replicas to exactly ID=HOST:PORT,... (new ones must be running).
     SetVoters {
         /// The voters, ID=HOST:PORT, comma-separated.
@@ -36,18 +39,29 @@ pub fn run(a: MetadataArgs) -> anyhow::Result<()> {
     rt.block_on(async {
         let rpc = a.target.rpc()?;
         match a.cmd {
-            MetadataCmd::Status => {
-                println!(
-                    "{:<22} {:<9} {:<10} {:>6} {:<22} {:>9} VOTERS",
-                    "REPLICA", "ID", "STATE", "TERM", "LEADER", "APPLIED"
-                );
-                for addr in &a.target.metadata {
+            MetadataCmd::Status { json } => {
+                if !json {
+                    println!(
+                        "{:<22} {:<9} {:<10} {:>6} {:<22} {:>9} VOTERS",
+                        "REPLICA", "ID", "STATE", "TERM", "LEADER", "APPLIED"
+                    );
+                }
+                let mut rows = Vec::new();
+                for addr in &a.target.metadata()? {
                     let peer = rpc.peer(addr, Role::Metadata, None);
-                    match peer
+                    let answer = peer
                         .call_full(v1::MetadataStatusRequest {}, CallOptions::timeout(Duration::from_secs(3)))
-                        .await
-                    {
-                        Ok(r) => {
+                        .await;
+                    match (answer, json) {
+                        (Ok(r), true) => {
+                            let s = r.body;
+                            rows.push(serde_json::json!({
+                                "address": addr, "replica_id": s.replica_id, "state": s.raft_state, "term": s.term,
+                                "leader_address": s.leader_address, "last_applied_index": s.last_applied_index,
+                                "voters": s.voters.iter().map(|v| v.id).collect::<Vec<_>>(),
+                            }));
+                        }
+                        (Ok(r), false) => {
                             let s = r.body;
                             let voters: Vec<String> = s.voters.iter().map(|v| v.id.to_string()).collect();
                             println!(
@@ -61,8 +75,12 @@ pub fn run(a: MetadataArgs) -> anyhow::Result<()> {
                                 voters.join(",")
                             );
                         }
-                        Err(e) => println!("{addr:<22} unreachable: {e}"),
+                        (Err(e), true) => rows.push(serde_json::json!({ "address": addr, "error": e.to_string() })),
+                        (Err(e), false) => println!("{addr:<22} unreachable: {e}"),
                     }
+                }
+                if json {
+                    println!("{}", serde_json::Value::Array(rows));
                 }
             }
             MetadataCmd::SetVoters { voters } => {
@@ -74,7 +92,7 @@ pub fn run(a: MetadataArgs) -> anyhow::Result<()> {
                         address: addr.into(),
                     });
                 }
-                let meta = MetaClient::new(rpc.clone(), a.target.metadata.clone(), MetaClientOptions::default());
+                let meta = a.target.meta_client(&rpc)?;
                 let r = meta
                     .call_waiting(v1::ChangeMembershipRequest { voters: replicas }, Duration::from_secs(60))
                     .await

@@ -92,7 +92,15 @@ fn quire_bench_writes_closed_and_open_loop_and_reports_percentiles() {
 
     // The benchmark's ledgers are deleted.
     let out = Command::new(bin_path("quire"))
-        .args(["ledger", "--metadata", &cluster.metadata_flag(), "--certs-dir", certs.to_str().unwrap(), "list"])
+        .args([
+            "ledger",
+            "--metadata",
+            &cluster.metadata_flag(),
+            "--certs-dir",
+            certs.to_str().unwrap(),
+            "list",
+            "--json",
+        ])
         .output()
         .unwrap();
     let listed = String::from_utf8_lossy(&out.stdout);

@@ -111,3 +111,71 @@ async fn a_new_ledgers_lac_is_minus_one_and_its_first_entry_is_past_it() {
     w.add(Bytes::from_static(b"first")).await.unwrap();
     drop(w);
 }
+
+/// Issue #21 item 3, the long poll: a reader that tails a ledger from its
+/// creation parks on bookies that have not seen it yet, and wakes with its
+/// first entries. Before, each bookie refused the poll at once
+/// (NoSuchLedger), the reader answered -1 after a metadata read, and a
+/// tailing loop asked again and again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tail_poll_on_a_new_ledger_parks_until_its_first_entries() {
+    let s = Setup::start_with_metrics(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let w = s.client().create(spec()).await.unwrap();
+    let r = s.client().open(w.ledger_id()).await.unwrap();
+    let poll = tokio::spawn(async move { r.wait_lac(-1, Duration::from_secs(60)).await });
+    let bookies: Vec<String> =
+        s.cluster.metrics.lock().unwrap().iter().filter(|(role, _)| role == "bookie").map(|(_, a)| a.clone()).collect();
+    assert_eq!(bookies.len(), 3);
+    let parked = quire_testkit::eventually(Duration::from_secs(20), "the poll parked on every bookie", || async {
+        let parked = |addr: &String| {
+            let text = quire_testkit::scrape(addr);
+            text.lines().any(|l| l.strip_prefix("quire_bookie_parked_long_polls ").is_some_and(|v| v.trim() != "0"))
+        };
+        bookies.iter().all(parked).then_some(())
+    })
+    .await;
+    if let Err(e) = parked {
+        let answer = if poll.is_finished() { format!("{:?}", poll.await.unwrap()) } else { "none".into() };
+        panic!("{e}; the poll answered {answer}");
+    }
+    assert!(!poll.is_finished(), "parked, so not answered yet");
+    // Entry 1 carries LAC 0 (and the idle writer sends its LAC too).
+    w.add(Bytes::from_static(b"first")).await.unwrap();
+    w.add(Bytes::from_static(b"second")).await.unwrap();
+    let lac = tokio::time::timeout(Duration::from_secs(20), poll).await.expect("the poll woke").unwrap().unwrap();
+    assert!(lac >= 0, "woken by the first entries: {lac}");
+}
+
+/// Issue #21 item 4: a bookie restarted (same data, same address) while a
+/// reader held a connection to the old process. The first call over the
+/// old connection meets its reset; the reader asks the replica again on a
+/// new connection instead of giving up (it answered the bare RPC error,
+/// 502 Internal over HTTP, though the bookie was up and held the entry).
+/// One replica (E = Qw = 1), so that no other copy hides it. With the
+/// replica down, the read fails with NotEnoughBookies or Timeout, never a
+/// bare RPC error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_over_a_connection_to_a_restarted_bookie_is_answered_and_with_it_down_says_why() {
+    let mut s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let one = CreateLedger { ensemble: 1, write_quorum: 1, ack_quorum: 1, custom: BTreeMap::new() };
+    let w = s.client().create_on(vec!["1".into()], one).await.unwrap();
+    let data: Vec<Bytes> = (0..6).map(|i| Bytes::from(format!("entry {i}"))).collect();
+    w.add_batch(data.clone()).await.unwrap();
+    let closed = w.close().await.unwrap();
+    let client = s.client();
+    let r = client.open(closed.ledger_id).await.unwrap();
+    assert_eq!(r.read(0).await.unwrap().payload, data[0], "a connection to the first process");
+    // SIGKILL: a clean stop would close the connection and tell the reader.
+    s.cluster.kill_bookie(0).unwrap();
+    s.cluster.start_bookie(0).unwrap();
+    for e in 0..6 {
+        let got = r.read(e).await.unwrap_or_else(|err| panic!("entry {e} after the restart: {err:?}"));
+        assert_eq!(got.payload, data[e as usize]);
+    }
+    assert_eq!(r.read_range(0, 5, 100).await.unwrap().len(), 6);
+    s.cluster.kill_bookie(0).unwrap();
+    let err = r.read(0).await.unwrap_err();
+    assert!(matches!(err.code_name(), "NotEnoughBookies" | "Timeout"), "{err:?}");
+}

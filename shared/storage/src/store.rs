@@ -170,6 +170,9 @@ struct Inner {
     logs: EntryLogs,
     caches: RwLock<Caches>,
     ledgers: RwLock<HashMap<u64, Arc<LedgerState>>>,
+    /// Told whenever a ledger becomes known here: long polls on a ledger not
+    /// seen yet wait for it.
+    appeared: tokio::sync::Notify,
     read_cache: Mutex<ReadCache>,
     budget: Arc<Semaphore>,
     budget_kib: usize,
@@ -271,6 +274,7 @@ impl Store {
             logs,
             caches: RwLock::new(caches),
             ledgers: RwLock::new(ledgers),
+            appeared: tokio::sync::Notify::new(),
             read_only: Mutex::new(None),
             failed: Mutex::new(None),
             stats: StoreStats::default(),
@@ -686,21 +690,47 @@ impl Store {
     }
 
     /// Waits until the ledger's LAC exceeds `after`, or `timeout`. Returns the
-    /// LAC and whether it timed out.
+    /// LAC and whether it timed out. A ledger this store has not seen yet (a
+    /// reader tails a ledger from its creation, before its first entry) has
+    /// LAC -1 here: the poll waits for its first entries like any other,
+    /// without making the ledger known (which would let a zombie writer's add
+    /// past the unknown-ledger check). Before, it was refused at once, and a
+    /// tail reader asked again and again.
     pub async fn wait_lac(&self, ledger_id: u64, after: i64, timeout: Duration) -> Result<(i64, bool), StorageError> {
         let inner = &self.inner;
-        let st = inner.ledger(ledger_id).ok_or(StorageError::NoSuchLedger(ledger_id))?;
-        let mut rx = st.lac.subscribe();
-        let now = *rx.borrow_and_update();
-        if now > after {
-            return Ok((now, false));
+        let deadline = tokio::time::Instant::now() + timeout;
+        let known = inner.ledger(ledger_id);
+        let lac_now = known.as_ref().map_or(-1, |st| *st.lac.borrow());
+        if lac_now > after {
+            return Ok((lac_now, false));
         }
         let parked = inner.stats.parked_waits.fetch_add(1, Ordering::SeqCst);
         let _unpark = Unpark(&inner.stats.parked_waits);
         if parked >= inner.config.max_parked_waits {
             return Err(StorageError::Overloaded(format!("{parked} long polls already parked")));
         }
-        let waited = tokio::time::timeout(timeout, async { rx.wait_for(|l| *l > after).await.map(|l| *l) }).await;
+        let st = match known {
+            Some(st) => st,
+            None => loop {
+                let appeared = inner.appeared.notified();
+                tokio::pin!(appeared);
+                // Registered before the look-up: a ledger that appears in
+                // between still wakes this poll.
+                appeared.as_mut().enable();
+                if let Some(st) = inner.ledger(ledger_id) {
+                    break st;
+                }
+                if tokio::time::timeout_at(deadline, appeared).await.is_err() {
+                    return Ok((-1, true));
+                }
+            },
+        };
+        let mut rx = st.lac.subscribe();
+        let now = *rx.borrow_and_update();
+        if now > after {
+            return Ok((now, false));
+        }
+        let waited = tokio::time::timeout_at(deadline, async { rx.wait_for(|l| *l > after).await.map(|l| *l) }).await;
         match waited {
             Ok(Ok(l)) => Ok((l, false)),
             // The sender lives as long as the ledger state: a closed channel means shutdown.
@@ -865,12 +895,15 @@ impl Inner {
         if let Some(st) = self.ledger(id) {
             return st;
         }
-        self.ledgers
+        let st = self
+            .ledgers
             .write()
             .expect("ledgers lock")
             .entry(id)
             .or_insert_with(|| LedgerState::new(LedgerRecord::default()))
-            .clone()
+            .clone();
+        self.appeared.notify_waiters();
+        st
     }
 
     /// On the journal thread, in journal order: the entry is durable.
@@ -898,6 +931,7 @@ impl Inner {
             let cur = ledgers.entry(id).or_insert_with(|| st.clone());
             cur.dirty.store(true, Ordering::Release);
             st.dropped.store(false, Ordering::Release);
+            self.appeared.notify_waiters();
         }
         self.stats.adds.fetch_add(1, Ordering::Relaxed);
         if full {

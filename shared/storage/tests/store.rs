@@ -119,10 +119,36 @@ async fn a_long_poll_wakes_on_an_add_and_times_out_otherwise() {
     assert_eq!(waiter.await.unwrap().unwrap(), (2, false));
     let (lac, timed_out) = store.wait_lac(5, 10, Duration::from_millis(50)).await.unwrap();
     assert_eq!((lac, timed_out), (2, true));
-    assert!(matches!(store.wait_lac(77, 0, Duration::from_millis(10)).await, Err(StorageError::NoSuchLedger(77))));
+    assert_eq!(store.wait_lac(77, 0, Duration::from_millis(10)).await.unwrap(), (-1, true), "unseen: LAC -1");
     // An explicit LAC wakes pollers too.
     store.write_lac(5, 3);
     assert_eq!(store.lac(5).unwrap(), 3);
+}
+
+/// A reader that tails a ledger from its creation polls bookies that have
+/// not seen it yet: the poll waits for the ledger's first entries, as for
+/// any ledger whose LAC is -1 (it was refused with NoSuchLedger at once,
+/// and the reader polled again and again), and it does not make the ledger
+/// known (an explicit LAC still does not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_on_a_ledger_not_seen_yet_waits_for_its_first_entries() {
+    let t = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(config(t.path())).unwrap());
+    let s2 = store.clone();
+    let waiter = tokio::spawn(async move { s2.wait_lac(9, -1, Duration::from_secs(30)).await });
+    while store.stats().parked_waits.load(Ordering::SeqCst) == 0 {
+        if waiter.is_finished() {
+            panic!("answered without waiting: {:?}", waiter.await.unwrap());
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(matches!(store.lac(9), Err(StorageError::NoSuchLedger(9))), "a parked poll makes nothing known");
+    assert!(!store.write_lac(9, 5), "nor does an explicit LAC");
+    // Entry 0 carries LAC -1: not past the poll's -1 yet. Entry 1 carries 0.
+    store.add(entry(9, 0, -1), false).await.unwrap();
+    store.add(entry(9, 1, 0), false).await.unwrap();
+    assert_eq!(waiter.await.unwrap().unwrap(), (0, false));
+    assert_eq!(store.stats().parked_waits.load(Ordering::SeqCst), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,8 +3,12 @@
 //! A read goes to one replica of the entry's write set (the sticky one when
 //! it is in the set); after `speculative_read_after` without an answer the
 //! next replica is asked too, and the first intact copy wins. An error moves
-//! on at once. Every copy's CRC32C and identity are checked here: a damaged
-//! copy is skipped like a missing one.
+//! on at once, and a replica whose connection was lost is asked once more on
+//! a new one (a connection to a process that has since restarted fails at
+//! its first use: its reset). Every copy's CRC32C and identity are checked
+//! here: a damaged copy is skipped like a missing one. A read that no
+//! replica could answer fails with an error the caller can act on
+//! ([`unanswered`]): NotEnoughBookies, or Timeout, never a bare RPC error.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
@@ -24,6 +28,27 @@ use crate::shell::error::ClientError;
 pub fn read_order(write_set: &[usize], sticky: Option<usize>) -> Vec<usize> {
     let start = sticky.and_then(|s| write_set.iter().position(|p| *p == s)).unwrap_or(0);
     (0..write_set.len()).map(|i| write_set[(start + i) % write_set.len()]).collect()
+}
+
+/// What a read fails with when no replica answered it (`last`: the last
+/// replica's failure): a timeout is a timeout, a refusal of the caller's
+/// rights is that, and anything else (connections refused or lost, a bookie
+/// in limbo, shutting down, overloaded) means too few bookies could serve it
+/// now: NotEnoughBookies, which the caller may retry. Before, the bare RPC
+/// error reached HTTP callers as 502 Internal after every bookie restarted.
+pub fn unanswered(what: &str, last: Option<RpcError>) -> ClientError {
+    match last {
+        None => ClientError::Timeout(format!("{what}: no replica answered in time")),
+        Some(e @ RpcError::Timeout { .. }) => ClientError::Timeout(format!("{what}: {e}")),
+        Some(e) if e.code() == Some(ErrorCode::PermissionDenied) => ClientError::PermissionDenied(e.to_string()),
+        Some(e) => ClientError::NotEnoughBookies(format!("{what}: no replica could serve it: {e}")),
+    }
+}
+
+/// Whether a failed call is worth once more on a new connection: the
+/// connection broke (a restarted peer resets its predecessor's).
+fn lost_connection(e: &RpcError) -> bool {
+    matches!(e, RpcError::ConnectionLost { .. })
 }
 
 /// A reader of one ledger.
@@ -107,7 +132,13 @@ impl LedgerReader {
             .map(|m| {
                 let bookies = self.client.bookies().clone();
                 let (id, expected) = (m.bookie_id.clone(), m.instance_id.clone());
-                async move { (expected, bookies.read_lac(&id, meta.ledger_id, timeout).await) }
+                async move {
+                    let mut r = bookies.read_lac(&id, meta.ledger_id, timeout).await;
+                    if matches!(&r, Err(e) if lost_connection(e)) {
+                        r = bookies.read_lac(&id, meta.ledger_id, timeout).await;
+                    }
+                    (expected, r)
+                }
             })
             .collect();
         let mut best = None::<i64>;
@@ -128,7 +159,7 @@ impl LedgerReader {
                 let m = self.refresh().await?;
                 match m.closed_lac() {
                     Some(l) => Ok(self.learn(l)),
-                    None => Err(last_err.map_or(ClientError::Timeout("no bookie answered".into()), ClientError::Rpc)),
+                    None => Err(unanswered(&format!("the LAC of ledger {}", meta.ledger_id), last_err)),
                 }
             }
         }
@@ -222,6 +253,7 @@ impl LedgerReader {
         let mut inflight = FuturesUnordered::new();
         let mut next = 0;
         let (mut missing, mut corrupt, mut last_err) = (0, 0, None);
+        let mut asked_again = vec![false; seg.members.len()];
         let launch = |pos: usize| {
             let bookies = self.client.bookies().clone();
             let id = seg.members[pos].bookie_id.clone();
@@ -240,7 +272,7 @@ impl LedgerReader {
                         _ => Outcome::Failed(e),
                     },
                 };
-                (id, out)
+                (id, pos, out)
             }
         };
         inflight.push(launch(order[0]));
@@ -249,7 +281,7 @@ impl LedgerReader {
             let speculate = tokio::time::sleep(opts.speculative_read_after);
             tokio::select! {
                 r = inflight.next() => {
-                    let Some((id, out)) = r else { break };
+                    let Some((id, pos, out)) = r else { break };
                     match out {
                         Outcome::Entry(e) => {
                             *self.sticky.lock().expect("sticky lock") = Some(id);
@@ -260,6 +292,13 @@ impl LedgerReader {
                         Outcome::Corrupt => {
                             tracing::warn!(ledger_id, entry_id, bookie_id = %id, "corrupt copy skipped");
                             corrupt += 1;
+                        }
+                        Outcome::Failed(e) if lost_connection(&e) && !asked_again[pos] => {
+                            tracing::debug!(ledger_id, entry_id, bookie_id = %id, error = %e, "asking the replica again on a new connection");
+                            asked_again[pos] = true;
+                            last_err = Some(e);
+                            inflight.push(launch(pos));
+                            continue;
                         }
                         Outcome::Failed(e) => last_err = Some(e),
                     }
@@ -279,10 +318,7 @@ impl LedgerReader {
         } else if missing == order.len() {
             ClientError::NoSuchEntry(ledger_id, entry_id)
         } else {
-            last_err.map_or(
-                ClientError::Timeout(format!("reading entry {entry_id} of ledger {ledger_id}")),
-                ClientError::Rpc,
-            )
+            unanswered(&format!("entry {entry_id} of ledger {ledger_id}"), last_err)
         })
     }
 }

@@ -29,6 +29,17 @@ impl Setup {
         Setup { _dir: dir, cluster }
     }
 
+    /// As [`Setup::start`], every process serving Prometheus metrics
+    /// (`cluster.metrics`: role and address).
+    pub fn start_with_metrics(racks: &[&str]) -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let certs = dir.path().join("certs");
+        init_dir(&certs, "test", &LocalCluster { metadata: 3, bookies: racks.len() as u32 }, &IssueOptions::default())
+            .unwrap();
+        let cluster = TestCluster::start_with_metrics(dir.path(), &certs, racks, &["--lease-ms", "3000"], &[]).unwrap();
+        Setup { _dir: dir, cluster }
+    }
+
     /// As [`Setup::start`], the metadata replicas with `timing`.
     pub fn start_with_raft_timing(racks: &[&str], timing: quire_testkit::RaftTiming) -> Setup {
         let timing = Some(timing);
