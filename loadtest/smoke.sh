@@ -45,7 +45,7 @@ assert t["failures"] == 0, t["first_failures"]
 assert t["appended_entries"] > 0, t
 assert t["read_entries"] > 0, t
 ops = s["operations"]
-want = {"tailread": ["GET lac_poll", "GET read_range"], "catchup": ["GET read_range"], "mixed": ["POST append", "GET read_one"]}[sc]
+want = {"tailread": ["GET follow"], "catchup": ["GET read_range"], "mixed": ["POST append", "GET read_one"]}[sc]
 for op in want:
     assert ops.get(op, {}).get("requests", 0) > 0 and ops[op]["p99_ms"] > 0, (op, ops)
 if sc == "mixed":

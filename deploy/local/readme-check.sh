@@ -67,7 +67,7 @@ while IFS= read -r line; do
   # curl's progress meter goes to stderr; errors name themselves there too.
   { cat out.txt; grep -v -e '% Total' -e 'Dload' -e '^ *[0-9]* *[0-9]* *[0-9]* ' err.txt || true; } | sed -n '1,20s/^/    /p'
   out="$out$(cat err.txt)"
-  if [[ "$line" == *"bookie decommission"* ]]; then
+  if [[ "$line" == *"bookie "*"decommission"* ]]; then
     # The README: refused while the other bookies could not hold its ledgers.
     if [ "$rc" -eq 0 ] || [[ "$out" != *"add a bookie first"* ]]; then
       echo "readme-check: line $n should be refused (3 bookies, E=3) with the reason, but exited $rc" >&2
@@ -82,6 +82,8 @@ while IFS= read -r line; do
     O=*) [ -n "$O" ] || { echo "readme-check: line $n gave no ledger id" >&2; exit 1; } ;;
     H=*) [ -n "$H" ] || { echo "readme-check: line $n gave no ledger id" >&2; exit 1; } ;;
     *"entries/0"*) [ "$(cat out.txt)" = hello ] || { echo "readme-check: line $n read back '$(cat out.txt)', not hello" >&2; exit 1; } ;;
+    *"follow=true"*) [[ "$(cat out.txt)" == *'{"closed":true,"last_entry_id":4}'* ]] || { echo "readme-check: line $n did not follow ledger $L to its close" >&2; exit 1; } ;;
+    *" tail --ledger"*) [[ "$out" == *"closed at entry 4"* ]] || { echo "readme-check: line $n did not follow ledger $L to its close" >&2; exit 1; } ;;
     *"recover --ledger"*) [[ "$out" == *'"state":"closed"'* ]] || { echo "readme-check: line $n did not close the ledger" >&2; exit 1; } ;;
   esac
 done < lines.sh

@@ -5,7 +5,7 @@
 // SCENARIO: appendheavy | tailread | catchup | mixed. Knobs as in goose:
 // ENTRY_BYTES (1024), ENSEMBLE/WRITE_QUORUM/ACK_QUORUM (3/3/2), APPEND_BATCH (1),
 // TAIL_BATCH (10), CATCHUP_ENTRIES (2000), READ_RANGE (100), LEDGER_ENTRIES (1000),
-// POLL_TIMEOUT_MS (1000), KEEP_LEDGERS (0). k6 prints p50/p90/p99/p99.9 per
+// KEEP_LEDGERS (0). k6 prints p50/p90/p99/p99.9 per
 // operation (the `op` tag) and the entries and bytes appended and read; a read
 // that returns bytes that were never written fails the `wrong_replies` threshold.
 // Every VU is one user with its own ledger (tailread follows its own writes:
@@ -24,14 +24,13 @@ const TAIL_BATCH = Math.max(1, num('TAIL_BATCH', 10));
 const CATCHUP_ENTRIES = Math.max(1, num('CATCHUP_ENTRIES', 2000));
 const READ_RANGE = Math.max(1, num('READ_RANGE', 100));
 const LEDGER_ENTRIES = Math.max(1, num('LEDGER_ENTRIES', 1000));
-const POLL_TIMEOUT_MS = num('POLL_TIMEOUT_MS', 1000);
 const KEEP = num('KEEP_LEDGERS', 0) === 1;
 
 if (!['appendheavy', 'tailread', 'catchup', 'mixed'].includes(SCENARIO)) {
   throw new Error(`unknown SCENARIO ${SCENARIO}`);
 }
 
-const OPS = ['create', 'append', 'append_batch', 'fill_batch', 'lac_poll', 'read_range', 'read_one', 'close', 'delete'];
+const OPS = ['create', 'append', 'append_batch', 'fill_batch', 'lac_poll', 'follow', 'read_range', 'read_one', 'close', 'delete'];
 const thresholds = { wrong_replies: ['count==0'] };
 // A threshold on each operation's sub-metric makes k6 keep and print it.
 for (const op of OPS) thresholds[`http_req_duration{op:${op}}`] = ['max>=0'];
@@ -109,11 +108,6 @@ function appendBatch(ledger, first, count, op) {
   return true;
 }
 
-function lacAfter(ledger, after) {
-  const res = http.get(`${BASE}/v1/ledgers/${ledger}/lac?after=${after}&timeout_ms=${POLL_TIMEOUT_MS}`, { tags: { op: 'lac_poll' } });
-  return ok(res, 'lac_poll') ? res.json('lac') : null;
-}
-
 // Reads from..=to and checks every entry; how many came back (null on error).
 function readRange(ledger, from, to) {
   const res = http.get(`${BASE}/v1/ledgers/${ledger}/entries?from=${from}&to=${to}`, { tags: { op: 'read_range' } });
@@ -127,6 +121,28 @@ function readRange(ledger, from, to) {
   }
   readEntries.add(entries.length); readBytes.add(entries.length * ENTRY_BYTES);
   return entries.length;
+}
+
+// Follows from..=to (entries?follow=true, NDJSON: the answer ends once entry
+// `to` came, or the ledger closed) and checks every entry; how many came.
+function follow(ledger, from, to) {
+  const res = http.get(`${BASE}/v1/ledgers/${ledger}/entries?from=${from}&to=${to}&follow=true`, { tags: { op: 'follow' } });
+  if (!ok(res, 'follow')) return null;
+  let n = 0;
+  let closed = false;
+  for (const line of res.body.split('\n')) {
+    if (line === '') continue;
+    const e = JSON.parse(line);
+    if (e.heartbeat) continue;
+    if (e.closed) { closed = true; continue; }
+    if (e.entry_id !== from + n) { wrong(`ledger ${ledger}: entry ${e.entry_id} where ${from + n} belongs`); return null; }
+    const got = new Uint8Array(encoding.b64decode(e.data, 'std'));
+    if (!sameBytes(got, entry(ledger, from + n))) { wrong(`ledger ${ledger} entry ${from + n}: bytes differ`); return null; }
+    n++;
+  }
+  if (!closed) { wrong(`ledger ${ledger}: a follow of ${from}..=${to} ended without its closing line`); return null; }
+  readEntries.add(n); readBytes.add(n * ENTRY_BYTES);
+  return n;
 }
 
 function readOne(ledger, id) {
@@ -172,11 +188,9 @@ const scenarios = {
     if (ensureLedger() === null) return;
     if (!appendBatch(ledger, next, TAIL_BATCH, 'append_batch')) { abandon(); return; }
     next += TAIL_BATCH;
-    const lac = lacAfter(ledger, readNext - 1);
-    if (lac !== null && lac >= readNext) {
-      const n = readRange(ledger, readNext, Math.min(lac, readNext + READ_RANGE - 1));
-      if (n !== null) readNext += n;
-    }
+    // The batch just written, followed: the answer ends with its last entry.
+    const n = follow(ledger, readNext, readNext + TAIL_BATCH - 1);
+    if (n !== null) readNext += n;
   },
   catchup() {
     if (ledger === null) {

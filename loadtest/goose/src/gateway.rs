@@ -151,24 +151,65 @@ pub async fn read_range(user: &mut GooseUser, ledger: u64, from: u64, to: u64) -
     let Some(entries) = v.get("entries").and_then(Value::as_array) else {
         return Err(fail(user, &mut req, "read_range: reply has no \"entries\" array"));
     };
-    let b64 = base64::engine::general_purpose::STANDARD;
     let mut n = 0u64;
     for e in entries {
-        let expected = from + n;
-        let id = e.get("entry_id").and_then(Value::as_u64);
-        let data = e.get("data").and_then(Value::as_str).and_then(|d| b64.decode(d).ok());
-        let verdict = match (id, data) {
-            (Some(id), _) if id != expected => Err(format!("ledger {ledger}: got entry {id} where {expected} belongs")),
-            (Some(_), Some(data)) => payload::check(ledger, expected, len, &data),
-            _ => Err(format!("ledger {ledger}: malformed entry in a range reply: {e}")),
-        };
-        if let Err(why) = verdict {
+        if let Err(why) = check_entry(ledger, from + n, len, e) {
             return Err(wrong(user, &mut req, &format!("read_range: {why}")));
         }
         n += 1;
     }
     if from + n > to + 1 {
         return Err(wrong(user, &mut req, &format!("read_range: {n} entries for {from}..={to}")));
+    }
+    tally::read(n, len);
+    Ok(n)
+}
+
+/// An entry of a reply (`{"entry_id":..,"data":"<base64>"}`) is `expected`
+/// with the bytes its writer gave it.
+fn check_entry(ledger: u64, expected: u64, len: usize, e: &Value) -> Result<(), String> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let id = e.get("entry_id").and_then(Value::as_u64);
+    let data = e.get("data").and_then(Value::as_str).and_then(|d| b64.decode(d).ok());
+    match (id, data) {
+        (Some(id), _) if id != expected => Err(format!("ledger {ledger}: got entry {id} where {expected} belongs")),
+        (Some(_), Some(data)) => payload::check(ledger, expected, len, &data),
+        _ => Err(format!("ledger {ledger}: malformed entry in a reply: {e}")),
+    }
+}
+
+/// Follows `ledger` from `from` to `to` (`entries?follow=true`, NDJSON): the
+/// answer ends once entry `to` has come (or the ledger closed first).
+/// Every entry is checked, in order; heartbeats are skipped. How many came.
+pub async fn follow(user: &mut GooseUser, ledger: u64, from: u64, to: u64) -> Res<u64> {
+    let len = crate::settings::Settings::get().entry_bytes;
+    let path = format!("/v1/ledgers/{ledger}/entries?from={from}&to={to}&follow=true");
+    let (mut req, bytes) = call(user, GooseMethod::Get, &path, "follow", None).await?;
+    let mut n = 0u64;
+    let mut ended = false;
+    for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let v: Value = match serde_json::from_slice(line) {
+            Ok(v) => v,
+            Err(e) => return Err(fail(user, &mut req, &format!("follow: a line is not JSON: {e}"))),
+        };
+        if v.get("heartbeat").is_some() {
+            continue;
+        }
+        if v.get("closed").is_some() {
+            ended = true;
+            continue;
+        }
+        if let Err(why) = check_entry(ledger, from + n, len, &v) {
+            return Err(wrong(user, &mut req, &format!("follow: {why}")));
+        }
+        n += 1;
+    }
+    if !ended || from + n > to + 1 {
+        return Err(wrong(
+            user,
+            &mut req,
+            &format!("follow: {n} entries for {from}..={to}, closing line seen: {ended}"),
+        ));
     }
     tally::read(n, len);
     Ok(n)

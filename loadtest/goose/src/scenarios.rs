@@ -144,13 +144,13 @@ async fn tail_read(user: &mut GooseUser) -> TransactionResult {
         }
         session(user).next += settings.tail_batch as u64;
     }
+    // A follow of the next batch: the answer ends once its last entry has
+    // come (written by this user just above, or by the writer it follows),
+    // or the ledger closed first.
     let read_next = session(user).read_next;
-    let lac = gateway::lac_after(user, l, read_next as i64 - 1).await?;
-    if lac >= read_next as i64 {
-        let to = (lac as u64).min(read_next + settings.read_range - 1);
-        let n = gateway::read_range(user, l, read_next, to).await?;
-        session(user).read_next += n;
-    }
+    let to = read_next + settings.tail_batch as u64 - 1;
+    let n = gateway::follow(user, l, read_next, to).await?;
+    session(user).read_next += n;
     Ok(())
 }
 

@@ -42,8 +42,8 @@ pub struct Metrics {
     pub range_streams: AtomicU64,
 }
 
-/// Counts a range stream while it lives.
-struct StreamGuard(web::Data<Metrics>);
+/// Counts a range stream (or a follow) while it lives.
+pub(crate) struct StreamGuard(pub(crate) web::Data<Metrics>);
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
@@ -98,7 +98,7 @@ endpoints! {
     delete "/v1/ledgers/{id}" => delete, "Delete a ledger (space reclaimed by GC)", "", "", [204, 400, 403, 404];
     post "/v1/ledgers/{id}/entries" => append, "Append one entry (raw body)", "raw", "Appended", [200, 400, 403, 404, 408, 409, 413, 503, 504];
     post "/v1/ledgers/{id}/entries:batch" => append_batch, "Append several entries (base64)", "batch", "AppendedBatch", [200, 400, 403, 404, 408, 409, 413, 503, 504];
-    get "/v1/ledgers/{id}/entries" => read_range, "Entries from..=to, at most up to the LAC (streamed)", "", "Entries", [200, 400, 404];
+    get "/v1/ledgers/{id}/entries" => read_range, "Entries from..=to, at most up to the LAC (streamed); with follow=true, entries as the LAC passes them until the ledger closes (NDJSON, or server-sent events by Accept)", "", "EntriesOrFollow", [200, 400, 404];
     get "/v1/ledgers/{id}/entries/{eid}" => read_one, "One entry, raw bytes", "", "bytes", [200, 400, 404];
     get "/v1/ledgers/{id}/lac" => lac, "The LAC; with after and timeout_ms, a long poll", "", "Lac", [200, 400, 404];
     post "/v1/ledgers/{id}/close" => close, "Close a ledger this gateway writes", "", "Ledger", [200, 400, 403, 404, 409];
@@ -413,7 +413,7 @@ async fn append_batch(
 /// A reader of `id`. When this gateway holds the writer, its LAC counts too:
 /// an entry acknowledged to an HTTP caller is readable at once, before the
 /// bookies learn the LAC.
-async fn open_reader(s: &Arc<GatewayState>, id: u64) -> Result<quire_client::LedgerReader, ApiError> {
+pub(crate) async fn open_reader(s: &Arc<GatewayState>, id: u64) -> Result<quire_client::LedgerReader, ApiError> {
     let r = s.client.open(id).await?;
     if let Some(w) = s.writer(id) {
         r.observe_lac(w.lac());
@@ -440,6 +440,31 @@ async fn read_one(state: State, req: HttpRequest, m: web::Data<Metrics>) -> Resu
 struct RangeQuery {
     from: Option<u64>,
     to: Option<u64>,
+    /// Stream entries as the LAC passes them until the ledger closes (follow.rs).
+    follow: Option<bool>,
+}
+
+/// A streamed body: `head`, then what `rx` brings; an error (or a client
+/// `abandoned` at the send deadline) cuts the response short, so that it is
+/// never passed off as complete.
+pub(crate) fn stream_body(
+    head: Vec<Bytes>,
+    rx: tokio::sync::mpsc::Receiver<Result<Bytes, ApiError>>,
+    abandoned: Arc<std::sync::atomic::AtomicBool>,
+) -> impl futures_util::Stream<Item = Result<Bytes, actix_web::Error>> {
+    futures_util::stream::iter(head.into_iter().map(Ok::<_, actix_web::Error>)).chain(futures_util::stream::unfold(
+        rx,
+        move |mut rx| {
+            let abandoned = abandoned.clone();
+            async move {
+                if abandoned.load(Ordering::Relaxed) {
+                    let err = ApiError::internal("the response was abandoned: the client stopped reading");
+                    return Some((Err(actix_web::Error::from(err)), rx));
+                }
+                rx.recv().await.map(|item| (item.map_err(actix_web::Error::from), rx))
+            }
+        },
+    ))
 }
 
 /// Entries per page of a streamed range read.
@@ -469,6 +494,11 @@ async fn read_range(state: State, req: HttpRequest, m: web::Data<Metrics>) -> Re
     let to = q.to.unwrap_or(u64::MAX);
     if from > to {
         return Err(ApiError::bad_request(format!("from ({from}) is after to ({to})")));
+    }
+    if q.follow == Some(true) {
+        let format = crate::follow::Format::of(&req);
+        let from = crate::follow::start(&req, q.from, format)?;
+        return crate::follow::follow(state.get_ref(), m, id, from, q.to, format).await;
     }
     let max = state.max_range_entries as u64;
     let s = state.get_ref().clone();
@@ -542,19 +572,7 @@ async fn read_range(state: State, req: HttpRequest, m: web::Data<Metrics>) -> Re
         }
         let _ = tx.send(Ok(Bytes::from_static(b"]}"))).await;
     });
-    let body = futures_util::stream::iter(head.into_iter().map(Ok::<_, actix_web::Error>)).chain(
-        futures_util::stream::unfold(rx, move |mut rx| {
-            let abandoned = abandoned.clone();
-            async move {
-                if abandoned.load(Ordering::Relaxed) {
-                    let err = ApiError::internal("the response was abandoned: the client stopped reading");
-                    return Some((Err(actix_web::Error::from(err)), rx));
-                }
-                rx.recv().await.map(|item| (item.map_err(actix_web::Error::from), rx))
-            }
-        }),
-    );
-    Ok(HttpResponse::Ok().content_type("application/json").streaming(body))
+    Ok(HttpResponse::Ok().content_type("application/json").streaming(stream_body(head.to_vec(), rx, abandoned)))
 }
 
 #[derive(Deserialize)]

@@ -11,6 +11,7 @@ static ALLOC: quire_runtime::Allocator = quire_runtime::Allocator;
 mod api;
 mod auth;
 mod error;
+mod follow;
 mod https;
 mod openapi;
 mod state;
@@ -102,6 +103,12 @@ struct Args {
     /// that stops reading holds nothing for longer.
     #[arg(long, env = "QUIRE_SEND_TIMEOUT_MS", default_value_t = 30_000)]
     send_timeout_ms: u64,
+
+    /// A follow stream (`entries?follow=true`) with nothing new sends a
+    /// heartbeat this often, in milliseconds; it also sees its ledger's close
+    /// within this long.
+    #[arg(long, env = "QUIRE_FOLLOW_HEARTBEAT_MS", default_value_t = 5_000)]
+    follow_heartbeat_ms: u64,
 }
 
 /// The HTTP listener: TCP_USER_TIMEOUT set on it is inherited by every
@@ -156,6 +163,7 @@ fn main() -> anyhow::Result<()> {
             request_timeout: Duration::from_millis(args.request_timeout_ms.max(1000)),
             body_timeout: Duration::from_millis(args.body_timeout_ms.max(100)),
             send_timeout: Duration::from_millis(args.send_timeout_ms.max(100)),
+            follow_heartbeat: Duration::from_millis(args.follow_heartbeat_ms.clamp(100, 60_000)),
             client_tasks: std::sync::atomic::AtomicUsize::new(0),
         });
         let mut svc = RunningService::start(

@@ -210,7 +210,31 @@ fn success(reply: &str) -> Value {
             json!({ "description": "success", "content": { "application/octet-stream": { "schema": { "type": "string", "format": "binary" } } } })
         }
         "text" => json!({ "description": "success", "content": { "text/plain": { "schema": string() } } }),
+        // A range (JSON), or with follow=true a stream of lines or events.
+        "EntriesOrFollow" => json!({
+            "description": "success: the range as JSON; with follow=true a stream, one JSON object a line \
+                (an entry {entry_id, data}, a heartbeat {heartbeat, lac}, and last {closed, last_entry_id}), \
+                or the same as server-sent events (event: entry / closed; id: the entry id) with Accept: text/event-stream",
+            "content": {
+                "application/json": { "schema": reference("Entries") },
+                "application/x-ndjson": { "schema": string() },
+                "text/event-stream": { "schema": string() },
+            },
+        }),
         name => json!({ "description": "success", "content": { "application/json": { "schema": reference(name) } } }),
+    }
+}
+
+/// The query parameters of a route.
+fn query_params(method: &str, path: &str) -> Vec<Value> {
+    let q = |name: &str, schema: Value, about: &str| json!({ "name": name, "in": "query", "required": false, "schema": schema, "description": about });
+    match (method, path) {
+        ("get", "/v1/ledgers/{id}/entries") => vec![
+            q("from", uint(), "first entry (default 0)"),
+            q("to", uint(), "last entry (default: the LAC; with follow, where the stream ends)"),
+            q("follow", json!({ "type": "boolean" }), "stream entries as the LAC passes them until the ledger closes"),
+        ],
+        _ => Vec::new(),
     }
 }
 
@@ -226,6 +250,7 @@ pub fn document(endpoints: &[Endpoint]) -> Value {
                 let schema = if name == "bookie" { string() } else { uint() };
                 json!({ "name": name, "in": "path", "required": true, "schema": schema })
             })
+            .chain(query_params(e.method, e.path))
             .collect();
         let mut responses = Map::new();
         for code in e.codes {

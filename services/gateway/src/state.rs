@@ -37,6 +37,9 @@ pub struct GatewayState {
     pub body_timeout: std::time::Duration,
     /// How long a streamed response may wait for its client to take more.
     pub send_timeout: std::time::Duration,
+    /// A follow stream with nothing new sends a heartbeat this often (and
+    /// sees a close within it).
+    pub follow_heartbeat: std::time::Duration,
     /// Tasks on the client's runtime for HTTP requests (for /metrics).
     pub client_tasks: std::sync::atomic::AtomicUsize,
 }

@@ -1043,3 +1043,121 @@ fn a_new_ledger_with_no_entries_answers_like_any_other() {
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["entries"].as_array().map(Vec::len), Some(0), "{v}");
 }
+
+/// A chunked answer read as it comes: its body's lines, one at a time.
+struct Streamed {
+    r: std::io::BufReader<TcpStream>,
+    pending: Vec<u8>,
+    ended: bool,
+}
+
+impl Streamed {
+    /// GET `path` with `headers`: (status, head, the body as it streams).
+    fn open(http: &str, path: &str, headers: &[(&str, &str)]) -> (u16, String, Streamed) {
+        use std::io::BufRead;
+        let mut s = TcpStream::connect(http).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut req = format!("GET {path} HTTP/1.1\r\nHost: quire\r\n");
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        s.write_all(req.as_bytes()).unwrap();
+        let mut r = std::io::BufReader::new(s);
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap();
+            if line == "\r\n" || line.is_empty() {
+                break;
+            }
+            head.push_str(&line);
+        }
+        let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+        (status, head, Streamed { r, pending: Vec::new(), ended: false })
+    }
+
+    /// The next line of the body (without its newline); None once the
+    /// answer has ended with its last chunk (a cut-off answer panics).
+    fn line(&mut self) -> Option<String> {
+        use std::io::BufRead;
+        loop {
+            if let Some(at) = self.pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.pending.drain(..=at).collect();
+                return Some(String::from_utf8_lossy(&line[..line.len() - 1]).into_owned());
+            }
+            if self.ended {
+                return None;
+            }
+            let mut size = String::new();
+            self.r.read_line(&mut size).expect("a chunk size");
+            let n = usize::from_str_radix(size.trim(), 16).unwrap_or_else(|_| panic!("chunk size {size:?}"));
+            let mut chunk = vec![0u8; n + 2];
+            self.r.read_exact(&mut chunk).expect("a whole chunk");
+            self.pending.extend_from_slice(&chunk[..n]);
+            self.ended = n == 0;
+        }
+    }
+}
+
+/// Issue #21 item 5: `entries?follow=true` brings a ledger's entries as they
+/// are acknowledged, keeps an idle connection alive with heartbeats, and
+/// ends cleanly after the last entry once the ledger is closed; the same as
+/// server-sent events, resumed from a Last-Event-ID.
+#[test]
+fn a_follow_stream_brings_entries_as_they_come_and_ends_at_the_close() {
+    let g = start_args(None, 3, false, &["--follow-heartbeat-ms", "300"]);
+    let (status, v) = g.json("POST", "/v1/ledgers", "");
+    assert_eq!(status, 201, "{v}");
+    let id = v["ledger_id"].as_u64().unwrap();
+    let (status, head, mut s) = Streamed::open(&g.http, &format!("/v1/ledgers/{id}/entries?from=0&follow=true"), &[]);
+    assert_eq!(status, 200, "{head}");
+    assert!(head.to_ascii_lowercase().contains("content-type: application/x-ndjson"), "{head}");
+    // Nothing written yet: a heartbeat, LAC -1 (the bookies hold the poll).
+    let first: Value = serde_json::from_str(&s.line().unwrap()).unwrap();
+    assert_eq!(first, json!({ "heartbeat": true, "lac": -1 }));
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let next_entry = |s: &mut Streamed| loop {
+        let v: Value = serde_json::from_str(&s.line().expect("more lines")).unwrap();
+        if v["heartbeat"] != true {
+            return v;
+        }
+    };
+    for (i, data) in ["a", "bb", "ccc"].iter().enumerate() {
+        let (status, _) =
+            g.call("POST", &format!("/v1/ledgers/{id}/entries"), Some("application/octet-stream"), data.as_bytes());
+        assert_eq!(status, 200);
+        // Each arrives before the next is written: the stream follows the LAC.
+        assert_eq!(next_entry(&mut s), json!({ "entry_id": i, "data": b64.encode(data) }));
+    }
+    let (status, _) = g.call("POST", &format!("/v1/ledgers/{id}/close"), None, b"");
+    assert_eq!(status, 200);
+    assert_eq!(next_entry(&mut s), json!({ "closed": true, "last_entry_id": 2 }));
+    assert_eq!(s.line(), None, "the stream ends cleanly after the close");
+
+    // Server-sent events, after entry 0 (an EventSource reconnecting).
+    let path = format!("/v1/ledgers/{id}/entries?follow=true");
+    let (status, head, mut e) =
+        Streamed::open(&g.http, &path, &[("Accept", "text/event-stream"), ("Last-Event-ID", "0")]);
+    assert_eq!(status, 200, "{head}");
+    assert!(head.to_ascii_lowercase().contains("content-type: text/event-stream"), "{head}");
+    let mut lines = Vec::new();
+    while let Some(l) = e.line() {
+        lines.push(l);
+    }
+    let events = lines.join("\n");
+    let want = format!(
+        "id: 1\nevent: entry\ndata: {}\n\nid: 2\nevent: entry\ndata: {}\n\nevent: closed\ndata: {}\n",
+        json!({ "entry_id": 1, "data": b64.encode("bb") }),
+        json!({ "entry_id": 2, "data": b64.encode("ccc") }),
+        json!({ "closed": true, "last_entry_id": 2 })
+    );
+    assert_eq!(events, want);
+
+    // A missing ledger is a 404 before any stream; a bad Last-Event-ID a 400.
+    let (status, v) = g.json("GET", "/v1/ledgers/999999/entries?follow=true", "");
+    assert_eq!((status, error_of(&v)), (404, "NoSuchLedger"), "{v}");
+    let (status, _, body) =
+        call_with(&g.http, "GET", &path, None, &[("Accept", "text/event-stream"), ("Last-Event-ID", "x")], b"");
+    assert_eq!((status, error_of(&json(&body))), (400, "BadRequest"));
+}

@@ -59,6 +59,16 @@ enum LedgerCmd {
         #[arg(long)]
         to: Option<u64>,
     },
+    /// Follow a ledger: print its entries as the LAC passes them, from
+    /// --from on, until the ledger is closed (then say where it ended).
+    Tail {
+        /// The ledger.
+        #[arg(long)]
+        ledger: u64,
+        /// First entry.
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+    },
     /// Print a ledger's metadata.
     Info {
         /// The ledger.
@@ -143,6 +153,24 @@ async fn run_cmd(client: &Client, cmd: LedgerCmd) -> anyhow::Result<()> {
                 }
             }
             eprintln!("ledger {ledger}: LAC {lac}");
+        }
+        LedgerCmd::Tail { ledger, from } => {
+            let r = client.open(ledger).await.with_context(|| format!("open ledger {ledger}"))?;
+            let mut tail = quire_client::Tail::new(r, from, None, 64);
+            loop {
+                match tail.step(Duration::from_secs(5)).await.with_context(|| format!("follow ledger {ledger}"))? {
+                    quire_client::TailEvent::Entries(entries) => {
+                        for e in entries {
+                            println!("{}\t{}", e.entry_id, String::from_utf8_lossy(&e.payload));
+                        }
+                    }
+                    quire_client::TailEvent::Idle { .. } => {}
+                    quire_client::TailEvent::End { last_entry_id } => {
+                        eprintln!("ledger {ledger}: closed at entry {last_entry_id}");
+                        break;
+                    }
+                }
+            }
         }
         LedgerCmd::Info { ledger } => println!("{}", json(&client.metadata(ledger).await?)),
         LedgerCmd::Recover { ledger } => println!("{}", json(&client.recover(ledger).await?)),

@@ -79,6 +79,22 @@ fn flags_go_before_or_after_the_subcommand_lists_are_tables_and_errors_one_line(
     assert_eq!(text(&read.stdout), "", "no entries");
     assert!(text(&read.stderr).contains(&format!("ledger {id}: LAC -1")), "{}", text(&read.stderr));
 
+    // `ledger tail` follows a ledger to its close (item 5): three entries,
+    // then the recovery's close ends it where the ledger ended.
+    let written = ok(&["ledger", "write", "--entries", "3", "--no-close", "--metadata", &m, "--certs-dir", c]);
+    let open = serde_json::from_str::<serde_json::Value>(&written).unwrap()["ledger_id"].as_u64().unwrap().to_string();
+    let tail = Command::new(bin_path("quire"))
+        .args(["ledger", "tail", "--ledger", &open, "--from", "1", "--metadata", &m, "--certs-dir", c])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    ok(&["ledger", "recover", "--ledger", &open, "--metadata", &m, "--certs-dir", c]);
+    let out = tail.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "1\tentry-1\n2\tentry-2\n");
+    assert!(text(&out.stderr).contains(&format!("ledger {open}: closed at entry 2")), "{}", text(&out.stderr));
+
     // Lists print a table by default, JSON on request.
     let table = ok(&["ledger", "list", "--metadata", &m, "--certs-dir", c]);
     assert!(table.starts_with("LEDGER "), "{table}");

@@ -30,5 +30,5 @@ pub mod writer;
 
 pub use shell::{
     Added, Client, ClientError, ClientOptions, CreateLedger, LedgerReader, LedgerWriter, PendingAdd, Recovered, Repair,
-    Throttle,
+    Tail, TailEvent, Throttle,
 };

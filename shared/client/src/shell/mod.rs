@@ -10,6 +10,7 @@ pub mod ledger_writer;
 pub mod reader;
 pub mod recover;
 pub mod rereplicate;
+pub mod tail;
 pub mod throttle;
 
 pub use client::{Client, ClientOptions, CreateLedger};
@@ -18,4 +19,5 @@ pub use ledger_writer::{Added, LedgerWriter, PendingAdd};
 pub use reader::LedgerReader;
 pub use recover::Recovered;
 pub use rereplicate::Repair;
+pub use tail::{Tail, TailEvent};
 pub use throttle::Throttle;
