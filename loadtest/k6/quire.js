@@ -134,7 +134,7 @@ function follow(ledger, from, to) {
     if (line === '') continue;
     const e = JSON.parse(line);
     if (e.heartbeat) continue;
-    if (e.closed) { closed = true; continue; }
+    if (e.end || e.closed) { closed = true; continue; }
     if (e.entry_id !== from + n) { wrong(`ledger ${ledger}: entry ${e.entry_id} where ${from + n} belongs`); return null; }
     const got = new Uint8Array(encoding.b64decode(e.data, 'std'));
     if (!sameBytes(got, entry(ledger, from + n))) { wrong(`ledger ${ledger} entry ${from + n}: bytes differ`); return null; }

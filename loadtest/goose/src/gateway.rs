@@ -179,7 +179,8 @@ fn check_entry(ledger: u64, expected: u64, len: usize, e: &Value) -> Result<(), 
 }
 
 /// Follows `ledger` from `from` to `to` (`entries?follow=true`, NDJSON): the
-/// answer ends once entry `to` has come (or the ledger closed first).
+/// answer ends once entry `to` has come (its last line `{"end":true,..}`),
+/// or the ledger closed first (`{"closed":true,..}`).
 /// Every entry is checked, in order; heartbeats are skipped. How many came.
 pub async fn follow(user: &mut GooseUser, ledger: u64, from: u64, to: u64) -> Res<u64> {
     let len = crate::settings::Settings::get().entry_bytes;
@@ -195,7 +196,8 @@ pub async fn follow(user: &mut GooseUser, ledger: u64, from: u64, to: u64) -> Re
         if v.get("heartbeat").is_some() {
             continue;
         }
-        if v.get("closed").is_some() {
+        // The last line: `to` reached ("end"), or the ledger closed first.
+        if v.get("end").is_some() || v.get("closed").is_some() {
             ended = true;
             continue;
         }

@@ -93,9 +93,13 @@ pub enum CheckScope {
 
 /// The replica check across passes. A check begins when one is due; each
 /// bookie it must ask is asked once; one that does not answer stays
-/// pending and is asked again, alone, at every later pass until it answers
-/// or leaves the registry (then the lost-bookie rule is its judge). Only
-/// then is the check complete. Before, a bookie that did not answer was
+/// pending and is asked again, alone, every tenth of the interval (at most
+/// 30 s apart) until it answers or leaves the registry (then the
+/// lost-bookie rule is its judge). Only then is the check complete. A
+/// check still pending an interval after it began gives way to a new one
+/// over every bookie: a bookie that never answers (cut off from the auditor
+/// alone, or failing its reads) must not stop the others being checked,
+/// nor be read again at every pass. Before, a bookie that did not answer was
 /// skipped and the check counted as done: the report then said "checked"
 /// of a bookie replaced by an empty process whose first answer was the old
 /// connection's reset (seed 98).
@@ -108,6 +112,8 @@ pub struct ReplicaCheck {
     /// The check under way: when it began, and the bookies it has not
     /// reached (`None`: its first pass has not ended; everyone is to ask).
     under_way: Option<(Now, Option<BTreeSet<String>>)>,
+    /// When the check under way last asked its pending bookies.
+    asked: Option<Now>,
 }
 
 /// A moment on two clocks: the monotonic one schedules checks (a wall
@@ -122,16 +128,26 @@ pub struct Now {
 impl ReplicaCheck {
     /// Checks every `interval_ms` (0: never).
     pub fn new(interval_ms: u64) -> ReplicaCheck {
-        ReplicaCheck { interval_ms, last: None, under_way: None }
+        ReplicaCheck { interval_ms, last: None, under_way: None, asked: None }
     }
 
     /// What this pass checks, if anything; begins a check when one is due.
     pub fn plan(&mut self, now: Now) -> Option<CheckScope> {
-        if let Some((_, pending)) = &self.under_way {
-            return Some(pending.as_ref().map_or(CheckScope::All, |p| CheckScope::Only(p.clone())));
-        }
         if self.interval_ms == 0 {
             return None;
+        }
+        if let Some((began, pending)) = &self.under_way {
+            let since = |t: Now| now.mono_ms.saturating_sub(t.mono_ms);
+            match pending {
+                // Its first pass failed part-way: everyone again.
+                None => return Some(CheckScope::All),
+                Some(_) if since(*began) >= self.interval_ms => {}
+                Some(p) => {
+                    let retry_ms = (self.interval_ms / 10).min(30_000);
+                    let due = self.asked.is_none_or(|t| since(t) >= retry_ms);
+                    return due.then(|| CheckScope::Only(p.clone()));
+                }
+            }
         }
         let due = self.last.is_none_or(|(_, ended)| now.mono_ms.saturating_sub(ended.mono_ms) >= self.interval_ms);
         if !due {
@@ -145,6 +161,7 @@ impl ReplicaCheck {
     /// did not answer: the check is complete when nobody is left.
     pub fn finish(&mut self, unreached: BTreeSet<String>, now: Now) {
         let Some((began, _)) = self.under_way.take() else { return };
+        self.asked = Some(now);
         if unreached.is_empty() {
             self.last = Some((began, now));
         } else {
@@ -242,20 +259,32 @@ mod tests {
         c.finish(set(&["2"]), at(20));
         assert_eq!(c.last(), (0, 0), "not complete");
         assert_eq!(c.unreached(), vec!["2".to_string()]);
-        assert_eq!(c.plan(at(30)), Some(CheckScope::Only(set(&["2"]))));
-        c.finish(set(&["2"]), at(40));
-        assert_eq!(c.plan(at(50)), Some(CheckScope::Only(set(&["2"]))));
-        c.finish(BTreeSet::new(), at(60));
-        assert_eq!(c.last(), (5010, 5060), "complete: it began at 10 (wall clock 5010)");
+        // Asked again a tenth of the interval after the last time, not at every pass.
+        assert_eq!(c.plan(at(100)), None);
+        assert_eq!(c.plan(at(120)), Some(CheckScope::Only(set(&["2"]))));
+        c.finish(set(&["2"]), at(130));
+        assert_eq!(c.plan(at(230)), Some(CheckScope::Only(set(&["2"]))));
+        c.finish(BTreeSet::new(), at(240));
+        assert_eq!(c.last(), (5010, 5240), "complete: it began at 10 (wall clock 5010)");
         assert!(c.unreached().is_empty());
         // The next is due an interval after the last one ended.
-        assert_eq!(c.plan(at(1059)), None);
-        assert_eq!(c.plan(at(1060)), Some(CheckScope::All));
+        assert_eq!(c.plan(at(1239)), None);
+        assert_eq!(c.plan(at(1240)), Some(CheckScope::All));
         // A pass that failed part-way (finish not called) asks everyone again,
         // and the check keeps the moment it began.
-        assert_eq!(c.plan(at(1100)), Some(CheckScope::All));
-        c.finish(BTreeSet::new(), at(1200));
-        assert_eq!(c.last(), (6060, 6200));
+        assert_eq!(c.plan(at(1300)), Some(CheckScope::All));
+        c.finish(BTreeSet::new(), at(1400));
+        assert_eq!(c.last(), (6240, 6400));
+        // A bookie that never answers: an interval after its check began, a
+        // new check over every bookie begins (the others are checked on).
+        assert_eq!(c.plan(at(2400)), Some(CheckScope::All));
+        c.finish(set(&["3"]), at(2500));
+        assert_eq!(c.plan(at(2600)), Some(CheckScope::Only(set(&["3"]))));
+        c.finish(set(&["3"]), at(2700));
+        assert_eq!(c.plan(at(3400)), Some(CheckScope::All), "the stuck check gives way");
+        c.finish(set(&["3"]), at(3500));
+        assert_eq!(c.last(), (6240, 6400), "never complete while bookie 3 does not answer");
+        assert_eq!(c.unreached(), vec!["3".to_string()]);
         // Interval 0: never.
         assert_eq!(ReplicaCheck::new(0).plan(at(5)), None);
     }

@@ -98,7 +98,7 @@ endpoints! {
     delete "/v1/ledgers/{id}" => delete, "Delete a ledger (space reclaimed by GC)", "", "", [204, 400, 403, 404];
     post "/v1/ledgers/{id}/entries" => append, "Append one entry (raw body)", "raw", "Appended", [200, 400, 403, 404, 408, 409, 413, 503, 504];
     post "/v1/ledgers/{id}/entries:batch" => append_batch, "Append several entries (base64)", "batch", "AppendedBatch", [200, 400, 403, 404, 408, 409, 413, 503, 504];
-    get "/v1/ledgers/{id}/entries" => read_range, "Entries from..=to, at most up to the LAC (streamed); with follow=true, entries as the LAC passes them until the ledger closes (NDJSON, or server-sent events by Accept)", "", "EntriesOrFollow", [200, 400, 404];
+    get "/v1/ledgers/{id}/entries" => read_range, "Entries from..=to, at most up to the LAC (streamed); with follow=true, entries as the LAC passes them until the ledger closes (NDJSON, or server-sent events by Accept)", "", "EntriesOrFollow", [200, 400, 404, 503];
     get "/v1/ledgers/{id}/entries/{eid}" => read_one, "One entry, raw bytes", "", "bytes", [200, 400, 404];
     get "/v1/ledgers/{id}/lac" => lac, "The LAC; with after and timeout_ms, a long poll", "", "Lac", [200, 400, 404];
     post "/v1/ledgers/{id}/close" => close, "Close a ledger this gateway writes", "", "Ledger", [200, 400, 403, 404, 409];

@@ -73,6 +73,11 @@ impl ApiError {
         }
     }
 
+    /// 503 Overloaded: a bound on concurrent work was reached; retry later.
+    pub fn overloaded(message: impl Into<String>) -> ApiError {
+        ApiError { status: StatusCode::SERVICE_UNAVAILABLE, code: "Overloaded", message: message.into() }
+    }
+
     /// 500, for what should not happen.
     pub fn internal(message: impl Into<String>) -> ApiError {
         ApiError { status: StatusCode::INTERNAL_SERVER_ERROR, code: "Internal", message: message.into() }

@@ -5,10 +5,14 @@
 //! - Formats, by Accept: NDJSON (`application/x-ndjson`, the default), one
 //!   JSON object a line: `{"entry_id":N,"data":"<base64>"}` per entry,
 //!   `{"heartbeat":true,"lac":L}` after every `--follow-heartbeat-ms` with
-//!   nothing new, and `{"closed":true,"last_entry_id":L}` last. Or server-sent
-//!   events (`text/event-stream`): `id: N` / `event: entry` / `data: {..}`
-//!   per entry, `: heartbeat lac=L` comments, and `event: closed` last; a
-//!   reconnecting EventSource's `Last-Event-ID` resumes after that entry.
+//!   nothing new, and `{"closed":true,"last_entry_id":L}` last (or
+//!   `{"end":true,"last_entry_id":TO}` once `to=` was reached on a ledger
+//!   still open). Or server-sent events (`text/event-stream`): `id: N` /
+//!   `event: entry` / `data: {..}` per entry, `: heartbeat lac=L` comments,
+//!   and `event: closed` (or `end`) last; a reconnecting EventSource's
+//!   `Last-Event-ID` resumes after that entry.
+//! - At most `--max-follows` at once per gateway (then 503 Overloaded): each
+//!   holds a parked long poll on every bookie of its ledger's ensemble.
 //! - Backpressure: the follower reads one page (64 entries) ahead of what
 //!   the client has taken, through a channel of four pages; a client that
 //!   takes nothing for `--send-timeout-ms` is cut off, as a range read is.
@@ -74,25 +78,52 @@ impl Format {
         }
     }
 
-    fn closed(self, last_entry_id: i64) -> String {
-        let json = serde_json::json!({ "closed": true, "last_entry_id": last_entry_id });
+    /// The last line: the ledger closed (`closed`), or the requested end reached.
+    fn end(self, last_entry_id: i64, closed: bool) -> String {
+        let (json, event) = match closed {
+            true => (serde_json::json!({ "closed": true, "last_entry_id": last_entry_id }), "closed"),
+            false => (serde_json::json!({ "end": true, "last_entry_id": last_entry_id }), "end"),
+        };
         match self {
             Format::Ndjson => format!("{json}\n"),
-            Format::EventStream => format!("event: closed\ndata: {json}\n\n"),
+            Format::EventStream => format!("event: {event}\ndata: {json}\n\n"),
         }
     }
 }
 
-/// Where a follow starts: `from`, else after an EventSource's Last-Event-ID, else 0.
+/// Where a follow starts: after an EventSource's Last-Event-ID (it
+/// reconnects to the same URL, `from` included, and says what it has), else
+/// `from`, else 0. Entry ids past i64::MAX are no ledger's.
 pub fn start(req: &HttpRequest, from: Option<u64>, format: Format) -> Result<u64, ApiError> {
-    if let Some(f) = from {
-        return Ok(f);
-    }
     let last = req.headers().get("last-event-id").filter(|_| format == Format::EventStream);
-    match last.map(|v| v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok())) {
-        None => Ok(0),
-        Some(Some(id)) => Ok(id.saturating_add(1)),
-        Some(None) => Err(ApiError::bad_request("Last-Event-ID is not an entry id")),
+    let at = match last.map(|v| v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok())) {
+        None => from.unwrap_or(0),
+        Some(Some(id)) => id.saturating_add(1).max(from.unwrap_or(0)),
+        Some(None) => return Err(ApiError::bad_request("Last-Event-ID is not an entry id")),
+    };
+    if at > i64::MAX as u64 {
+        return Err(ApiError::bad_request(format!("entry {at} is past any ledger's end")));
+    }
+    Ok(at)
+}
+
+/// One follow stream while it lives, counted against `--max-follows`.
+struct Follows(Arc<GatewayState>);
+
+impl Follows {
+    fn take(state: &Arc<GatewayState>) -> Result<Follows, ApiError> {
+        let now = state.follows.fetch_add(1, Ordering::SeqCst);
+        let held = Follows(state.clone());
+        if now >= state.max_follows {
+            return Err(ApiError::overloaded(format!("{now} follow streams already open (--max-follows)")));
+        }
+        Ok(held)
+    }
+}
+
+impl Drop for Follows {
+    fn drop(&mut self) {
+        self.0.follows.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -105,6 +136,8 @@ pub async fn follow(
     to: Option<u64>,
     format: Format,
 ) -> Result<HttpResponse, ApiError> {
+    // Counted from here: a follow over the cap goes no further.
+    let held = Follows::take(state)?;
     let s = state.clone();
     let reader = state.run(async move { api::open_reader(&s, id).await }).await?;
     let mut tail = Tail::new(reader, from, to, FOLLOW_PAGE_ENTRIES);
@@ -117,6 +150,7 @@ pub async fn follow(
     let guard = StreamGuard(m.clone());
     state.rt.spawn(async move {
         let _guard = guard;
+        let mut held = Some(held);
         loop {
             let (chunk, done) = match tail.step(heartbeat).await {
                 Ok(TailEvent::Entries(entries)) => {
@@ -124,7 +158,12 @@ pub async fn follow(
                     (entries.iter().map(|e| format.entry(e)).collect::<String>(), false)
                 }
                 Ok(TailEvent::Idle { lac }) => (format.heartbeat(lac), false),
-                Ok(TailEvent::End { last_entry_id }) => (format.closed(last_entry_id), true),
+                Ok(TailEvent::End { last_entry_id, closed }) => {
+                    // Uncounted before the last line goes: a client that saw
+                    // the end may open its next follow at once.
+                    held.take();
+                    (format.end(last_entry_id, closed), true)
+                }
                 Err(e) => {
                     tracing::warn!(ledger_id = id, entry_id = tail.next_entry_id(), error = %e, "follow cut short");
                     let _ = tx.send(Err(e.into())).await;

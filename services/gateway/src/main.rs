@@ -109,6 +109,11 @@ struct Args {
     /// within this long.
     #[arg(long, env = "QUIRE_FOLLOW_HEARTBEAT_MS", default_value_t = 5_000)]
     follow_heartbeat_ms: u64,
+
+    /// Most follow streams at once (each holds a long poll on every bookie
+    /// of its ledger's ensemble); past it, 503 Overloaded.
+    #[arg(long, env = "QUIRE_MAX_FOLLOWS", default_value_t = 1_024)]
+    max_follows: usize,
 }
 
 /// The HTTP listener: TCP_USER_TIMEOUT set on it is inherited by every
@@ -164,6 +169,8 @@ fn main() -> anyhow::Result<()> {
             body_timeout: Duration::from_millis(args.body_timeout_ms.max(100)),
             send_timeout: Duration::from_millis(args.send_timeout_ms.max(100)),
             follow_heartbeat: Duration::from_millis(args.follow_heartbeat_ms.clamp(100, 60_000)),
+            max_follows: args.max_follows,
+            follows: std::sync::atomic::AtomicUsize::new(0),
             client_tasks: std::sync::atomic::AtomicUsize::new(0),
         });
         let mut svc = RunningService::start(

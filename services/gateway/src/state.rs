@@ -40,6 +40,10 @@ pub struct GatewayState {
     /// A follow stream with nothing new sends a heartbeat this often (and
     /// sees a close within it).
     pub follow_heartbeat: std::time::Duration,
+    /// Most follow streams at once.
+    pub max_follows: usize,
+    /// Follow streams now.
+    pub follows: std::sync::atomic::AtomicUsize,
     /// Tasks on the client's runtime for HTTP requests (for /metrics).
     pub client_tasks: std::sync::atomic::AtomicUsize,
 }

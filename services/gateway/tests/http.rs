@@ -1106,7 +1106,7 @@ impl Streamed {
 /// server-sent events, resumed from a Last-Event-ID.
 #[test]
 fn a_follow_stream_brings_entries_as_they_come_and_ends_at_the_close() {
-    let g = start_args(None, 3, false, &["--follow-heartbeat-ms", "300"]);
+    let g = start_args(None, 3, false, &["--follow-heartbeat-ms", "300", "--max-follows", "1"]);
     let (status, v) = g.json("POST", "/v1/ledgers", "");
     assert_eq!(status, 201, "{v}");
     let id = v["ledger_id"].as_u64().unwrap();
@@ -1116,6 +1116,9 @@ fn a_follow_stream_brings_entries_as_they_come_and_ends_at_the_close() {
     // Nothing written yet: a heartbeat, LAC -1 (the bookies hold the poll).
     let first: Value = serde_json::from_str(&s.line().unwrap()).unwrap();
     assert_eq!(first, json!({ "heartbeat": true, "lac": -1 }));
+    // One follow at most here (--max-follows 1): a second is refused while it lives.
+    let (status, v) = g.json("GET", &format!("/v1/ledgers/{id}/entries?follow=true"), "");
+    assert_eq!((status, error_of(&v)), (503, "Overloaded"), "{v}");
     let b64 = base64::engine::general_purpose::STANDARD;
     let next_entry = |s: &mut Streamed| loop {
         let v: Value = serde_json::from_str(&s.line().expect("more lines")).unwrap();
@@ -1153,6 +1156,17 @@ fn a_follow_stream_brings_entries_as_they_come_and_ends_at_the_close() {
         json!({ "closed": true, "last_entry_id": 2 })
     );
     assert_eq!(events, want);
+
+    // `to` ends a follow where asked, and says it was not the ledger's end.
+    let (status, _, body) = call_full(&g.http, "GET", &format!("{path}&from=0&to=1"), None, b"");
+    assert_eq!(status, 200);
+    let lines: Vec<Value> =
+        String::from_utf8(body).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(lines[2], json!({ "end": true, "last_entry_id": 1 }));
+    // No entry id past i64::MAX is any ledger's.
+    let (status, v) = g.json("GET", &format!("{path}&from=9223372036854775808"), "");
+    assert_eq!((status, error_of(&v)), (400, "BadRequest"), "{v}");
 
     // A missing ledger is a 404 before any stream; a bad Last-Event-ID a 400.
     let (status, v) = g.json("GET", "/v1/ledgers/999999/entries?follow=true", "");

@@ -165,7 +165,7 @@ async fn run_cmd(client: &Client, cmd: LedgerCmd) -> anyhow::Result<()> {
                         }
                     }
                     quire_client::TailEvent::Idle { .. } => {}
-                    quire_client::TailEvent::End { last_entry_id } => {
+                    quire_client::TailEvent::End { last_entry_id, .. } => {
                         eprintln!("ledger {ledger}: closed at entry {last_entry_id}");
                         break;
                     }

@@ -653,8 +653,9 @@ async fn a_replica_check_that_cannot_reach_a_bookie_does_not_report_itself_compl
         (r.replica_check_unreached.is_empty() && r.replica_check_at_ms > resumed_at).then_some(r)
     })
     .await;
-    let r = done.unwrap_or_else(|e| panic!("{e}\n--- auditor ---\n{}", auditor.log()));
-    assert!(r.replica_check_started_at_ms > stopped_at, "{r:?}");
+    done.unwrap_or_else(|e| panic!("{e}\n--- auditor ---\n{}", auditor.log()));
+    // (The check that completes may have begun before the freeze: one under
+    // way then, that had not yet reached bookie 2.)
     assert!(marks(&client).await.is_empty(), "nothing was missing: a frozen bookie is no evidence");
 }
 

@@ -25,10 +25,12 @@ pub enum TailEvent {
         lac: i64,
     },
     /// Nothing more will come: the ledger is closed and every entry up to
-    /// `last_entry_id` was handed out (or the requested end was reached).
+    /// `last_entry_id` was handed out, or the requested end was reached.
     End {
         /// The last entry of the ledger (or of the requested range).
         last_entry_id: i64,
+        /// Whether the ledger is closed (else the requested end was reached).
+        closed: bool,
     },
 }
 
@@ -58,38 +60,56 @@ impl Tail {
         &self.reader
     }
 
-    fn ended(&self) -> Option<i64> {
-        if let Some(to) = self.to {
-            if self.next > to {
-                return Some(to as i64);
-            }
-        }
+    fn ended(&self) -> Option<TailEvent> {
         let m = self.reader.metadata();
-        (m.state == LedgerState::Closed && self.next as i64 > m.last_entry_id).then_some(m.last_entry_id)
+        if m.state == LedgerState::Closed && self.next as i64 > m.last_entry_id {
+            return Some(TailEvent::End { last_entry_id: m.last_entry_id, closed: true });
+        }
+        match self.to {
+            Some(to) if self.next > to => Some(TailEvent::End { last_entry_id: to as i64, closed: false }),
+            _ => None,
+        }
     }
 
     /// One step: the next page once the LAC passes it, or `Idle` after
     /// `wait` without, or `End`.
     pub async fn step(&mut self, wait: Duration) -> Result<TailEvent, ClientError> {
-        if let Some(last_entry_id) = self.ended() {
-            return Ok(TailEvent::End { last_entry_id });
+        if let Some(end) = self.ended() {
+            return Ok(end);
         }
-        let want = self.next as i64;
+        let Ok(want) = i64::try_from(self.next) else {
+            return Err(ClientError::BadRequest(format!("entry {} is past any ledger's end", self.next)));
+        };
         let mut lac = self.reader.known_lac();
         if lac < want {
+            let deadline = tokio::time::Instant::now() + wait;
             lac = self.reader.wait_lac(want - 1, wait).await?;
-        }
-        if lac < want {
-            return Ok(match self.ended() {
-                Some(last_entry_id) => TailEvent::End { last_entry_id },
-                None => TailEvent::Idle { lac },
-            });
+            if lac < want {
+                if let Some(end) = self.ended() {
+                    return Ok(end);
+                }
+                // Bookies that refuse at once (overloaded, in limbo, gone)
+                // end a wait early: the rest of it is waited out here, so a
+                // follower asks once a wait, never in a tight loop.
+                tokio::time::sleep_until(deadline).await;
+                return Ok(TailEvent::Idle { lac });
+            }
         }
         let mut last = (lac as u64).min(self.next.saturating_add(self.page_entries as u64 - 1));
         if let Some(to) = self.to {
             last = last.min(to);
         }
-        let entries = self.reader.read_range(self.next, last, self.page_entries).await?;
+        let entries = match self.reader.read_range(self.next, last, self.page_entries).await {
+            Ok(e) => e,
+            // The entries may have moved by ensemble change or
+            // re-replication since this reader last read the metadata
+            // (a busy ledger's follower never waits long enough to): once
+            // more with the metadata as it is now.
+            Err(_) => {
+                self.reader.refresh().await?;
+                self.reader.read_range(self.next, last, self.page_entries).await?
+            }
+        };
         // read_range reads what it was asked for, in order, up to the LAC
         // it was just shown: anything else would hand out a gap.
         assert!(
