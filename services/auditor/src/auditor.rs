@@ -52,11 +52,6 @@ const LIST_IN_FLIGHT: usize = 32;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Bookies asked at once.
 const PROBES_IN_FLIGHT: usize = 32;
-/// Times a replica check asks a bookie whose connection was lost before it
-/// counts the bookie as unreached: the first call after a bookie was
-/// replaced at its address meets the old connection's reset, and only the
-/// next one reaches the new process.
-const CHECK_ATTEMPTS: usize = 3;
 
 /// What /metrics shows: the last report and running totals.
 #[derive(Debug, Default)]
@@ -352,13 +347,10 @@ async fn live_instances(client: &Client, registry: &[v1::BookieRecord]) -> BTree
         for b in chunk {
             let client = client.clone();
             let id = b.bookie_id.clone();
+            // (A lost connection is asked once more by `info` itself: the
+            // first call after a replacement meets the old connection's reset.)
             tasks.spawn(async move {
-                // A lost connection once more, on a new one: the first call
-                // after a replacement meets the old connection's reset.
-                let mut r = client.bookies().info(&id, PROBE_TIMEOUT).await;
-                if matches!(r, Err(quire_rpc::RpcError::ConnectionLost { .. })) {
-                    r = client.bookies().info(&id, PROBE_TIMEOUT).await;
-                }
+                let r = client.bookies().info(&id, PROBE_TIMEOUT).await;
                 (id, r)
             });
         }
@@ -508,7 +500,7 @@ async fn pass(
 /// Asks `bookie` about every entry its repairable fragments of `meta` should
 /// hold: (missing, corrupt, checked); `None` when it cannot answer (not
 /// judged here: its lease decides whether it is lost). A lost connection is
-/// asked again on a new one ([`CHECK_ATTEMPTS`]): CheckEntries only reads.
+/// asked once more on a new one, by `check_entries` itself.
 async fn check_bookie(client: &Client, meta: &LedgerMeta, bookie: &str) -> Option<(u64, u64, u64)> {
     let (fragments, _) = repairable(meta, bookie);
     let (mut missing, mut corrupt, mut checked) = (0, 0, 0);
@@ -516,15 +508,7 @@ async fn check_bookie(client: &Client, meta: &LedgerMeta, bookie: &str) -> Optio
         let ids: Vec<u64> = f.entries(&meta.quorums).collect();
         for chunk in ids.chunks(CHECK_BATCH_ENTRIES) {
             let timeout = client.options().read_timeout;
-            let mut attempt = 1;
-            let answer = loop {
-                let r = client.bookies().check_entries(bookie, meta.ledger_id, chunk.to_vec(), timeout).await;
-                match r {
-                    Err(quire_rpc::RpcError::ConnectionLost { .. }) if attempt < CHECK_ATTEMPTS => attempt += 1,
-                    r => break r,
-                }
-            };
-            match answer {
+            match client.bookies().check_entries(bookie, meta.ledger_id, chunk.to_vec(), timeout).await {
                 Ok((m, c, instance)) => {
                     if !f.member.instance_id.is_empty() && instance != f.member.instance_id {
                         // Another instance: it holds nothing of this fragment.

@@ -43,7 +43,15 @@ pub struct Metrics {
 }
 
 /// Counts a range stream (or a follow) while it lives.
-pub(crate) struct StreamGuard(pub(crate) web::Data<Metrics>);
+pub(crate) struct StreamGuard(web::Data<Metrics>);
+
+impl StreamGuard {
+    /// Counts one more stream until the guard is dropped.
+    pub(crate) fn start(m: &web::Data<Metrics>) -> StreamGuard {
+        m.range_streams.fetch_add(1, Ordering::Relaxed);
+        StreamGuard(m.clone())
+    }
+}
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
@@ -444,6 +452,38 @@ struct RangeQuery {
     follow: Option<bool>,
 }
 
+/// What handing a streamed response its next chunk came to.
+pub(crate) enum Sent {
+    /// The client's side took it.
+    Taken,
+    /// The client went away (the response was dropped).
+    Gone,
+    /// The client took nothing for the send deadline: the response is cut
+    /// off (see [`stream_body`]) and counted stalled. What the stream's task
+    /// holds (its reader, the next pages) goes now; the connection goes when
+    /// the kernel's TCP_USER_TIMEOUT fires.
+    Abandoned,
+}
+
+/// Hands `chunk` to a streamed response within `send_timeout`.
+pub(crate) async fn send_chunk(
+    tx: &tokio::sync::mpsc::Sender<Result<Bytes, ApiError>>,
+    chunk: Bytes,
+    send_timeout: Duration,
+    abandoned: &std::sync::atomic::AtomicBool,
+    m: &Metrics,
+) -> Sent {
+    match tokio::time::timeout(send_timeout, tx.send(Ok(chunk))).await {
+        Ok(Ok(())) => Sent::Taken,
+        Ok(Err(_)) => Sent::Gone,
+        Err(_) => {
+            abandoned.store(true, Ordering::Relaxed);
+            m.stalled.fetch_add(1, Ordering::Relaxed);
+            Sent::Abandoned
+        }
+    }
+}
+
 /// A streamed body: `head`, then what `rx` brings; an error (or a client
 /// `abandoned` at the send deadline) cuts the response short, so that it is
 /// never passed off as complete.
@@ -533,8 +573,7 @@ async fn read_range(state: State, req: HttpRequest, m: web::Data<Metrics>) -> Re
     // incomplete chunked body), never passed off as a complete, shorter one.
     let abandoned = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let abandon = abandoned.clone();
-    m.range_streams.fetch_add(1, Ordering::Relaxed);
-    let guard = StreamGuard(m.clone());
+    let guard = StreamGuard::start(&m);
     state.rt.spawn(async move {
         let _guard = guard;
         let mut at = next;
@@ -551,15 +590,10 @@ async fn read_range(state: State, req: HttpRequest, m: web::Data<Metrics>) -> Re
             };
             at += page.len() as u64;
             metrics.reads.fetch_add(page.len() as u64, Ordering::Relaxed);
-            match tokio::time::timeout(send_timeout, tx.send(Ok(entries_json(&page, false)))).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return, // the caller went away
-                Err(_) => {
-                    // The client stopped reading: what this task holds (the
-                    // reader, the next pages) goes now; the connection goes
-                    // when the kernel's TCP_USER_TIMEOUT fires.
-                    abandon.store(true, Ordering::Relaxed);
-                    metrics.stalled.fetch_add(1, Ordering::Relaxed);
+            match send_chunk(&tx, entries_json(&page, false), send_timeout, &abandon, &metrics).await {
+                Sent::Taken => {}
+                Sent::Gone => return,
+                Sent::Abandoned => {
                     tracing::warn!(
                         ledger_id = id,
                         entry_id = at,

@@ -28,7 +28,7 @@ use base64::Engine;
 use bytes::Bytes;
 use quire_client::{Tail, TailEvent};
 
-use crate::api::{self, Metrics, StreamGuard};
+use crate::api::{self, Metrics, Sent, StreamGuard};
 use crate::error::ApiError;
 use crate::state::GatewayState;
 
@@ -146,8 +146,7 @@ pub async fn follow(
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, ApiError>>(4);
     let abandoned = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let abandon = abandoned.clone();
-    m.range_streams.fetch_add(1, Ordering::Relaxed);
-    let guard = StreamGuard(m.clone());
+    let guard = StreamGuard::start(&m);
     state.rt.spawn(async move {
         let _guard = guard;
         let mut held = Some(held);
@@ -170,13 +169,11 @@ pub async fn follow(
                     return;
                 }
             };
-            match tokio::time::timeout(send_timeout, tx.send(Ok(Bytes::from(chunk)))).await {
-                Ok(Ok(())) if done => return,
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return, // the client went away
-                Err(_) => {
-                    abandon.store(true, Ordering::Relaxed);
-                    m.stalled.fetch_add(1, Ordering::Relaxed);
+            match api::send_chunk(&tx, Bytes::from(chunk), send_timeout, &abandon, &m).await {
+                Sent::Taken if done => return,
+                Sent::Taken => {}
+                Sent::Gone => return,
+                Sent::Abandoned => {
                     tracing::warn!(
                         ledger_id = id,
                         entry_id = tail.next_entry_id(),

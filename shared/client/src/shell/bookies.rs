@@ -84,6 +84,22 @@ impl Bookies {
         self.records.read().expect("records lock").get(bookie_id).map(|b| b.instance_id.clone())
     }
 
+    /// `call` (a read: it changes nothing), once more on a new connection if
+    /// the first attempt lost its connection. The first call over a
+    /// connection to a process that has since restarted at its address
+    /// meets that process's reset; only the next reaches it. The RPC layer
+    /// never retries (it cannot know what is idempotent); reads are.
+    async fn read_once_more_if_lost<T, F, Fut>(call: F) -> Result<T, RpcError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, RpcError>>,
+    {
+        match call().await {
+            Err(RpcError::ConnectionLost { .. }) => call().await,
+            r => r,
+        }
+    }
+
     async fn peer(&self, bookie_id: &str) -> Result<PeerClient, RpcError> {
         let known = self.records.read().expect("records lock").get(bookie_id).map(|b| b.address.clone());
         let addr = match known {
@@ -228,8 +244,11 @@ impl Bookies {
     /// (its cookie's): a replacement at the address serves before its
     /// predecessor's registration has gone.
     pub async fn info(&self, bookie_id: &str, timeout: Duration) -> Result<String, RpcError> {
-        let p = self.peer(bookie_id).await?;
-        Ok(p.call_full(v1::BookieInfoRequest {}, CallOptions::timeout(timeout)).await?.instance_id)
+        Self::read_once_more_if_lost(|| async {
+            let p = self.peer(bookie_id).await?;
+            Ok(p.call_full(v1::BookieInfoRequest {}, CallOptions::timeout(timeout)).await?.instance_id)
+        })
+        .await
     }
 
     /// Which of `entry_ids` the bookie cannot serve: (missing, corrupt).
@@ -240,9 +259,13 @@ impl Bookies {
         entry_ids: Vec<u64>,
         timeout: Duration,
     ) -> Result<(Vec<u64>, Vec<u64>, String), RpcError> {
-        let p = self.peer(bookie_id).await?;
-        let r = p.call_full(v1::CheckEntriesRequest { ledger_id, entry_ids }, CallOptions::timeout(timeout)).await?;
-        Ok((r.body.missing, r.body.corrupt, r.instance_id))
+        Self::read_once_more_if_lost(|| async {
+            let p = self.peer(bookie_id).await?;
+            let req = v1::CheckEntriesRequest { ledger_id, entry_ids: entry_ids.clone() };
+            let r = p.call_full(req, CallOptions::timeout(timeout)).await?;
+            Ok((r.body.missing, r.body.corrupt, r.instance_id))
+        })
+        .await
     }
 
     /// A read (with `fence`, a recovery read), as recovery judges it.
@@ -272,8 +295,12 @@ impl Bookies {
         fence: bool,
         timeout: Duration,
     ) -> Result<Reply<v1::ReadEntryResponse>, RpcError> {
-        let req = v1::ReadEntryRequest { ledger_id, entry_id, fence, metadata_version: 0 };
-        self.peer(bookie_id).await?.call_full(req, CallOptions::timeout(timeout)).await
+        // A fencing read may go twice too: a fence is idempotent.
+        Self::read_once_more_if_lost(|| async {
+            let req = v1::ReadEntryRequest { ledger_id, entry_id, fence, metadata_version: 0 };
+            self.peer(bookie_id).await?.call_full(req, CallOptions::timeout(timeout)).await
+        })
+        .await
     }
 
     /// Fences the ledger on `member`.
@@ -305,8 +332,10 @@ impl Bookies {
         ledger_id: u64,
         timeout: Duration,
     ) -> Result<(i64, String), RpcError> {
-        let p = self.peer(bookie_id).await?;
-        match p.call_full(v1::ReadLacRequest { ledger_id }, CallOptions::timeout(timeout)).await {
+        let answer = Self::read_once_more_if_lost(|| async {
+            self.peer(bookie_id).await?.call_full(v1::ReadLacRequest { ledger_id }, CallOptions::timeout(timeout)).await
+        });
+        match answer.await {
             Ok(r) => Ok((r.body.last_add_confirmed, r.instance_id)),
             // A bookie that has not seen the ledger holds none of its entries:
             // for the LAC that is -1, not an error (a new ledger, issue #21

@@ -3,9 +3,9 @@
 //! A read goes to one replica of the entry's write set (the sticky one when
 //! it is in the set); after `speculative_read_after` without an answer the
 //! next replica is asked too, and the first intact copy wins. An error moves
-//! on at once, and a replica whose connection was lost is asked once more on
-//! a new one (a connection to a process that has since restarted fails at
-//! its first use: its reset). Every copy's CRC32C and identity are checked
+//! on at once (a replica whose connection was lost has been asked once more
+//! on a new one by the bookie directory: a connection to a process that has
+//! since restarted fails at its first use, its reset). Every copy's CRC32C and identity are checked
 //! here: a damaged copy is skipped like a missing one. A read that no
 //! replica could answer fails with an error the caller can act on
 //! ([`unanswered`]): NotEnoughBookies, or Timeout, never a bare RPC error.
@@ -43,12 +43,6 @@ pub fn unanswered(what: &str, last: Option<RpcError>) -> ClientError {
         Some(e) if e.code() == Some(ErrorCode::PermissionDenied) => ClientError::PermissionDenied(e.to_string()),
         Some(e) => ClientError::NotEnoughBookies(format!("{what}: no replica could serve it: {e}")),
     }
-}
-
-/// Whether a failed call is worth once more on a new connection: the
-/// connection broke (a restarted peer resets its predecessor's).
-fn lost_connection(e: &RpcError) -> bool {
-    matches!(e, RpcError::ConnectionLost { .. })
 }
 
 /// A reader of one ledger.
@@ -132,13 +126,7 @@ impl LedgerReader {
             .map(|m| {
                 let bookies = self.client.bookies().clone();
                 let (id, expected) = (m.bookie_id.clone(), m.instance_id.clone());
-                async move {
-                    let mut r = bookies.read_lac(&id, meta.ledger_id, timeout).await;
-                    if matches!(&r, Err(e) if lost_connection(e)) {
-                        r = bookies.read_lac(&id, meta.ledger_id, timeout).await;
-                    }
-                    (expected, r)
-                }
+                async move { (expected, bookies.read_lac(&id, meta.ledger_id, timeout).await) }
             })
             .collect();
         let mut best = None::<i64>;
@@ -253,7 +241,6 @@ impl LedgerReader {
         let mut inflight = FuturesUnordered::new();
         let mut next = 0;
         let (mut missing, mut corrupt, mut last_err) = (0, 0, None);
-        let mut asked_again = vec![false; seg.members.len()];
         let launch = |pos: usize| {
             let bookies = self.client.bookies().clone();
             let id = seg.members[pos].bookie_id.clone();
@@ -272,7 +259,7 @@ impl LedgerReader {
                         _ => Outcome::Failed(e),
                     },
                 };
-                (id, pos, out)
+                (id, out)
             }
         };
         inflight.push(launch(order[0]));
@@ -281,7 +268,7 @@ impl LedgerReader {
             let speculate = tokio::time::sleep(opts.speculative_read_after);
             tokio::select! {
                 r = inflight.next() => {
-                    let Some((id, pos, out)) = r else { break };
+                    let Some((id, out)) = r else { break };
                     match out {
                         Outcome::Entry(e) => {
                             *self.sticky.lock().expect("sticky lock") = Some(id);
@@ -292,13 +279,6 @@ impl LedgerReader {
                         Outcome::Corrupt => {
                             tracing::warn!(ledger_id, entry_id, bookie_id = %id, "corrupt copy skipped");
                             corrupt += 1;
-                        }
-                        Outcome::Failed(e) if lost_connection(&e) && !asked_again[pos] => {
-                            tracing::debug!(ledger_id, entry_id, bookie_id = %id, error = %e, "asking the replica again on a new connection");
-                            asked_again[pos] = true;
-                            last_err = Some(e);
-                            inflight.push(launch(pos));
-                            continue;
                         }
                         Outcome::Failed(e) => last_err = Some(e),
                     }
