@@ -63,9 +63,15 @@ pub fn render(store: &Store, add_seconds: &quire_metrics::Histogram, limbo: &cra
     );
     let st = store.stats();
     let j = store.journal_stats();
-    let counters: [(&str, &str, u64); 14] = [
+    let counters: [(&str, &str, u64); 16] = [
         ("quire_bookie_adds_total", "Adds acknowledged.", st.adds.load(Relaxed)),
         ("quire_bookie_reads_total", "Reads served.", st.reads.load(Relaxed)),
+        ("quire_bookie_range_reads_total", "Range reads (ReadEntries) answered.", st.range_reads.load(Relaxed)),
+        (
+            "quire_bookie_range_read_regions_total",
+            "Positioned reads of entry-log regions made by range reads.",
+            st.range_read_regions.load(Relaxed),
+        ),
         ("quire_bookie_flushes_total", "Write-cache flushes to the entry logs.", st.flushes.load(Relaxed)),
         ("quire_bookie_journal_syncs_total", "Journal fdatasyncs (group commits).", j.syncs.load(Relaxed)),
         ("quire_bookie_journal_records_total", "Journal records written.", j.records.load(Relaxed)),

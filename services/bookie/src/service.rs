@@ -390,6 +390,7 @@ impl quire_rpc::Service for BookieService {
                 | Method::BookieInfo
                 | Method::CheckEntries
                 | Method::RunGc
+                | Method::ReadEntries
         )
     }
 
@@ -526,6 +527,44 @@ impl quire_rpc::Service for BookieService {
                         }
                     };
                     Ok(v1::ReadEntryResponse { entry: Some(entry) }.into())
+                })
+            }
+            Req::ReadEntries(r) => {
+                let Some(stripe) = quire_storage::Stripe::new(r.stripe_modulus, r.stripe_residues) else {
+                    return ready(Err(ServiceError::bad_request(format!(
+                        "a stripe is a modulus of 1 to 64 with a residue below it (modulus {}, residues {:#x})",
+                        r.stripe_modulus, r.stripe_residues
+                    ))));
+                };
+                if r.first_entry_id > r.last_entry_id {
+                    return ready(Err(ServiceError::bad_request(format!(
+                        "range {}..={} is empty",
+                        r.first_entry_id, r.last_entry_id
+                    ))));
+                }
+                let q = quire_storage::RangeQuery {
+                    ledger_id: r.ledger_id,
+                    first: r.first_entry_id,
+                    last: r.last_entry_id,
+                    stripe,
+                    max_entries: if r.max_entries == 0 { usize::MAX } else { r.max_entries as usize },
+                    max_bytes: if r.max_bytes == 0 { usize::MAX } else { r.max_bytes.min(usize::MAX as u64) as usize },
+                };
+                let store = self.store.clone();
+                let limbo = self.limbo.clone();
+                Box::pin(async move {
+                    let found = tokio::task::spawn_blocking(move || store.read_range(q))
+                        .await
+                        .map_err(|e| ServiceError::internal(format!("read task: {e}")))?
+                        .map_err(|e| in_limbo(&limbo, r.ledger_id, e))?;
+                    Ok(v1::ReadEntriesResponse {
+                        entries: found.entries,
+                        more: found.next.is_some(),
+                        next_entry_id: found.next.unwrap_or(0),
+                        corrupt: found.corrupt,
+                        in_limbo: limbo.contains(r.ledger_id),
+                    }
+                    .into())
                 })
             }
             Req::ReadLac(r) => ready(

@@ -8,6 +8,8 @@
 //!   and ensemble changes, the instance-id guard.
 //! - [`fragments`]: which entries a bookie is meant to hold, and which of
 //!   them autorecovery may repair now.
+//! - [`read_plan`]: which bookie of a striped ensemble a batch read asks
+//!   for which ids.
 //! - [`recovery`]: fence coverage, reading forward, write-back, close at the
 //!   true tail; fail rather than truncate (#1067, #2614, #2908, seed 004).
 //!
@@ -23,6 +25,7 @@
 pub mod fragments;
 pub mod meta;
 pub mod placement;
+pub mod read_plan;
 pub mod recovery;
 pub mod shell;
 pub mod sim;

@@ -88,6 +88,7 @@ methods! {
     AddEntries => AddEntriesRequest, AddEntriesResponse, "add_entries";
     CheckEntries => CheckEntriesRequest, CheckEntriesResponse, "check_entries";
     RunGc => RunGcRequest, RunGcResponse, "run_gc";
+    ReadEntries => ReadEntriesRequest, ReadEntriesResponse, "read_entries";
     CreateLedger => CreateLedgerRequest, CreateLedgerResponse, "create_ledger";
     GetLedger => GetLedgerRequest, GetLedgerResponse, "get_ledger";
     UpdateLedger => UpdateLedgerRequest, UpdateLedgerResponse, "update_ledger";
@@ -133,7 +134,7 @@ impl Method {
         match self {
             Ping | ServerInfo => ServiceKind::Control,
             AddEntry | AddEntries | ReadEntry | ReadLac | WaitLac | WriteLac | FenceLedger | BookieInfo
-            | CheckEntries | RunGc => ServiceKind::Bookie,
+            | CheckEntries | RunGc | ReadEntries => ServiceKind::Bookie,
             CreateLedger | GetLedger | UpdateLedger | DeleteLedger | ListLedgers | WatchLedger | RegisterBookie
             | RenewLease | ListBookies | WatchBookies | MarkUnderReplicated | ListUnderReplicated
             | ClearUnderReplicated | AcquireLock | RenewLock | ReleaseLock | GetLock | ChangeMembership

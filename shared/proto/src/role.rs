@@ -117,7 +117,7 @@ pub fn allowed(role: Role, method: Method) -> bool {
         Ping | ServerInfo | BookieInfo => true,
         AddEntry | AddEntries | WriteLac | FenceLedger => writer,
         // Bookies read from their peers to refill entries they lost (integrity check).
-        ReadEntry | ReadLac | WaitLac => writer || matches!(role, Auditor | Bookie),
+        ReadEntry | ReadEntries | ReadLac | WaitLac => writer || matches!(role, Auditor | Bookie),
         // Replica checks: the auditor, workers, a bookie checking its peers.
         CheckEntries => matches!(role, Auditor | ReplicationWorker | Bookie | Admin),
         // Garbage collection runs on its own schedule; forcing a pass is the operator's.

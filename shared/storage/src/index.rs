@@ -101,10 +101,23 @@ pub struct RunMove {
     pub moved: Vec<(u64, Location)>,
 }
 
+/// What [`LedgerIndex::locations`] found in a range.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RangeLocations {
+    /// (entry id, newest location) of every indexed entry looked at, in entry order.
+    pub found: Vec<(u64, Location)>,
+    /// Where the look-up stopped at its bound: ids from here on were not
+    /// looked at. `None`: the whole range was.
+    pub next: Option<u64>,
+}
+
 /// The index contract (tests/conformance.rs checks it against every implementation):
 /// - `commit` is atomic and durable on return: after a crash either all of a
 ///   batch is visible or none of it;
 /// - `location` returns the newest committed location of an entry;
+/// - `locations` over a range gives, for every id it looked at, exactly what
+///   `location` gives (absent ids absent), in entry order, at most the
+///   number asked for, and says where it stopped;
 /// - `last_entry` is the highest committed entry id of a ledger;
 /// - `checkpoint` is the last committed checkpoint;
 /// - a committed entry keeps a location until its ledger is deleted: a run
@@ -122,6 +135,12 @@ pub trait LedgerIndex: Send + Sync {
     fn commit(&self, batch: &IndexBatch) -> Result<(), StorageError>;
     /// Where an entry is stored, if indexed.
     fn location(&self, ledger_id: u64, entry_id: u64) -> Result<Option<Location>, StorageError>;
+    /// The indexed entries of a ledger in `first..=last` and their newest
+    /// locations, in entry order: at most `max_entries`, then `next` says
+    /// where to go on. One walk over the ledger's runs (a range read), not a
+    /// look-up per id.
+    fn locations(&self, ledger_id: u64, first: u64, last: u64, max_entries: usize)
+        -> Result<RangeLocations, StorageError>;
     /// The highest indexed entry id of a ledger.
     fn last_entry(&self, ledger_id: u64) -> Result<Option<u64>, StorageError>;
     /// A ledger's record, if stored.
@@ -500,6 +519,75 @@ impl LedgerIndex for SledIndex {
     fn location(&self, ledger_id: u64, entry_id: u64) -> Result<Option<Location>, StorageError> {
         let r = self.read()?;
         Self::location_unlocked(&r.tree, ledger_id, entry_id)
+    }
+
+    fn locations(
+        &self,
+        ledger_id: u64,
+        first: u64,
+        last: u64,
+        max_entries: usize,
+    ) -> Result<RangeLocations, StorageError> {
+        if first > last || max_entries == 0 {
+            return Ok(RangeLocations { found: Vec::new(), next: (first <= last).then_some(first) });
+        }
+        let r = self.read()?;
+        // Runs in key order. Those starting before `first` may reach into the
+        // range: the newest RUN_SCAN_MAX of them, as `location` looks back.
+        let mut runs: Vec<(u64, Run)> = Vec::new();
+        for kv in r.tree.range(run_key(ledger_id, 0)..run_key(ledger_id, first)).rev().take(RUN_SCAN_MAX) {
+            let (k, v) = kv.map_err(idx_err)?;
+            let f = run_first(&k)?;
+            let run = Run::decode(&v)?;
+            if first - f < run.ends.len() as u64 {
+                runs.push((f, run));
+            }
+        }
+        runs.reverse();
+        // Then the runs starting in the range, until they cover enough ids.
+        // A run starting later may supersede ids of an earlier one, so what
+        // is found is final only below the first run not read.
+        let mut next = None;
+        let mut covered = 0usize;
+        for kv in r.tree.range(run_key(ledger_id, first)..=run_key(ledger_id, last)) {
+            let (k, v) = kv.map_err(idx_err)?;
+            let f = run_first(&k)?;
+            if covered >= max_entries {
+                next = Some(f);
+                break;
+            }
+            let run = Run::decode(&v)?;
+            covered += run.ends.len();
+            runs.push((f, run));
+        }
+        drop(r);
+        let upto = next.map_or(last, |n| last.min(n - 1));
+        // Paint the runs in key order: for an id, the last run painted over
+        // it (the one starting latest, as `location` finds) wins.
+        let mut found: Vec<(u64, Location)> = Vec::with_capacity(covered.min(max_entries.saturating_mul(2)));
+        for (f, run) in &runs {
+            if upto < *f {
+                continue;
+            }
+            let lo = first.saturating_sub(*f).min(run.ends.len() as u64) as usize;
+            let hi = (upto - f).saturating_add(1).min(run.ends.len() as u64) as usize;
+            for i in lo..hi {
+                found.push((f + i as u64, run.location(i)));
+            }
+        }
+        found.sort_by_key(|(e, _)| *e);
+        let mut out: Vec<(u64, Location)> = Vec::with_capacity(found.len());
+        for (e, loc) in found {
+            match out.last_mut() {
+                Some(last) if last.0 == e => *last = (e, loc),
+                _ => out.push((e, loc)),
+            }
+        }
+        if out.len() > max_entries {
+            next = Some(out[max_entries].0);
+            out.truncate(max_entries);
+        }
+        Ok(RangeLocations { found: out, next })
     }
 
     fn last_entry(&self, ledger_id: u64) -> Result<Option<u64>, StorageError> {

@@ -33,4 +33,4 @@ pub mod journal;
 pub mod store;
 
 pub use error::StorageError;
-pub use store::{Store, StoreConfig, StoreStats};
+pub use store::{RangeQuery, RangeRead, Store, StoreConfig, StoreStats, Stripe};

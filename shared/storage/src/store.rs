@@ -21,6 +21,9 @@ use crate::gc::{self, GcOutcome, LogUsage, Throttle};
 use crate::index::{IndexBatch, LedgerIndex, LedgerRecord, SledIndex};
 use crate::journal::{self, FileJournal, Journal, JournalConfig, JournalPos, Record};
 
+mod range;
+pub use range::{RangeQuery, RangeRead, Stripe, ENTRY_OVERHEAD_BYTES, RANGE_BYTES_MAX, RANGE_ENTRIES_MAX};
+
 /// Store settings.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -87,6 +90,10 @@ pub struct StoreStats {
     pub reads_write_cache: AtomicU64,
     /// Reads served from the read-ahead cache.
     pub reads_read_cache: AtomicU64,
+    /// Range reads (ReadEntries) answered.
+    pub range_reads: AtomicU64,
+    /// Positioned reads of entry-log regions made by range reads.
+    pub range_read_regions: AtomicU64,
     /// Flushes to the entry log.
     pub flushes: AtomicU64,
     /// Entries flushed.

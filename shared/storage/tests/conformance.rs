@@ -8,7 +8,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use quire_storage::index::{IndexBatch, LedgerIndex, LedgerRecord, Location, RunInfo, RunMove, SledIndex};
+use quire_storage::index::{
+    IndexBatch, LedgerIndex, LedgerRecord, Location, RangeLocations, RunInfo, RunMove, SledIndex,
+};
 use quire_storage::journal::{self, FileJournal, Journal, JournalConfig, JournalPos, Record};
 use quire_storage::StorageError;
 
@@ -414,10 +416,87 @@ fn index_never_loses_a_committed_entry(open: impl Fn(&Path) -> Box<dyn LedgerInd
     assert_eq!(idx.location(4, 19).unwrap().map(|l| l.log_id), Some(9));
 }
 
+/// Range look-ups (the batch read's) agree with single look-ups over every
+/// shape the index holds: long runs split at the run bound, striped ids
+/// (runs of two), re-adds over the head, the middle and across the end of
+/// older runs, neighbouring ledgers, ids at the top of the range; and a
+/// range walked by `next` sees every id once.
+fn index_range_look_ups_agree_with_single_look_ups(open: impl Fn(&Path) -> Box<dyn LedgerIndex>) {
+    let t = tempfile::tempdir().unwrap();
+    let idx = open(t.path());
+    let commit = |l: u64, log: u32, ids: Vec<u64>| {
+        let mut off = 16u64;
+        let locations = ids
+            .into_iter()
+            .map(|e| {
+                let len = 30 + (e % 7) as u32;
+                let loc = Location { log_id: log, offset: off, len };
+                off += len as u64;
+                (l, e, loc)
+            })
+            .collect();
+        idx.commit(&IndexBatch { locations, ..Default::default() }).unwrap();
+    };
+    commit(6, 1, (0..50).collect());
+    commit(7, 1, (0..600).collect());
+    commit(8, 1, (0..50).collect());
+    // A stripe of E=3, Qw=2 as bookie 0 holds it: runs of two ids.
+    commit(7, 2, (600..1200).filter(|e| e % 3 != 1).collect());
+    commit(7, 3, (100..110).collect());
+    commit(7, 4, (590..605).collect());
+    commit(7, 5, (300..301).collect());
+    // More than one run record holds.
+    commit(7, 6, (2000..5000).collect());
+    commit(7, 7, (2990..3010).collect());
+    let check = |first: u64, last: u64, max: usize| {
+        let mut at = first;
+        loop {
+            let r = idx.locations(7, at, last, max).unwrap();
+            assert!(r.found.len() <= max, "{first}..={last} max {max}: {} found", r.found.len());
+            let stop = r.next.map_or(last, |n| n - 1);
+            let expected: Vec<(u64, Location)> =
+                (at..=stop).filter_map(|e| idx.location(7, e).unwrap().map(|l| (e, l))).collect();
+            assert_eq!(r.found, expected, "{first}..={last} max {max}, from {at}");
+            match r.next {
+                None => break,
+                Some(n) => {
+                    assert!(n > at && n <= last, "{first}..={last} max {max}: next {n} from {at}");
+                    at = n;
+                }
+            }
+        }
+    };
+    for (first, last, max) in [(0, 5999, 100_000), (0, 0, 1), (99, 111, 3), (590, 610, 1), (1199, 2001, 7), (5000, 5999, 4)] {
+        check(first, last, max);
+    }
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rnd = |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    for _ in 0..200 {
+        let first = rnd(5200);
+        let last = first + rnd(1500);
+        let max = 1 + rnd(900) as usize;
+        check(first, last, max);
+    }
+    assert_eq!(idx.locations(7, 10, 9, 5).unwrap(), RangeLocations::default(), "an empty range");
+    assert_eq!(idx.locations(9, 0, 100, 5).unwrap(), RangeLocations::default(), "an unknown ledger");
+    commit(u64::MAX, 1, vec![u64::MAX - 2, u64::MAX - 1, u64::MAX]);
+    let top = idx.locations(u64::MAX, u64::MAX - 5, u64::MAX, 2).unwrap();
+    assert_eq!(top.found.iter().map(|f| f.0).collect::<Vec<_>>(), vec![u64::MAX - 2, u64::MAX - 1]);
+    assert_eq!(top.next, Some(u64::MAX));
+    let end = idx.locations(u64::MAX, u64::MAX, u64::MAX, 2).unwrap();
+    assert_eq!((end.found.len(), end.next), (1, None));
+}
+
 #[test]
 fn sled_index_conforms() {
     index_suite(|dir| Box::new(SledIndex::open(dir).unwrap()));
     index_contiguous_entries_and_overlapping_re_adds(|dir| Box::new(SledIndex::open(dir).unwrap()));
     index_gc_operations(|dir| Box::new(SledIndex::open(dir).unwrap()));
     index_never_loses_a_committed_entry(|dir| Box::new(SledIndex::open(dir).unwrap()));
+    index_range_look_ups_agree_with_single_look_ups(|dir| Box::new(SledIndex::open(dir).unwrap()));
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use quire_proto::v1::Entry;
-use quire_storage::{StorageError, Store, StoreConfig};
+use quire_storage::{RangeQuery, StorageError, Store, StoreConfig, Stripe};
 
 fn config(dir: &Path) -> StoreConfig {
     let mut c = StoreConfig::new(dir.join("journal"), dir.join("ledgers"));
@@ -198,6 +198,98 @@ async fn a_corrupt_byte_in_an_entry_log_reads_as_corrupt_not_missing() {
     for e in (0..13).chain(14..20) {
         assert_eq!(store.read(8, e).unwrap(), entry(8, e, e as i64 - 1));
     }
+    // A range read over it names it corrupt and brings the rest.
+    let r = store.read_range(range(8, 0, 19)).unwrap();
+    assert_eq!(r.corrupt, vec![13]);
+    assert_eq!(ids(&r.entries), (0..13).chain(14..20).collect::<Vec<_>>());
+}
+
+fn range(l: u64, first: u64, last: u64) -> RangeQuery {
+    RangeQuery { ledger_id: l, first, last, stripe: Stripe::ALL, max_entries: usize::MAX, max_bytes: usize::MAX }
+}
+
+fn ids(entries: &[Entry]) -> Vec<u64> {
+    entries.iter().map(|e| e.entry_id).collect()
+}
+
+/// The batch read's storage side: what the store holds of a range, in
+/// order, from the write cache and the entry logs alike, a stripe of it,
+/// cut at its bounds and resumed from where it stopped, with regions of
+/// neighbouring records read at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_range_read_brings_what_the_store_holds_in_order_within_its_bounds() {
+    let t = tempfile::tempdir().unwrap();
+    let store = Store::open(config(t.path())).unwrap();
+    // Bookie 0 of E=3, Qw=2 holds the ids not 1 mod 3; another ledger's
+    // entries are flushed alongside.
+    let held: Vec<u64> = (0..3000).filter(|e| e % 3 != 1).collect();
+    for (i, e) in held.iter().enumerate() {
+        store.add(entry(1, *e, *e as i64 - 1), false).await.unwrap();
+        store.add(entry(2, i as u64, i as i64 - 1), false).await.unwrap();
+        if *e == 1500 {
+            store.flush().unwrap();
+        }
+    }
+    let check = |r: &quire_storage::RangeRead, want: &[u64]| {
+        assert_eq!(ids(&r.entries), want);
+        for e in &r.entries {
+            assert_eq!(*e, entry(1, e.entry_id, e.entry_id as i64 - 1));
+        }
+        assert!(r.corrupt.is_empty());
+    };
+    // The whole ledger: half in the entry logs, half in the write cache.
+    let regions = || store.stats().range_read_regions.load(Ordering::Relaxed);
+    let before = regions();
+    let all = store.read_range(range(1, 0, 3100)).unwrap();
+    check(&all, &held);
+    assert_eq!(all.next, None);
+    let disk_regions = regions() - before;
+    assert!((1..=8).contains(&disk_regions), "{disk_regions} positioned reads for a thousand flushed entries");
+    // A stripe: the ids 0 mod 3 only.
+    let stripe = RangeQuery { stripe: Stripe::new(3, 0b001).unwrap(), ..range(1, 0, 2999) };
+    check(&store.read_range(stripe).unwrap(), &(0..3000).step_by(3).collect::<Vec<_>>());
+    // Bounded by count: resumed from `next` it brings the rest, once each.
+    let mut got = Vec::new();
+    let mut at = 0;
+    loop {
+        let r = store.read_range(RangeQuery { max_entries: 97, ..range(1, at, 2999) }).unwrap();
+        assert!(r.entries.len() <= 97);
+        got.extend(ids(&r.entries));
+        match r.next {
+            Some(n) => {
+                assert!(n > at);
+                at = n;
+            }
+            None => break,
+        }
+    }
+    assert_eq!(got, held);
+    // Bounded by bytes: the first entry always comes whole.
+    let one = store.read_range(RangeQuery { max_bytes: 1, ..range(1, 5, 2999) }).unwrap();
+    assert_eq!((ids(&one.entries), one.next), (vec![5], Some(6)));
+    let some = store.read_range(RangeQuery { max_bytes: 64 * 1024, ..range(1, 0, 2999) }).unwrap();
+    let bytes: usize = some.entries.iter().map(|e| e.payload.len() + 64).sum();
+    assert!(bytes <= 64 * 1024 && some.next.is_some(), "{bytes} bytes");
+    // A range it holds nothing of, past the end, an empty range, a stranger.
+    let none = store.read_range(range(1, 1, 1)).unwrap();
+    assert!(none.entries.is_empty() && none.next.is_none());
+    assert!(store.read_range(range(1, 5000, u64::MAX)).unwrap().entries.is_empty());
+    assert!(store.read_range(range(1, 9, 8)).unwrap().entries.is_empty());
+    assert!(matches!(store.read_range(range(77, 0, 10)), Err(StorageError::NoSuchLedger(77))));
+    // The same after a restart, all from the entry logs.
+    drop(store);
+    let store = Store::open(config(t.path())).unwrap();
+    check(&store.read_range(range(1, 0, 3100)).unwrap(), &held);
+}
+
+#[test]
+fn a_stripe_is_one_to_sixty_four_residues_with_one_set() {
+    assert_eq!(Stripe::new(0, 0), Some(Stripe::ALL));
+    assert!(Stripe::new(65, 1).is_none());
+    assert!(Stripe::new(3, 0b1000).is_none(), "no residue below the modulus");
+    let s = Stripe::new(3, 0b1010).unwrap();
+    assert!(s.holds(1) && s.holds(4) && !s.holds(0) && !s.holds(2) && !s.holds(3));
+    assert!(Stripe::new(64, 1 << 63).unwrap().holds(u64::MAX));
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {

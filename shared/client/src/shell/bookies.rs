@@ -303,6 +303,20 @@ impl Bookies {
         .await
     }
 
+    /// Reads a range of a ledger's entries in one request (ReadEntries):
+    /// what the bookie holds of it, up to the bookie's bounds.
+    pub async fn read_entries(
+        &self,
+        bookie_id: &str,
+        req: v1::ReadEntriesRequest,
+        timeout: Duration,
+    ) -> Result<Reply<v1::ReadEntriesResponse>, RpcError> {
+        Self::read_once_more_if_lost(|| async {
+            self.peer(bookie_id).await?.call_full(req.clone(), CallOptions::timeout(timeout)).await
+        })
+        .await
+    }
+
     /// Fences the ledger on `member`.
     pub async fn fence(
         &self,

@@ -10,6 +10,7 @@ pub mod ledger_writer;
 pub mod reader;
 pub mod recover;
 pub mod rereplicate;
+pub mod scan;
 pub mod tail;
 pub mod throttle;
 
@@ -19,5 +20,6 @@ pub use ledger_writer::{Added, LedgerWriter, PendingAdd};
 pub use reader::LedgerReader;
 pub use recover::Recovered;
 pub use rereplicate::Repair;
+pub use scan::Scan;
 pub use tail::{Tail, TailEvent};
 pub use throttle::Throttle;

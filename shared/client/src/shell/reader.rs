@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use crate::meta::{LedgerMeta, LedgerState};
 use crate::shell::client::Client;
 use crate::shell::error::ClientError;
+use crate::shell::scan::Scan;
 
 /// Replicas to try for an entry, in order: its write set, starting at the
 /// sticky position when that is in the set.
@@ -47,7 +48,7 @@ pub fn unanswered(what: &str, last: Option<RpcError>) -> ClientError {
 
 /// A reader of one ledger.
 pub struct LedgerReader {
-    client: Client,
+    pub(super) client: Client,
     ledger_id: u64,
     meta: Mutex<LedgerMeta>,
     lac: AtomicI64,
@@ -89,7 +90,7 @@ impl LedgerReader {
         self.lac.load(Ordering::Acquire)
     }
 
-    fn learn(&self, lac: i64) -> i64 {
+    pub(super) fn learn(&self, lac: i64) -> i64 {
         self.lac.fetch_max(lac, Ordering::AcqRel).max(lac)
     }
 
@@ -194,42 +195,44 @@ impl LedgerReader {
 
     /// Reads one entry at or below the LAC.
     pub async fn read(&self, entry_id: u64) -> Result<Entry, ClientError> {
-        if entry_id as i64 > self.known_lac() && entry_id as i64 > self.read_lac().await? {
+        // Compared as unsigned: an id past i64::MAX is past any LAC.
+        let past = |lac: i64| lac < 0 || entry_id > lac as u64;
+        if past(self.known_lac()) && past(self.read_lac().await?) {
             return Err(ClientError::NoSuchEntry(self.ledger_id, entry_id));
         }
         self.read_unchecked(entry_id).await
     }
 
-    /// Reads `from..=to`, cut at the LAC; at most `max_entries`.
+    /// Reads `from..=to`, cut at the LAC; at most `max_entries`. Batch reads
+    /// (ReadEntries) over the ensemble's stripes, see [`Scan`].
     pub async fn read_range(&self, from: u64, to: u64, max_entries: usize) -> Result<Vec<Entry>, ClientError> {
         if from > to {
             return Err(ClientError::BadRequest(format!("range {from}..={to} is empty")));
         }
-        let mut lac = self.known_lac();
-        if (to as i64) > lac {
-            lac = self.read_lac().await?;
-        }
-        if (from as i64) > lac {
-            return Ok(Vec::new());
-        }
-        let last = (to as i64).min(lac) as u64;
-        let last = last.min(from.saturating_add(max_entries.max(1) as u64 - 1));
-        let mut out = Vec::with_capacity((last - from + 1) as usize);
-        let mut next = from;
-        let mut inflight = futures_util::stream::FuturesOrdered::new();
-        while next <= last || !inflight.is_empty() {
-            while next <= last && inflight.len() < 16 {
-                inflight.push_back(self.read_unchecked(next));
-                next += 1;
-            }
-            if let Some(r) = inflight.next().await {
-                out.push(r?);
-            }
+        let to = to.min(from.saturating_add(max_entries.max(1) as u64 - 1));
+        let mut scan = self.scan(from, to).await?;
+        let mut out = Vec::new();
+        while let Some(batch) = scan.next_batch().await? {
+            out.extend(batch);
         }
         Ok(out)
     }
 
-    async fn read_unchecked(&self, entry_id: u64) -> Result<Entry, ClientError> {
+    /// A scan of `from..=to` cut at the LAC (as it is now): batches of
+    /// entries in order, a bounded number of batches read ahead.
+    pub async fn scan(&self, from: u64, to: u64) -> Result<Scan<'_>, ClientError> {
+        // Compared as unsigned: an id past i64::MAX is past any LAC.
+        let past = |id: u64, lac: i64| lac < 0 || id > lac as u64;
+        let mut lac = self.known_lac();
+        if past(to, lac) {
+            lac = self.read_lac().await?;
+        }
+        let last = if past(from, lac) { None } else { Some(to.min(lac as u64)) };
+        Ok(Scan::new(self, from, last))
+    }
+
+    /// Reads one entry, asking its replicas one after another (no LAC check).
+    pub(super) async fn read_unchecked(&self, entry_id: u64) -> Result<Entry, ClientError> {
         let meta = self.metadata();
         let seg = meta.segment_of(entry_id).clone();
         let sticky_id = self.sticky.lock().expect("sticky lock").clone();

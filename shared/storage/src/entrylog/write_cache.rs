@@ -29,6 +29,11 @@ impl WriteCache {
         self.entries.get(&(ledger_id, entry_id))
     }
 
+    /// The cached entries of a ledger in `first..=last`, in entry order.
+    pub fn range(&self, ledger_id: u64, first: u64, last: u64) -> impl Iterator<Item = &Entry> {
+        self.entries.range((ledger_id, first)..=(ledger_id, last)).map(|(_, e)| e)
+    }
+
     /// The highest cached entry id of a ledger.
     pub fn last_entry(&self, ledger_id: u64) -> Option<u64> {
         self.entries.range((ledger_id, 0)..=(ledger_id, u64::MAX)).next_back().map(|((_, e), _)| *e)
