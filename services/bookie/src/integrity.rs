@@ -32,9 +32,10 @@ use std::time::Duration;
 
 use quire_client::fragments::repairable;
 use quire_client::meta::LedgerState;
+use quire_client::read_plan;
 use quire_client::{Client, ClientError};
 use quire_proto::v1;
-use quire_storage::{StorageError, Store};
+use quire_storage::{RangeQuery, RangeRead, StorageError, Store, Stripe};
 
 /// When the check runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -314,6 +315,9 @@ async fn named_ledgers(client: &Client, bookie_id: &str, instance_id: &str) -> R
     Ok(out)
 }
 
+/// Entries read from peers at once while refilling.
+const REFILL_BATCH_ENTRIES: usize = 256;
+
 /// Copies back what this bookie's repairable fragments of `ledger_id` lack;
 /// true when the ledger is complete here (closed, or deleted).
 async fn refill(client: &Client, store: &Arc<Store>, ledger_id: u64, bookie_id: &str) -> Result<bool, ClientError> {
@@ -330,22 +334,46 @@ async fn refill(client: &Client, store: &Arc<Store>, ledger_id: u64, bookie_id: 
     }
     let mut copied = 0u64;
     for f in &fragments {
-        for id in f.entries(&meta.quorums) {
+        let q = &meta.quorums;
+        let seg = &meta.segments[f.segment];
+        // What is here and intact, by range reads of the fragment's stripe.
+        let stripe = Stripe::new(q.ensemble as u32, read_plan::held_by(q, f.position))
+            .expect("a position holds some remainder");
+        let mut held = BTreeSet::new();
+        let mut at = Some(f.first_entry_id);
+        while let Some(first) = at {
             let s = store.clone();
-            let local = tokio::task::spawn_blocking(move || s.read(ledger_id, id))
+            let query = RangeQuery {
+                ledger_id,
+                first,
+                last: f.last_entry_id,
+                stripe,
+                max_entries: usize::MAX,
+                max_bytes: usize::MAX,
+            };
+            let found = match tokio::task::spawn_blocking(move || s.read_range(query))
                 .await
-                .map_err(|e| ClientError::Timeout(format!("read task: {e}")))?;
-            match local {
-                Ok(e) if e.digest_ok() => continue,
-                Ok(_)
-                | Err(StorageError::CorruptEntry(..) | StorageError::NoSuchEntry(..) | StorageError::NoSuchLedger(_)) =>
-                    {}
-                Err(e) => return Err(ClientError::Timeout(format!("local read of {ledger_id}/{id}: {e}"))),
+                .map_err(|e| ClientError::Timeout(format!("read task: {e}")))?
+            {
+                Ok(r) => r,
+                Err(StorageError::NoSuchLedger(_)) => RangeRead::default(),
+                Err(e) => return Err(ClientError::Timeout(format!("local read of {ledger_id} from {first}: {e}"))),
+            };
+            held.extend(found.entries.iter().filter(|e| e.digest_ok()).map(|e| e.entry_id));
+            at = found.next;
+        }
+        let lost: Vec<u64> = f.entries(q).filter(|id| !held.contains(id)).collect();
+        // Copied from peers by batch reads, a bounded number at a time.
+        for chunk in lost.chunks(REFILL_BATCH_ENTRIES) {
+            let entries = client.read_copies(&meta, seg, f.position, chunk).await?;
+            for entry in entries {
+                let id = entry.entry_id;
+                store
+                    .add(entry, true)
+                    .await
+                    .map_err(|e| ClientError::Timeout(format!("storing {ledger_id}/{id}: {e}")))?;
+                copied += 1;
             }
-            let seg = &meta.segments[f.segment];
-            let entry = client.read_copy(&meta, &seg.members, f.position, id).await?;
-            store.add(entry, true).await.map_err(|e| ClientError::Timeout(format!("storing {ledger_id}/{id}: {e}")))?;
-            copied += 1;
         }
     }
     if copied > 0 {

@@ -545,14 +545,17 @@ async fn read_range(state: State, req: HttpRequest, m: web::Data<Metrics>) -> Re
     let (reader, first_page, last) = state
         .run(async move {
             let r = open_reader(&s, id).await?;
+            // Compared as unsigned: `to` defaults to u64::MAX, which as an
+            // i64 is -1 and was below every LAC.
+            let past = |id: u64, lac: i64| lac < 0 || id > lac as u64;
             let mut lac = r.known_lac();
-            if (to as i64) > lac {
+            if past(to, lac) {
                 lac = r.read_lac().await?;
             }
-            if (from as i64) > lac {
+            if past(from, lac) {
                 return Ok((Arc::new(r), Vec::new(), None));
             }
-            let last = (to as i64).min(lac) as u64;
+            let last = to.min(lac as u64);
             let last = last.min(from.saturating_add(max - 1));
             let page_end = last.min(from + RANGE_PAGE_ENTRIES as u64 - 1);
             let page = r.read_range(from, page_end, RANGE_PAGE_ENTRIES).await?;

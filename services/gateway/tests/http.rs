@@ -230,6 +230,9 @@ fn a_ledger_is_created_written_tailed_read_closed_and_deleted_over_http() {
     assert_eq!(got.len(), 6, "cut at the LAC: {range}");
     assert_eq!(got[0], (1, b"raw-1".to_vec()));
     assert_eq!(got[3], (4, b"b-4".to_vec()));
+    // Without to= (u64::MAX, past any LAC): the same.
+    let (status, open_ended) = g.json("GET", &format!("/v1/ledgers/{id}/entries?from=1"), "");
+    assert_eq!((status, &open_ended["entries"]), (200, &range["entries"]), "{open_ended}");
 
     let (status, closed) = g.json("POST", &format!("/v1/ledgers/{id}/close"), "");
     assert_eq!(

@@ -50,8 +50,9 @@ pub struct BenchArgs {
     /// Catch-up: MB written (over all ledgers) before reading back.
     #[arg(long, default_value_t = 256.0)]
     pub(crate) fill_mb: f64,
-    /// Catch-up: entries per read request.
-    #[arg(long, default_value_t = 100)]
+    /// Catch-up: entries per read call; 0 reads each ledger as one scan
+    /// (batch reads a window ahead).
+    #[arg(long, default_value_t = 0)]
     pub(crate) read_range: u64,
     /// Catch-up: sync and drop the kernel's page cache before reading (root
     /// only; the bookies must be on this machine), so reads reach the disk.

@@ -4,9 +4,10 @@
 //! Fills `--ledgers` ledgers with `--fill-mb` MB in all (closed loop,
 //! `--window` adds in flight per ledger), closes them, optionally drops the
 //! kernel's page cache (`--drop-caches`, root only) so reads come from the
-//! entry logs on disk, then reads every ledger from entry 0 to its end,
-//! `--read-range` entries per request, all ledgers at once. Every entry read
-//! is checked: the ids it carries and its length.
+//! entry logs on disk, then reads every ledger from entry 0 to its end, all
+//! ledgers at once: as one scan each (batch reads over the ensemble's
+//! stripes, a few batches ahead), or with `--read-range N`, N entries per
+//! call. Every entry read is checked: the ids it carries and its length.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -52,11 +53,41 @@ async fn fill(client: &Client, spec: CreateLedger, entries: u64, len: usize, win
     Ok(id)
 }
 
-/// Reads ledger `id` (entries 0..`entries`) back; range latencies in µs.
+/// Checks that `got` is entries `from..` of ledger `id`, each `len` bytes
+/// naming itself.
+fn check(id: u64, from: u64, len: usize, got: &[quire_proto::v1::Entry]) -> anyhow::Result<()> {
+    for (i, e) in got.iter().enumerate() {
+        let want = from + i as u64;
+        let p = &e.payload;
+        anyhow::ensure!(
+            e.entry_id == want && p.len() == len.max(16) && p[..8] == id.to_le_bytes() && p[8..16] == want.to_le_bytes(),
+            "ledger {id}: entry {want} came back as {} with {} bytes",
+            e.entry_id,
+            p.len()
+        );
+    }
+    Ok(())
+}
+
+/// Reads ledger `id` (entries 0..`entries`) back: with `range` 0 as one
+/// scan (batch reads, a window ahead: how a consumer catches up), else
+/// `range` entries per call. Latencies in µs of each batch or call.
 async fn read_back(client: Client, id: u64, entries: u64, len: usize, range: u64) -> anyhow::Result<Histogram<u64>> {
     let mut h = Histogram::new_with_bounds(1, 120_000_000, 3).expect("histogram bounds");
     let reader = client.open(id).await.with_context(|| format!("open ledger {id}"))?;
     let mut next = 0u64;
+    if range == 0 {
+        let mut scan = reader.scan(0, entries - 1).await.with_context(|| format!("scan ledger {id}"))?;
+        let mut started = Instant::now();
+        while let Some(got) = scan.next_batch().await.with_context(|| format!("read {id} from {next}"))? {
+            let _ = h.record((started.elapsed().as_micros() as u64).max(1));
+            check(id, next, len, &got)?;
+            next += got.len() as u64;
+            started = Instant::now();
+        }
+        anyhow::ensure!(next == entries, "ledger {id}: the scan ended at {next} of {entries}");
+        return Ok(h);
+    }
     while next < entries {
         let to = (next + range - 1).min(entries - 1);
         let started = Instant::now();
@@ -64,19 +95,7 @@ async fn read_back(client: Client, id: u64, entries: u64, len: usize, range: u64
             reader.read_range(next, to, range as usize).await.with_context(|| format!("read {id}:{next}..={to}"))?;
         let _ = h.record((started.elapsed().as_micros() as u64).max(1));
         anyhow::ensure!(got.len() as u64 == to - next + 1, "ledger {id}: {} entries for {next}..={to}", got.len());
-        for (i, e) in got.iter().enumerate() {
-            let want = next + i as u64;
-            let p = &e.payload;
-            anyhow::ensure!(
-                e.entry_id == want
-                    && p.len() == len.max(16)
-                    && p[..8] == id.to_le_bytes()
-                    && p[8..16] == want.to_le_bytes(),
-                "ledger {id}: entry {want} came back as {} with {} bytes",
-                e.entry_id,
-                p.len()
-            );
-        }
+        check(id, next, len, &got)?;
         next = to + 1;
     }
     Ok(h)
@@ -122,7 +141,7 @@ pub async fn run(client: &Client, a: &BenchArgs, spec: CreateLedger) -> anyhow::
     let read_started = Instant::now();
     let mut reads = tokio::task::JoinSet::new();
     for &id in &ids {
-        reads.spawn(read_back(client.clone(), id, per_ledger, len, a.read_range.max(1)));
+        reads.spawn(read_back(client.clone(), id, per_ledger, len, a.read_range));
     }
     let mut h = Histogram::<u64>::new_with_bounds(1, 120_000_000, 3).expect("histogram bounds");
     while let Some(r) = reads.join_next().await {
@@ -135,12 +154,12 @@ pub async fn run(client: &Client, a: &BenchArgs, spec: CreateLedger) -> anyhow::
     match a.format {
         Format::Text => {
             println!(
-                "catch-up read: {} ledgers (E={} Qw={} Qa={}), {len} B entries, {} per request, page cache {}",
+                "catch-up read: {} ledgers (E={} Qw={} Qa={}), {len} B entries, {}, page cache {}",
                 a.ledgers,
                 a.ensemble,
                 a.write_quorum,
                 a.ack_quorum,
-                a.read_range,
+                if a.read_range == 0 { "one scan each".to_string() } else { format!("{} per call", a.read_range) },
                 if a.drop_caches { "dropped" } else { "kept" }
             );
             println!(
@@ -148,7 +167,8 @@ pub async fn run(client: &Client, a: &BenchArgs, spec: CreateLedger) -> anyhow::
                 bytes as f64 / 1e6,
                 entries as f64 / secs
             );
-            println!("range     p50 {:.2} ms  p99 {:.2} ms  max {:.2} ms", q(0.5), q(0.99), h.max() as f64 / 1000.0);
+            let what = if a.read_range == 0 { "batch" } else { "range" };
+            println!("{what}     p50 {:.2} ms  p99 {:.2} ms  max {:.2} ms", q(0.5), q(0.99), h.max() as f64 / 1000.0);
         }
         Format::Json => println!(
             "{}",

@@ -57,8 +57,9 @@ fn all_residues(ensemble: usize) -> u64 {
     }
 }
 
-/// The remainders (by E) whose ids `position` holds, a bit each.
-fn held_by(q: &Quorums, position: usize) -> u64 {
+/// The remainders (by E) whose ids `position` holds, a bit each: the
+/// stripe a fragment of that position is.
+pub fn held_by(q: &Quorums, position: usize) -> u64 {
     (0..q.ensemble).filter(|r| (q.write_mask(*r as u64) >> position) & 1 == 1).fold(0, |m, r| m | 1u64 << r)
 }
 

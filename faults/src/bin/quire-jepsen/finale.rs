@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quire_client::meta::LedgerMeta;
-use quire_client::Client;
+use quire_client::{read_plan, Client};
+use quire_proto::v1;
 use quire_faults::{Op, Outcome};
 
 use crate::workload::{digest, Shared};
@@ -84,13 +85,13 @@ async fn read_whole(client: &Client, id: u64) -> Result<(i64, Vec<u64>), String>
     let r = client.open_recovered(id).await.map_err(|e| format!("recover: {e}"))?;
     let last = r.metadata().last_entry_id;
     let mut digests = Vec::new();
+    if last < 0 {
+        return Ok((last, digests));
+    }
+    // One scan: batch reads over the ensemble's stripes.
+    let mut scan = r.scan(0, last as u64).await.map_err(|e| format!("scan: {e}"))?;
     let mut next = 0u64;
-    while (next as i64) <= last {
-        let to = (next + 99).min(last as u64);
-        let got = r.read_range(next, to, 100).await.map_err(|e| format!("read {next}..={to}: {e}"))?;
-        if got.is_empty() {
-            return Err(format!("read {next}..={to}: nothing"));
-        }
+    while let Some(got) = scan.next_batch().await.map_err(|e| format!("read from {next}: {e}"))? {
         for e in got {
             if e.entry_id != next {
                 return Err(format!("asked for entry {next}, got {}", e.entry_id));
@@ -99,36 +100,60 @@ async fn read_whole(client: &Client, id: u64) -> Result<(i64, Vec<u64>), String>
             next += 1;
         }
     }
+    if next as i64 != last + 1 {
+        return Err(format!("the scan ended at {next}, the ledger at {last}"));
+    }
     Ok((last, digests))
 }
 
 /// Entries of `meta` with fewer than Qw good copies on their write set, as
 /// (entry, good copies): a copy is good when its bookie serves it with a
-/// valid checksum and the bytes the final read saw.
+/// valid checksum and the bytes the final read saw. Each member of each
+/// segment is asked for its stripe with range reads (ReadEntries), every
+/// replica on its own: a copy one bookie lacks is not hidden by another's.
 async fn short_copies(client: &Client, meta: &LedgerMeta, digests: &[u64]) -> Vec<(u64, u32)> {
     let q = meta.quorums;
-    let mut short = Vec::new();
-    for (entry, want) in digests.iter().enumerate() {
-        let entry = entry as u64;
-        let seg = meta.segment_of(entry);
-        let mut good = 0u32;
-        for i in q.write_set(entry) {
-            let member = &seg.members[i];
-            let read =
-                client.bookies().read(&member.bookie_id, meta.ledger_id, entry, false, Duration::from_secs(3)).await;
-            if let Ok(r) = read {
-                if let Some(e) = r.body.entry {
-                    if e.digest_ok() && digest(&e.payload) == *want {
-                        good += 1;
+    let n = digests.len() as u64;
+    let mut good = vec![0u32; digests.len()];
+    for (si, seg) in meta.segments.iter().enumerate() {
+        let first = seg.first_entry_id;
+        let end = meta.segments.get(si + 1).map_or(n, |s| s.first_entry_id.min(n));
+        if first >= end {
+            continue;
+        }
+        let last = end - 1;
+        for (position, member) in seg.members.iter().enumerate() {
+            let residues = read_plan::held_by(&q, position);
+            let mut at = first;
+            loop {
+                let req = v1::ReadEntriesRequest {
+                    ledger_id: meta.ledger_id,
+                    first_entry_id: at,
+                    last_entry_id: last,
+                    stripe_modulus: q.ensemble as u32,
+                    stripe_residues: residues,
+                    max_entries: 0,
+                    max_bytes: 0,
+                };
+                let Ok(r) = client.bookies().read_entries(&member.bookie_id, req, Duration::from_secs(3)).await else {
+                    break;
+                };
+                for e in &r.body.entries {
+                    let id = e.entry_id;
+                    let mine = (first..=last).contains(&id) && q.write_set(id).contains(&position);
+                    if mine && e.ledger_id == meta.ledger_id && e.digest_ok() && digest(&e.payload) == digests[id as usize] {
+                        good[id as usize] += 1;
                     }
                 }
+                let next = r.body.next_entry_id;
+                if !r.body.more || next <= at || next > last {
+                    break;
+                }
+                at = next;
             }
         }
-        if (good as usize) < q.write {
-            short.push((entry, good));
-        }
     }
-    short
+    good.iter().enumerate().filter(|(_, g)| (**g as usize) < q.write).map(|(e, g)| (e as u64, *g)).collect()
 }
 
 /// What the copy count found: ledgers still short of Qw copies at the

@@ -24,15 +24,16 @@
 
 use std::collections::BTreeSet;
 
-use futures_util::stream::{self, StreamExt};
 use quire_proto::v1::{self, Entry, ErrorCode};
 use quire_rpc::RpcError;
 
 use crate::fragments::{repairable, with_member_replaced, Fragment};
-use crate::meta::{LedgerMeta, LedgerState};
+use crate::meta::{LedgerMeta, LedgerState, Segment};
+use crate::read_plan;
 use crate::placement::choose_replacement;
 use crate::shell::client::Client;
 use crate::shell::error::ClientError;
+use crate::shell::scan::gather;
 use crate::shell::throttle::Throttle;
 use crate::writer::Member;
 
@@ -40,8 +41,6 @@ use crate::writer::Member;
 const COPY_BATCH_ENTRIES: usize = 128;
 /// Bytes per replication request, at most (a frame must carry it).
 const COPY_BATCH_BYTES: usize = 4 << 20;
-/// Reads in flight while a batch is gathered.
-const READS_IN_FLIGHT: usize = 16;
 /// Entry ids per CheckEntries request.
 const CHECK_BATCH_ENTRIES: usize = 4096;
 
@@ -254,14 +253,10 @@ impl Client {
                 return Err(ClientError::Timeout("the claim on the ledger was lost".into()));
             }
             let end = (at + COPY_BATCH_ENTRIES).min(ids.len());
-            let reads = stream::iter(ids[at..end].iter().copied())
-                .map(|id| self.read_copy(meta, &seg.members, f.position, id))
-                .buffered(READS_IN_FLIGHT);
-            let entries: Vec<Result<Entry, ClientError>> = reads.collect().await;
+            let entries = self.read_copies(meta, seg, f.position, &ids[at..end]).await?;
             let mut batch = Vec::with_capacity(entries.len());
             let mut bytes = 0usize;
             for e in entries {
-                let e = e?;
                 bytes += e.payload.len();
                 batch.push(e);
                 if bytes >= COPY_BATCH_BYTES {
@@ -279,6 +274,38 @@ impl Client {
             at += n;
         }
         Ok(())
+    }
+
+    /// `ids` (ascending, all of `seg`, all held by `position`) from the
+    /// other replicas of their write sets: by batch reads of the position's
+    /// stripe ([`read_plan::cover`], the position avoided), neighbouring ids
+    /// together; what the batches did not bring, one by one
+    /// ([`Client::read_copy`]).
+    pub async fn read_copies(
+        &self,
+        meta: &LedgerMeta,
+        seg: &Segment,
+        position: usize,
+        ids: &[u64],
+    ) -> Result<Vec<Entry>, ClientError> {
+        let q = &meta.quorums;
+        let avoid = 1u64 << position;
+        let mut out = Vec::with_capacity(ids.len());
+        // Ids further apart than a few stripes are read apart: a batch over
+        // the gap would bring entries nobody needs.
+        let gap = 4 * q.ensemble as u64;
+        for run in ids.chunk_by(|a, b| b - a <= gap) {
+            let (first, last) = (run[0], run[run.len() - 1]);
+            let asks = read_plan::cover(q, first, last, read_plan::held_by(q, position), avoid);
+            let (mut slots, _) = gather(self, meta, seg, first, last, asks, avoid).await;
+            for id in run {
+                match slots[(id - first) as usize].take() {
+                    Some(e) => out.push(e),
+                    None => out.push(self.read_copy(meta, &seg.members, position, *id).await?),
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// `entry_id` from a replica other than `position`, CRC and identity

@@ -21,6 +21,7 @@ use quire_rpc::RpcError;
 use crate::meta::{LedgerMeta, Segment};
 use crate::read_plan::{self, Ask};
 use crate::writer::Quorums;
+use crate::shell::client::Client;
 use crate::shell::error::ClientError;
 use crate::shell::reader::{unanswered, LedgerReader};
 
@@ -117,34 +118,9 @@ async fn read_chunk(
     last: u64,
     rotate: usize,
 ) -> Result<Vec<Entry>, ClientError> {
-    let q = meta.quorums;
     let ledger_id = meta.ledger_id;
-    let mut slots: Vec<Option<Entry>> = vec![None; (last - first + 1) as usize];
-    let mut avoid = 0u64;
-    let mut asks = read_plan::plan(&q, first, last, rotate, avoid);
-    let mut last_err = None;
-    // Each round avoids every bookie that failed before: at most E rounds.
-    while !asks.is_empty() {
-        let answers = join_all(asks.iter().map(|a| ask_speculating(reader, &q, ledger_id, seg, *a, avoid))).await;
-        let mut again = Vec::new();
-        for (a, (entries, failure)) in asks.iter().zip(answers) {
-            for e in entries {
-                if e.ledger_id == ledger_id && a.wants(e.entry_id) && e.digest_ok() {
-                    let i = (e.entry_id - first) as usize;
-                    slots[i] = Some(e);
-                } else {
-                    tracing::warn!(ledger_id, entry_id = e.entry_id, bookie_id = %seg.members[a.position].bookie_id, "batch read: a copy that is not the entry asked for, skipped");
-                }
-            }
-            if let Some((from, err)) = failure {
-                tracing::debug!(ledger_id, bookie_id = %seg.members[a.position].bookie_id, error = %err, "batch read failed; asking other replicas");
-                avoid |= 1u64 << a.position;
-                again.push((*a, from));
-                last_err = Some(err);
-            }
-        }
-        asks = again.iter().flat_map(|(a, from)| read_plan::retry(&q, a, *from, avoid)).collect();
-    }
+    let asks = read_plan::plan(&meta.quorums, first, last, rotate, 0);
+    let (mut slots, last_err) = gather(&reader.client, meta, seg, first, last, asks, 0).await;
     // What no batch brought (absent or corrupt where asked, or every holder
     // failed): one read per id, each over its whole write set.
     let missing: VecDeque<u64> =
@@ -176,20 +152,64 @@ async fn read_chunk(
     Ok(entries)
 }
 
+/// Runs `asks` (ids of `first..=last`, all in `seg`) and merges what they
+/// bring, each copy checked (ledger, an id asked for, digest): a slot per id
+/// of the range, empty where nothing came. An ask whose bookie fails is asked
+/// again of the next holders of what was left of it, the failed bookie
+/// avoided from then on (with `avoid` at the start); the last failure is
+/// returned with the slots.
+pub(crate) async fn gather(
+    client: &Client,
+    meta: &LedgerMeta,
+    seg: &Segment,
+    first: u64,
+    last: u64,
+    mut asks: Vec<Ask>,
+    mut avoid: u64,
+) -> (Vec<Option<Entry>>, Option<RpcError>) {
+    let q = meta.quorums;
+    let ledger_id = meta.ledger_id;
+    let mut slots: Vec<Option<Entry>> = vec![None; (last - first + 1) as usize];
+    let mut last_err = None;
+    // Each round avoids every bookie that failed before: at most E rounds.
+    while !asks.is_empty() {
+        let answers = join_all(asks.iter().map(|a| ask_speculating(client, &q, ledger_id, seg, *a, avoid))).await;
+        let mut again = Vec::new();
+        for (a, (entries, failure)) in asks.iter().zip(answers) {
+            for e in entries {
+                if e.ledger_id == ledger_id && a.wants(e.entry_id) && (first..=last).contains(&e.entry_id) && e.digest_ok() {
+                    let i = (e.entry_id - first) as usize;
+                    slots[i] = Some(e);
+                } else {
+                    tracing::warn!(ledger_id, entry_id = e.entry_id, bookie_id = %seg.members[a.position].bookie_id, "batch read: a copy that is not the entry asked for, skipped");
+                }
+            }
+            if let Some((from, err)) = failure {
+                tracing::debug!(ledger_id, bookie_id = %seg.members[a.position].bookie_id, error = %err, "batch read failed; asking other replicas");
+                avoid |= 1u64 << a.position;
+                again.push((*a, from));
+                last_err = Some(err);
+            }
+        }
+        asks = again.iter().flat_map(|(a, from)| read_plan::retry(&q, a, *from, avoid)).collect();
+    }
+    (slots, last_err)
+}
+
 /// [`ask`], and when it has not answered after the client's
 /// `speculative_read_after`, the same ids of the other replicas too (as a
 /// single read speculates): whichever side brings them all first wins. A
 /// side that fails waits for the other; both failing is the first's failure.
 async fn ask_speculating(
-    reader: &LedgerReader,
+    client: &Client,
     q: &Quorums,
     ledger_id: u64,
     seg: &Segment,
     a: Ask,
     avoid: u64,
 ) -> (Vec<Entry>, Option<(u64, RpcError)>) {
-    let after = reader.client.options().speculative_read_after;
-    let mut first = std::pin::pin!(ask(reader, ledger_id, seg, a));
+    let after = client.options().speculative_read_after;
+    let mut first = std::pin::pin!(ask(client, ledger_id, seg, a));
     tokio::select! {
         r = &mut first => return r,
         _ = tokio::time::sleep(after) => {}
@@ -200,7 +220,7 @@ async fn ask_speculating(
     }
     tracing::debug!(ledger_id, bookie_id = %seg.members[a.position].bookie_id, "batch read slow; asking other replicas too");
     let mut others = std::pin::pin!(async {
-        let answers = join_all(alternates.iter().map(|b| ask(reader, ledger_id, seg, *b))).await;
+        let answers = join_all(alternates.iter().map(|b| ask(client, ledger_id, seg, *b))).await;
         let mut entries = Vec::new();
         let mut failed = None;
         for (es, f) in answers {
@@ -235,9 +255,9 @@ async fn ask_speculating(
 /// bookie stops at its bounds. The entries brought, and where and why it
 /// failed if it did (a bookie that does not know the ledger is a failure
 /// too: its share is then asked of another replica).
-async fn ask(reader: &LedgerReader, ledger_id: u64, seg: &Segment, a: Ask) -> (Vec<Entry>, Option<(u64, RpcError)>) {
-    let bookies = reader.client.bookies();
-    let timeout = reader.client.options().read_timeout;
+async fn ask(client: &Client, ledger_id: u64, seg: &Segment, a: Ask) -> (Vec<Entry>, Option<(u64, RpcError)>) {
+    let bookies = client.bookies();
+    let timeout = client.options().read_timeout;
     let bookie_id = &seg.members[a.position].bookie_id;
     let mut out = Vec::new();
     let mut at = a.first;
