@@ -337,8 +337,8 @@ async fn refill(client: &Client, store: &Arc<Store>, ledger_id: u64, bookie_id: 
         let q = &meta.quorums;
         let seg = &meta.segments[f.segment];
         // What is here and intact, by range reads of the fragment's stripe.
-        let stripe = Stripe::new(q.ensemble as u32, read_plan::held_by(q, f.position))
-            .expect("a position holds some remainder");
+        let stripe =
+            Stripe::new(q.ensemble as u32, read_plan::held_by(q, f.position)).expect("a position holds some remainder");
         let mut held = BTreeSet::new();
         let mut at = Some(f.first_entry_id);
         while let Some(first) = at {

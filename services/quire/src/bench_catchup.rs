@@ -60,7 +60,10 @@ fn check(id: u64, from: u64, len: usize, got: &[quire_proto::v1::Entry]) -> anyh
         let want = from + i as u64;
         let p = &e.payload;
         anyhow::ensure!(
-            e.entry_id == want && p.len() == len.max(16) && p[..8] == id.to_le_bytes() && p[8..16] == want.to_le_bytes(),
+            e.entry_id == want
+                && p.len() == len.max(16)
+                && p[..8] == id.to_le_bytes()
+                && p[8..16] == want.to_le_bytes(),
             "ledger {id}: entry {want} came back as {} with {} bytes",
             e.entry_id,
             p.len()

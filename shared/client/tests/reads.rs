@@ -195,7 +195,9 @@ fn bookie_counter(s: &Setup, name: &str) -> u64 {
         .map(|addr| {
             let text = quire_testkit::scrape(addr);
             text.lines()
-                .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')).map(|v| v.trim().parse::<u64>().unwrap()))
+                .find_map(|l| {
+                    l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')).map(|v| v.trim().parse::<u64>().unwrap())
+                })
                 .unwrap_or_else(|| panic!("{name} not in the metrics of {addr}"))
         })
         .sum()
@@ -221,7 +223,8 @@ async fn a_range_is_read_in_batches_over_the_stripes_and_around_a_frozen_or_dead
     // Open: every entry is acknowledged (this test holds the writer).
     let r = s.client().open(w.ledger_id()).await.unwrap();
     r.observe_lac(2999);
-    let (requests, reads) = (bookie_counter(&s, "quire_bookie_range_reads_total"), bookie_counter(&s, "quire_bookie_reads_total"));
+    let (requests, reads) =
+        (bookie_counter(&s, "quire_bookie_range_reads_total"), bookie_counter(&s, "quire_bookie_reads_total"));
     let open = r.read_range(0, 2999, usize::MAX).await.unwrap();
     assert_eq!(payloads(&open), data);
     let requests = bookie_counter(&s, "quire_bookie_range_reads_total") - requests;

@@ -139,8 +139,13 @@ pub trait LedgerIndex: Send + Sync {
     /// locations, in entry order: at most `max_entries`, then `next` says
     /// where to go on. One walk over the ledger's runs (a range read), not a
     /// look-up per id.
-    fn locations(&self, ledger_id: u64, first: u64, last: u64, max_entries: usize)
-        -> Result<RangeLocations, StorageError>;
+    fn locations(
+        &self,
+        ledger_id: u64,
+        first: u64,
+        last: u64,
+        max_entries: usize,
+    ) -> Result<RangeLocations, StorageError>;
     /// The highest indexed entry id of a ledger.
     fn last_entry(&self, ledger_id: u64) -> Result<Option<u64>, StorageError>;
     /// A ledger's record, if stored.

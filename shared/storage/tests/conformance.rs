@@ -466,7 +466,9 @@ fn index_range_look_ups_agree_with_single_look_ups(open: impl Fn(&Path) -> Box<d
             }
         }
     };
-    for (first, last, max) in [(0, 5999, 100_000), (0, 0, 1), (99, 111, 3), (590, 610, 1), (1199, 2001, 7), (5000, 5999, 4)] {
+    for (first, last, max) in
+        [(0, 5999, 100_000), (0, 0, 1), (99, 111, 3), (590, 610, 1), (1199, 2001, 7), (5000, 5999, 4)]
+    {
         check(first, last, max);
     }
     let mut x = 0x9e37_79b9_7f4a_7c15u64;

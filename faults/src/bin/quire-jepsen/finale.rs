@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use quire_client::meta::LedgerMeta;
 use quire_client::{read_plan, Client};
-use quire_proto::v1;
 use quire_faults::{Op, Outcome};
+use quire_proto::v1;
 
 use crate::workload::{digest, Shared};
 
@@ -141,7 +141,11 @@ async fn short_copies(client: &Client, meta: &LedgerMeta, digests: &[u64]) -> Ve
                 for e in &r.body.entries {
                     let id = e.entry_id;
                     let mine = (first..=last).contains(&id) && q.write_set(id).contains(&position);
-                    if mine && e.ledger_id == meta.ledger_id && e.digest_ok() && digest(&e.payload) == digests[id as usize] {
+                    if mine
+                        && e.ledger_id == meta.ledger_id
+                        && e.digest_ok()
+                        && digest(&e.payload) == digests[id as usize]
+                    {
                         good[id as usize] += 1;
                     }
                 }

@@ -312,7 +312,7 @@ impl Bookies {
         timeout: Duration,
     ) -> Result<Reply<v1::ReadEntriesResponse>, RpcError> {
         Self::read_once_more_if_lost(|| async {
-            self.peer(bookie_id).await?.call_full(req.clone(), CallOptions::timeout(timeout)).await
+            self.peer(bookie_id).await?.call_full(req, CallOptions::timeout(timeout)).await
         })
         .await
     }

@@ -29,8 +29,8 @@ use quire_rpc::RpcError;
 
 use crate::fragments::{repairable, with_member_replaced, Fragment};
 use crate::meta::{LedgerMeta, LedgerState, Segment};
-use crate::read_plan;
 use crate::placement::choose_replacement;
+use crate::read_plan;
 use crate::shell::client::Client;
 use crate::shell::error::ClientError;
 use crate::shell::scan::gather;

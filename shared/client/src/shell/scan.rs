@@ -20,10 +20,10 @@ use quire_rpc::RpcError;
 
 use crate::meta::{LedgerMeta, Segment};
 use crate::read_plan::{self, Ask};
-use crate::writer::Quorums;
 use crate::shell::client::Client;
 use crate::shell::error::ClientError;
 use crate::shell::reader::{unanswered, LedgerReader};
+use crate::writer::Quorums;
 
 /// What one ask should bring back, about: big enough that a request's
 /// overhead is small beside it, small enough that a few chunks in flight
@@ -177,7 +177,11 @@ pub(crate) async fn gather(
         let mut again = Vec::new();
         for (a, (entries, failure)) in asks.iter().zip(answers) {
             for e in entries {
-                if e.ledger_id == ledger_id && a.wants(e.entry_id) && (first..=last).contains(&e.entry_id) && e.digest_ok() {
+                if e.ledger_id == ledger_id
+                    && a.wants(e.entry_id)
+                    && (first..=last).contains(&e.entry_id)
+                    && e.digest_ok()
+                {
                     let i = (e.entry_id - first) as usize;
                     slots[i] = Some(e);
                 } else {

@@ -147,23 +147,20 @@ impl Store {
             // The older generation first: the newer one's copy of an id wins.
             let gens = c.flushing.as_deref().into_iter().chain(std::iter::once(&c.active));
             for g in gens {
-                let mut taken = 0;
-                for e in g.range(q.ledger_id, q.first, q.last).filter(|e| q.stripe.holds(e.entry_id)) {
+                let wanted = g.range(q.ledger_id, q.first, q.last).filter(|e| q.stripe.holds(e.entry_id));
+                for (taken, e) in wanted.enumerate() {
                     if taken == max_entries {
                         // What this generation holds past here was not looked at.
                         cut = Some(cut.map_or(e.entry_id, |c: u64| c.min(e.entry_id)));
                         break;
                     }
                     cached.insert(e.entry_id, e.clone());
-                    taken += 1;
                 }
             }
         }
         let walk = max_entries.saturating_mul(q.stripe.spread()).min(RANGE_ENTRIES_MAX * 64);
-        let stored = inner
-            .index
-            .locations(q.ledger_id, q.first, q.last, walk)
-            .map_err(|e| self.note_index_damage(e))?;
+        let stored =
+            inner.index.locations(q.ledger_id, q.first, q.last, walk).map_err(|e| self.note_index_damage(e))?;
         if cached.is_empty() && stored.found.is_empty() && !self.knows_ledger(q.ledger_id) {
             let indexed = inner.index.last_entry(q.ledger_id).map_err(|e| self.note_index_damage(e))?.is_some();
             if !indexed {
@@ -175,11 +172,8 @@ impl Store {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let mut stored_iter = stored
-            .found
-            .into_iter()
-            .filter(|(e, _)| q.stripe.holds(*e) && bound.is_none_or(|b| *e < b))
-            .peekable();
+        let mut stored_iter =
+            stored.found.into_iter().filter(|(e, _)| q.stripe.holds(*e) && bound.is_none_or(|b| *e < b)).peekable();
         let mut cached_iter = cached.into_iter().filter(|(e, _)| bound.is_none_or(|b| *e < b)).peekable();
         // Merge in id order, the cache's copy preferred; then the bounds.
         let mut picked: Vec<(u64, Source)> = Vec::new();
@@ -245,7 +239,12 @@ impl Store {
     /// them to `out`, and empties `region`. A region that cannot be read
     /// whole (a truncated log) is read record by record, so that each
     /// record's own fault is known.
-    fn read_regions(&self, ledger_id: u64, region: &mut Vec<(u64, Location)>, out: &mut RangeRead) -> Result<(), StorageError> {
+    fn read_regions(
+        &self,
+        ledger_id: u64,
+        region: &mut Vec<(u64, Location)>,
+        out: &mut RangeRead,
+    ) -> Result<(), StorageError> {
         let Some((_, first)) = region.first().copied() else {
             return Ok(());
         };
