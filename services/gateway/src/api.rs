@@ -15,6 +15,7 @@ use base64::Engine;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use quire_client::meta::LedgerMeta;
+use quire_client::shell::reader::past_lac;
 use quire_client::CreateLedger;
 use quire_proto::reserved::PRINCIPAL_KEY;
 use quire_proto::v1;
@@ -545,14 +546,11 @@ async fn read_range(state: State, req: HttpRequest, m: web::Data<Metrics>) -> Re
     let (reader, first_page, last) = state
         .run(async move {
             let r = open_reader(&s, id).await?;
-            // Compared as unsigned: `to` defaults to u64::MAX, which as an
-            // i64 is -1 and was below every LAC.
-            let past = |id: u64, lac: i64| lac < 0 || id > lac as u64;
             let mut lac = r.known_lac();
-            if past(to, lac) {
+            if past_lac(to, lac) {
                 lac = r.read_lac().await?;
             }
-            if past(from, lac) {
+            if past_lac(from, lac) {
                 return Ok((Arc::new(r), Vec::new(), None));
             }
             let last = to.min(lac as u64);

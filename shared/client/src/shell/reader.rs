@@ -46,6 +46,13 @@ pub fn unanswered(what: &str, last: Option<RpcError>) -> ClientError {
     }
 }
 
+/// Whether entry `id` is past `lac` (-1: no entry is acknowledged). Compared
+/// as unsigned: an id past i64::MAX is past any LAC (as an i64 it wrapped
+/// negative, below every LAC: `to=` defaulting to u64::MAX did).
+pub fn past_lac(id: u64, lac: i64) -> bool {
+    lac < 0 || id > lac as u64
+}
+
 /// A reader of one ledger.
 pub struct LedgerReader {
     pub(super) client: Client,
@@ -195,9 +202,7 @@ impl LedgerReader {
 
     /// Reads one entry at or below the LAC.
     pub async fn read(&self, entry_id: u64) -> Result<Entry, ClientError> {
-        // Compared as unsigned: an id past i64::MAX is past any LAC.
-        let past = |lac: i64| lac < 0 || entry_id > lac as u64;
-        if past(self.known_lac()) && past(self.read_lac().await?) {
+        if past_lac(entry_id, self.known_lac()) && past_lac(entry_id, self.read_lac().await?) {
             return Err(ClientError::NoSuchEntry(self.ledger_id, entry_id));
         }
         self.read_unchecked(entry_id).await
@@ -221,13 +226,11 @@ impl LedgerReader {
     /// A scan of `from..=to` cut at the LAC (as it is now): batches of
     /// entries in order, a bounded number of batches read ahead.
     pub async fn scan(&self, from: u64, to: u64) -> Result<Scan<'_>, ClientError> {
-        // Compared as unsigned: an id past i64::MAX is past any LAC.
-        let past = |id: u64, lac: i64| lac < 0 || id > lac as u64;
         let mut lac = self.known_lac();
-        if past(to, lac) {
+        if past_lac(to, lac) {
             lac = self.read_lac().await?;
         }
-        let last = if past(from, lac) { None } else { Some(to.min(lac as u64)) };
+        let last = if past_lac(from, lac) { None } else { Some(to.min(lac as u64)) };
         Ok(Scan::new(self, from, last))
     }
 

@@ -208,7 +208,7 @@ impl Store {
         for (id, src) in picked {
             match src {
                 Source::Cached(e) => {
-                    self.read_regions(q.ledger_id, &mut region, &mut out)?;
+                    self.read_region(q.ledger_id, &mut region, &mut out)?;
                     out.entries.push(e);
                 }
                 Source::Stored(l) => {
@@ -221,13 +221,13 @@ impl Store {
                             && l.offset + l.len as u64 - start <= REGION_BYTES_MAX
                     });
                     if !joins {
-                        self.read_regions(q.ledger_id, &mut region, &mut out)?;
+                        self.read_region(q.ledger_id, &mut region, &mut out)?;
                     }
                     region.push((id, l));
                 }
             }
         }
-        self.read_regions(q.ledger_id, &mut region, &mut out)?;
+        self.read_region(q.ledger_id, &mut region, &mut out)?;
         let n = out.entries.len() as u64;
         inner.stats.reads.fetch_add(n, Ordering::Relaxed);
         inner.stats.range_reads.fetch_add(1, Ordering::Relaxed);
@@ -239,7 +239,7 @@ impl Store {
     /// them to `out`, and empties `region`. A region that cannot be read
     /// whole (a truncated log) is read record by record, so that each
     /// record's own fault is known.
-    fn read_regions(
+    fn read_region(
         &self,
         ledger_id: u64,
         region: &mut Vec<(u64, Location)>,
