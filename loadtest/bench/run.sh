@@ -9,7 +9,9 @@
 #      - the client library (`quire bench`): the NATS cases (writers x window)
 #        and an open-loop sweep of target rates, for latency against throughput;
 #      - the HTTP gateway (goose, loadtest/goose): append-heavy at 1, 16 and 64 users;
-#      - catch-up reads of closed ledgers with a cold page cache, 1 KiB and 64 KiB entries;
+#      - catch-up reads of closed ledgers with a cold page cache, 1 KiB and 64 KiB entries,
+#        unstriped (E=Qw=3) and striped (E=3 Qw=2);
+#      - re-replication of a decommissioned bookie's fragments (cargo bench rereplicate);
 #   3. NATS JetStream R3 with fsync on every write, and etcd, with the
 #      ../shared/bench scripts, on the same cases;
 #   4. loadtest/bench/report.py: docs/benchmarks.md (ratios, tables) and
@@ -114,13 +116,24 @@ for u in $USERS; do
     --users "$u" --increase-rate "$u" --run-time "${SECS}s" --quiet --no-print-metrics > "$OUT/goose-append-$u.txt" 2>&1 \
     || log "goose at $u users failed (see $OUT/goose-append-$u.txt)"
 done
-for b in 1024 65536; do
-  log "quire catch-up read: $b B entries, $FILL_MB MB over 4 ledgers"
-  drop=(); [ "$DROP_CACHES" = 1 ] && drop=(--drop-caches)
-  qbench --mode catch-up --ledgers 4 --fill-mb "$FILL_MB" --entry-bytes "$b" --read-range 100 --window 100 "${drop[@]}" \
-    > "$OUT/catchup-$b.json" || log "catch-up at $b B failed"
+# Catch-up: one scan per ledger (batch reads, a few ahead), every entry's
+# digest checked; unstriped (E=Qw=3) and striped (E=3 Qw=2: each bookie
+# holds two thirds of each ledger and the reader merges the stripes).
+for qw in 3 2; do
+  for b in 1024 65536; do
+    log "quire catch-up read: $b B entries, E=3 Qw=$qw, $FILL_MB MB over 4 ledgers"
+    drop=(); [ "$DROP_CACHES" = 1 ] && drop=(--drop-caches)
+    qbench --mode catch-up --ledgers 4 --fill-mb "$FILL_MB" --entry-bytes "$b" --write-quorum "$qw" --ack-quorum 2 \
+      --window 100 "${drop[@]}" > "$OUT/catchup-$b-qw$qw.json" || log "catch-up at $b B, Qw=$qw failed"
+  done
 done
 stop_cluster
+
+# Re-replication: a decommissioned bookie's fragments copied to a fourth
+# bookie (the replication worker's core), sources read cold.
+log "quire re-replication: 2 ledgers x 6000 x 16 KiB (cargo bench rereplicate)"
+BENCH_ENTRIES=6000 BENCH_DROP_CACHES="$DROP_CACHES" cargo bench -q -p quire-replication-worker --bench rereplicate \
+  > "$OUT/rereplicate.txt" 2>&1 || log "re-replication bench failed (see $OUT/rereplicate.txt)"
 
 # ---- 3. the peers -------------------------------------------------------------
 if [ "${PEERS:-1}" = 1 ]; then

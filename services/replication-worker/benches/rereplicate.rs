@@ -7,7 +7,8 @@
 //! `Client::rereplicate` (the worker's core) moves its fragment of each
 //! ledger to bookie 4: reads from bookies 1 and 3, replication adds on 4,
 //! the ensemble updated by CAS. The first ledger unthrottled, the second at
-//! BENCH_THROTTLE bytes/s (8 000 000).
+//! BENCH_THROTTLE bytes/s (8 000 000). BENCH_DROP_CACHES=1 drops the page
+//! cache before the copies (as root), so the sources read their disks.
 //!
 //! Run: `make bench-rereplicate` (= `cargo bench -p quire-replication-worker
 //! --bench rereplicate`). Compare with the disk's limits
@@ -57,6 +58,15 @@ fn main() {
                 w.add_batch(chunk.to_vec()).await.unwrap();
             }
             ledgers.push(w.close().await.unwrap().ledger_id);
+        }
+        if env("BENCH_DROP_CACHES", 0) == 1 {
+            // The sources' entry logs are read from the disk, not the page
+            // cache (root only; a failure leaves them cached, and says so).
+            let dropped = std::process::Command::new("sh")
+                .args(["-c", "sync && echo 3 > /proc/sys/vm/drop_caches"])
+                .status()
+                .is_ok_and(|s| s.success());
+            println!("page cache {}", if dropped { "dropped" } else { "NOT dropped (needs root)" });
         }
         meta.call(v1::SetBookieStateRequest { bookie_id: "2".into(), state: v1::BookieState::Decommissioning as i32 })
             .await

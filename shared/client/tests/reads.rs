@@ -21,6 +21,7 @@ fn patient_client(s: &Setup) -> Client {
     let opts = ClientOptions {
         read_timeout: Duration::from_secs(60),
         speculative_read_after: Duration::from_millis(50),
+        batch_speculative_read_after: Duration::from_millis(200),
         ..ClientOptions::default()
     };
     Client::new(rpc.clone(), s.meta(&rpc), opts)
@@ -206,7 +207,8 @@ fn bookie_counter(s: &Setup, name: &str) -> u64 {
 /// Issue #21 item 1: a range is read in batches (ReadEntries), each bookie
 /// of a striped ensemble (E=3, Qw=2) asked for its share; the answer is
 /// every entry in order, byte for byte. With a replica frozen the batches
-/// it was asked for go to the other replicas after the speculation delay;
+/// it was asked for go to the other replicas after the batch speculation
+/// delay;
 /// with it dead, at once. Before, a range cost a request per entry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_range_is_read_in_batches_over_the_stripes_and_around_a_frozen_or_dead_bookie() {
@@ -235,7 +237,7 @@ async fn a_range_is_read_in_batches_over_the_stripes_and_around_a_frozen_or_dead
     let closed = w.close().await.unwrap();
     let r = patient_client(&s).open(closed.ledger_id).await.unwrap();
     assert_eq!(payloads(&r.read_range(1234, 2345, usize::MAX).await.unwrap()), data[1234..=2345]);
-    // A replica frozen: its shares are asked of the others after 50 ms.
+    // A replica frozen: its shares are asked of the others after 200 ms.
     let frozen = closed.last_segment().members[1].bookie_id.clone();
     let idx = s.cluster.bookies.iter().position(|b| b.id == frozen).unwrap();
     s.cluster.signal_bookie(idx, "STOP").unwrap();

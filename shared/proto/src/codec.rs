@@ -50,7 +50,24 @@ impl FrameDecoder {
 
     /// Appends bytes read from the stream.
     pub fn push(&mut self, bytes: &[u8]) {
+        self.reserve_for_frame(bytes.len());
         self.buf.extend_from_slice(bytes);
+    }
+
+    /// Once a quarter of a frame has arrived, room for the rest of it at
+    /// once: growing by doubling copies a large frame (a batch read's
+    /// megabyte) several times over, each time into fresh memory. A peer must
+    /// still send a quarter of what it makes this decoder hold.
+    fn reserve_for_frame(&mut self, incoming_bytes: usize) {
+        if self.buf.len() < FRAME_HEADER_BYTES {
+            return;
+        }
+        let len_bytes = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
+        let have = self.buf.len() + incoming_bytes;
+        let whole = FRAME_HEADER_BYTES + len_bytes;
+        if len_bytes <= self.max_frame_bytes && have < whole && have >= whole / 4 {
+            self.buf.reserve(whole - self.buf.len());
+        }
     }
 
     /// Bytes buffered and not yet returned as frames.
@@ -135,6 +152,29 @@ mod tests {
                 assert_eq!(*f, ping(i as u64, &vec![i as u8; i * 100]));
             }
         }
+    }
+
+    #[test]
+    fn a_large_frame_is_given_its_room_once_a_quarter_of_it_has_arrived() {
+        let mut wire = BytesMut::new();
+        encode_frame(&ping(1, &vec![5u8; 1 << 20]), &mut wire);
+        let whole = wire.len();
+        let mut dec = FrameDecoder::new(MAX_FRAME_BYTES_DEFAULT);
+        // The header alone buys nothing beyond the initial buffer.
+        dec.push(&wire[..FRAME_HEADER_BYTES]);
+        assert!(dec.buf.capacity() < whole);
+        let mut at = FRAME_HEADER_BYTES;
+        for chunk in wire[at..].chunks(1200) {
+            dec.push(chunk);
+            at += chunk.len();
+            if at >= whole / 4 {
+                assert!(dec.buf.capacity() >= whole, "{} bytes of room at {at} of {whole}", dec.buf.capacity());
+            } else {
+                assert!(dec.buf.capacity() < whole, "room for the whole frame before a quarter of it came");
+            }
+        }
+        let f = dec.next_frame().unwrap().expect("the whole frame");
+        assert_eq!(RequestFrame::decode(f).unwrap(), ping(1, &vec![5u8; 1 << 20]));
     }
 
     #[test]

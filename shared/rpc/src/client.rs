@@ -129,8 +129,8 @@ impl RpcClient {
     /// A client with an explicit QUIC config (e.g. `tls::anonymous_client_config`).
     pub fn with_config(config: quinn::ClientConfig, opts: ClientOptions) -> Result<RpcClient, ClientBuildError> {
         // Dual-stack where the host has IPv6, plain IPv4 where it does not (some containers).
-        let endpoint = quinn::Endpoint::client(SocketAddr::from(([0u16; 8], 0)))
-            .or_else(|_| quinn::Endpoint::client(SocketAddr::from(([0u8; 4], 0))))
+        let endpoint = client_endpoint(SocketAddr::from(([0u16; 8], 0)))
+            .or_else(|_| client_endpoint(SocketAddr::from(([0u8; 4], 0))))
             .map_err(ClientBuildError::Bind)?;
         let config = Arc::new(Mutex::new((config, None)));
         Ok(RpcClient { endpoint, config, opts: Arc::new(opts), peers: Arc::new(Mutex::new(HashMap::new())) })
@@ -628,4 +628,12 @@ pub fn describe(e: &quinn::ConnectionError) -> String {
         }
         _ => text,
     }
+}
+
+/// A client-only endpoint on `addr` (what `quinn::Endpoint::client` makes,
+/// on a socket with burst-sized buffers: [`crate::socket`]).
+fn client_endpoint(addr: SocketAddr) -> std::io::Result<quinn::Endpoint> {
+    let socket = crate::socket::bind_udp(addr)?;
+    let runtime = quinn::default_runtime().ok_or_else(|| std::io::Error::other("no async runtime"))?;
+    quinn::Endpoint::new(quinn::EndpointConfig::default(), None, socket, runtime)
 }

@@ -111,7 +111,6 @@ pub async fn write_frames<T: Outgoing>(
     let mut buf = BytesMut::with_capacity(COALESCE_BYTES_MAX);
     let mut batch: Vec<T> = Vec::new();
     while let Some(first) = rx.recv().await {
-        buf.clear();
         first.encode(&mut buf);
         batch.push(first);
         while buf.len() < COALESCE_BYTES_MAX {
@@ -123,19 +122,24 @@ pub async fn write_frames<T: Outgoing>(
                 Err(_) => break,
             }
         }
+        // Handed to QUIC as it is (QUIC keeps it until the peer acknowledges
+        // it) rather than copied into a buffer of QUIC's: a batch read's
+        // megabyte response is otherwise copied once more, into fresh memory.
+        let out = buf.split().freeze();
+        let bytes = out.len();
         match send_timeout {
-            Some(t) => match tokio::time::timeout(t, send.write_all(&buf)).await {
+            Some(t) => match tokio::time::timeout(t, send.write_chunk(out)).await {
                 Ok(r) => r?,
                 Err(_) => {
                     let _ = send.reset(quinn::VarInt::from_u32(LANE_ERROR_STALLED));
-                    return Err(WriteFailed::Stalled { bytes: buf.len(), timeout: t });
+                    return Err(WriteFailed::Stalled { bytes, timeout: t });
                 }
             },
-            None => send.write_all(&buf).await?,
+            None => send.write_chunk(out).await?,
         }
         batch.clear();
-        if buf.capacity() > 2 * COALESCE_BYTES_MAX {
-            // One large frame must not pin its size for the lane's whole life.
+        if buf.capacity() < COALESCE_BYTES_MAX / 4 {
+            // What the split left is too little to coalesce into.
             buf = BytesMut::with_capacity(COALESCE_BYTES_MAX);
         }
     }

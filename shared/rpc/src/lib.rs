@@ -26,6 +26,7 @@ pub mod error;
 pub mod identity;
 pub mod lane;
 pub mod server;
+pub mod socket;
 pub mod tls;
 pub mod trace;
 mod transport;

@@ -273,7 +273,7 @@ impl Server {
         opts: ServerOptions,
     ) -> Result<ServerHandle, BindError> {
         let config = server_config(creds, &opts)?;
-        let socket = std::net::UdpSocket::bind(addr).map_err(|source| BindError::Io { addr, source })?;
+        let socket = crate::socket::bind_udp(addr).map_err(|source| BindError::Io { addr, source })?;
         let runtime = quinn::default_runtime()
             .ok_or_else(|| BindError::Io { addr, source: std::io::Error::other("no async runtime") })?;
         let endpoint = quinn::Endpoint::new(creds.endpoint_config(), Some(config), socket, runtime)

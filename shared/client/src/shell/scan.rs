@@ -201,7 +201,7 @@ pub(crate) async fn gather(
 }
 
 /// [`ask`], and when it has not answered after the client's
-/// `speculative_read_after`, the same ids of the other replicas too (as a
+/// `batch_speculative_read_after`, the same ids of the other replicas too (as a
 /// single read speculates): whichever side brings them all first wins. A
 /// side that fails waits for the other; both failing is the first's failure.
 async fn ask_speculating(
@@ -212,7 +212,7 @@ async fn ask_speculating(
     a: Ask,
     avoid: u64,
 ) -> (Vec<Entry>, Option<(u64, RpcError)>) {
-    let after = client.options().speculative_read_after;
+    let after = client.options().batch_speculative_read_after;
     let mut first = std::pin::pin!(ask(client, ledger_id, seg, a));
     tokio::select! {
         r = &mut first => return r,

@@ -10,6 +10,7 @@
 //! which is checked again on every read: a damaged copy is reported as
 //! corrupt, never as absent.
 
+pub mod buffers;
 pub mod read_cache;
 pub mod write_cache;
 
@@ -104,6 +105,7 @@ pub struct EntryLogs {
     max_file_bytes: u64,
     current: Mutex<Current>,
     files: RwLock<HashMap<u32, Arc<File>>>,
+    buffers: Arc<buffers::BufferPool>,
 }
 
 impl EntryLogs {
@@ -128,6 +130,7 @@ impl EntryLogs {
             max_file_bytes,
             current: Mutex::new(current),
             files: RwLock::new(files),
+            buffers: Arc::default(),
         })
     }
 
@@ -247,9 +250,9 @@ impl EntryLogs {
             )));
         }
         let file = self.files.read().expect("files lock").get(&id).cloned().ok_or(StorageError::LogRemoved(id))?;
-        let mut buf = vec![0u8; len];
-        file.read_exact_at(&mut buf, offset).map_err(|e| StorageError::io(&log_path(&self.dir, id), e))?;
-        Ok(Bytes::from(buf))
+        let mut buf = self.buffers.take(len);
+        file.read_exact_at(buf.as_mut_slice(), offset).map_err(|e| StorageError::io(&log_path(&self.dir, id), e))?;
+        Ok(buf.freeze())
     }
 
     /// Removes a sealed log: forgotten here first (readers holding its
