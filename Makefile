@@ -29,6 +29,7 @@ test: build loadtest-build
 	fi
 	$(CARGO) test --release --manifest-path loadtest/goose/Cargo.toml
 	bash loadtest/smoke.sh
+	bash loadtest/api/check.sh
 	bash deploy/local/readme-check.sh
 	target/release/quire-jepsen --seed $(JEPSEN_CI_SEED) --duration-secs $(JEPSEN_CI_SECS)
 

@@ -59,7 +59,7 @@ cleanup; PID=
 
 # 2. make bench's pipeline, at toy scale.
 OUT="$WORK/report" DOCS="$WORK/docs" CLUSTER="$WORK/bench-cluster" SECS=2 PEERS=0 DISK=0 RATES="500 1000" \
-  USERS="1 4" FILL_MB=2 DROP_CACHES=0 bash "$ROOT/loadtest/bench/run.sh" > "$WORK/bench.txt" 2>&1 \
+  USERS="1 4" FILL_MB=2 DROP_CACHES=0 REREPLICATE=0 bash "$ROOT/loadtest/bench/run.sh" > "$WORK/bench.txt" 2>&1 \
   || { cat "$WORK/bench.txt"; fail "loadtest/bench/run.sh failed"; }
 md="$WORK/docs/benchmarks.md"
 for want in "## Pipelined and queue-depth-1 writes" "| 4x100 |" "## Latency against throughput" "| 1 000 |" \

@@ -21,7 +21,7 @@
 # results; DOCS (docs) where the report goes; PEERS (1) 0 skips NATS and
 # etcd; DISK (1) 0 skips fio; RATES (open-loop targets, adds/s); USERS (goose
 # users per case); FILL_MB (256) catch-up data per entry size; DROP_CACHES (1);
-# KEEP (0) 1 keeps the cluster's data; SHARED (../shared/bench). Run as root (fio, drop_caches, the peers'
+# KEEP (0) 1 keeps the cluster's data; REREPLICATE (1) 0 skips the re-replication bench; SHARED (../shared/bench). Run as root (fio, drop_caches, the peers'
 # packages). Takes about 8 minutes. loadtest/smoke.sh runs it in seconds.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -131,9 +131,11 @@ stop_cluster
 
 # Re-replication: a decommissioned bookie's fragments copied to a fourth
 # bookie (the replication worker's core), sources read cold.
-log "quire re-replication: 2 ledgers x 6000 x 16 KiB (cargo bench rereplicate)"
-BENCH_ENTRIES=6000 BENCH_DROP_CACHES="$DROP_CACHES" cargo bench -q -p quire-replication-worker --bench rereplicate \
-  > "$OUT/rereplicate.txt" 2>&1 || log "re-replication bench failed (see $OUT/rereplicate.txt)"
+if [ "${REREPLICATE:-1}" = 1 ]; then
+  log "quire re-replication: 2 ledgers x 6000 x 16 KiB (cargo bench rereplicate)"
+  BENCH_ENTRIES=6000 BENCH_DROP_CACHES="$DROP_CACHES" cargo bench -q -p quire-replication-worker --bench rereplicate \
+    > "$OUT/rereplicate.txt" 2>&1 || log "re-replication bench failed (see $OUT/rereplicate.txt)"
+fi
 
 # ---- 3. the peers -------------------------------------------------------------
 if [ "${PEERS:-1}" = 1 ]; then

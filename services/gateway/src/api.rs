@@ -113,7 +113,7 @@ endpoints! {
     post "/v1/ledgers/{id}/close" => close, "Close a ledger this gateway writes", "", "Ledger", [200, 400, 403, 404, 409];
     post "/v1/ledgers/{id}/recover" => recover, "Fence, recover to the true tail, close", "", "Recovered", [200, 400, 404, 503];
     get "/v1/bookies" => bookies, "The bookie registry", "", "BookieList", [200, 503];
-    get "/v1/bookies/{bookie}" => get_bookie, "One bookie, and the ledgers that still name it", "", "BookieDetail", [200, 404, 503];
+    get "/v1/bookies/{bookie}" => get_bookie, "One bookie, and the ledgers that still name it", "", "BookieDetail", [200, 400, 404, 503];
     post "/v1/bookies/{bookie}/decommission" => decommission, "Drain a bookie (re-replicated elsewhere), then retire it", "", "BookieDetail", [202, 400, 404, 409, 503];
     get "/v1/cluster" => cluster, "Metadata leader, bookies, under-replication, auditor", "", "Cluster", [200, 503];
 }
@@ -829,7 +829,42 @@ async fn cluster(state: State) -> Result<HttpResponse, ApiError> {
     })))
 }
 
-/// Any other path: the API's 404 body.
+/// Anything no route took: 405 with the methods the path serves when the
+/// path is the API's (RFC 9110 15.5.6), else the API's 404.
 pub async fn unknown(req: HttpRequest) -> Result<HttpResponse, ApiError> {
-    Err(ApiError::not_found(format!("no route for {} {}", req.method(), req.path())))
+    let allowed = allowed_methods(req.path());
+    if allowed.is_empty() {
+        return Err(ApiError::not_found(format!("no route for {} {}", req.method(), req.path())));
+    }
+    let allow = allowed.join(", ");
+    Ok(HttpResponse::MethodNotAllowed().insert_header(("Allow", allow.clone())).json(serde_json::json!({
+        "error": "MethodNotAllowed",
+        "message": format!("{} does not serve {}; it serves {allow}", req.path(), req.method()),
+    })))
+}
+
+/// The methods (upper case, sorted) the routes whose template `path`
+/// matches serve: a `{param}` segment matches any non-empty segment.
+pub fn allowed_methods(path: &str) -> Vec<String> {
+    let matches = |template: &str| {
+        let (mut t, mut p) = (template.split('/'), path.split('/'));
+        loop {
+            match (t.next(), p.next()) {
+                (None, None) => return true,
+                (Some(ts), Some(ps)) if ts.starts_with('{') && ts.ends_with('}') && !ps.is_empty() => {}
+                (Some(ts), Some(ps)) if ts == ps => {}
+                _ => return false,
+            }
+        }
+    };
+    let mut methods: Vec<String> = ENDPOINTS
+        .iter()
+        .map(|e| (e.method, e.path))
+        .chain(std::iter::once(("get", "/openapi.json")))
+        .filter(|(_, template)| matches(template))
+        .map(|(m, _)| m.to_ascii_uppercase())
+        .collect();
+    methods.sort();
+    methods.dedup();
+    methods
 }

@@ -78,6 +78,16 @@ impl Format {
         }
     }
 
+    /// The last line of a follow that failed (the ledger deleted, no
+    /// replica answering): the API's error body, as a line or an event.
+    fn error(self, e: &ApiError) -> String {
+        let json = serde_json::json!({ "error": e.code, "message": e.message });
+        match self {
+            Format::Ndjson => format!("{json}\n"),
+            Format::EventStream => format!("event: error\ndata: {json}\n\n"),
+        }
+    }
+
     /// The last line: the ledger closed (`closed`), or the requested end reached.
     fn end(self, last_entry_id: i64, closed: bool) -> String {
         let (json, event) = match closed {
@@ -164,9 +174,12 @@ pub async fn follow(
                     (format.end(last_entry_id, closed), true)
                 }
                 Err(e) => {
+                    // Said in the stream's last line, which then ends
+                    // cleanly: a client tells "the follow failed, and why"
+                    // from "the connection broke" (a cut-off chunked body).
                     tracing::warn!(ledger_id = id, entry_id = tail.next_entry_id(), error = %e, "follow cut short");
-                    let _ = tx.send(Err(e.into())).await;
-                    return;
+                    held.take();
+                    (format.error(&ApiError::from(e)), true)
                 }
             };
             match api::send_chunk(&tx, Bytes::from(chunk), send_timeout, &abandon, &m).await {

@@ -25,7 +25,26 @@ fn int() -> Value {
 }
 
 fn uint() -> Value {
-    json!({ "type": "integer", "format": "uint64", "minimum": 0 })
+    json!({ "type": "integer", "format": "uint64", "minimum": 0, "maximum": u64::MAX })
+}
+
+/// A quorum size in a create request. The rule across the three
+/// (1 <= ack_quorum <= write_quorum <= ensemble, each default 3, 3, 2) is
+/// not one JSON Schema can state; a request that breaks it is 400.
+fn quorum(about: &str) -> Value {
+    json!({
+        "type": "integer", "format": "uint64", "minimum": 1, "maximum": MAX_ENSEMBLE, "nullable": true,
+        "description": format!("{about}; null or absent: the default"),
+    })
+}
+
+/// Largest ensemble a create request may ask for: the client's `Quorums`
+/// take at most 64 (a write set is a 64-bit mask of ensemble positions).
+pub const MAX_ENSEMBLE: u64 = 64;
+
+/// A bookie id as the API takes it.
+fn bookie_id() -> Value {
+    json!({ "type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[A-Za-z0-9._-]+$" })
 }
 
 fn string() -> Value {
@@ -182,11 +201,17 @@ pub fn schemas() -> Map<String, Value> {
 fn request_body(kind: &str) -> Option<Value> {
     let body = |required: bool, media: &str, schema: Value| json!({ "required": required, "content": { media: { "schema": schema } } });
     match kind {
-        "raw" => Some(body(true, "application/octet-stream", json!({ "type": "string", "format": "binary" }))),
+        // An entry may be empty (as in BookKeeper): no body is an empty entry.
+        "raw" => Some(body(false, "application/octet-stream", json!({ "type": "string", "format": "binary" }))),
         "batch" => Some(body(
             true,
             "application/json",
-            object(&["entries"], json!({ "entries": array_of(json!({ "type": "string", "format": "byte" })) })),
+            json!({
+                "type": "object", "required": ["entries"], "additionalProperties": false,
+                "properties": { "entries": {
+                    "type": "array", "items": { "type": "string", "format": "byte" }, "minItems": 1, "maxItems": 10_000,
+                } },
+            }),
         )),
         "create" => Some(body(
             false,
@@ -194,8 +219,13 @@ fn request_body(kind: &str) -> Option<Value> {
             json!({
                 "type": "object", "additionalProperties": false,
                 "properties": {
-                    "ensemble": uint(), "write_quorum": uint(), "ack_quorum": uint(),
-                    "metadata": { "type": "object", "additionalProperties": string() },
+                    "ensemble": quorum("bookies the ledger is striped over (default 3)"),
+                    "write_quorum": quorum("copies of each entry, at most ensemble (default 3)"),
+                    "ack_quorum": quorum("copies acknowledged before an append is, at most write_quorum (default 2)"),
+                    "metadata": {
+                        "type": "object", "additionalProperties": string(), "nullable": true,
+                        "description": "the ledger's own key-value pairs (not quire.*); null or absent: none",
+                    },
                 },
             }),
         )),
@@ -213,8 +243,9 @@ fn success(reply: &str) -> Value {
         // A range (JSON), or with follow=true a stream of lines or events.
         "EntriesOrFollow" => json!({
             "description": "success: the range as JSON; with follow=true a stream, one JSON object a line \
-                (an entry {entry_id, data}, a heartbeat {heartbeat, lac}, and last {closed, last_entry_id}), \
-                or the same as server-sent events (event: entry / closed; id: the entry id) with Accept: text/event-stream",
+                (an entry {entry_id, data}, a heartbeat {heartbeat, lac}, and last {closed, last_entry_id}, \
+                {end, last_entry_id} at to, or {error, message} when the follow failed), or the same as server-sent \
+                events (event: entry / closed / end / error; id: the entry id) with Accept: text/event-stream",
             "content": {
                 "application/json": { "schema": reference("Entries") },
                 "application/x-ndjson": { "schema": string() },
@@ -247,7 +278,7 @@ pub fn document(endpoints: &[Endpoint]) -> Value {
             .split('/')
             .filter_map(|seg| seg.strip_prefix('{').and_then(|x| x.split('}').next()))
             .map(|name| {
-                let schema = if name == "bookie" { string() } else { uint() };
+                let schema = if name == "bookie" { bookie_id() } else { uint() };
                 json!({ "name": name, "in": "path", "required": true, "schema": schema })
             })
             .chain(query_params(e.method, e.path))

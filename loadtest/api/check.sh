@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Part of `make test`: schemathesis (PyPI, pinned) against the gateway's
+# /openapi.json on a real local cluster (`quire standalone`), every check on
+# (`-c all`: server errors, status codes and bodies against the schema,
+# schema-valid requests accepted and invalid ones refused, methods a path
+# does not serve, the stateful phase over the links it infers), zero
+# failures. The document is generated from the route table (openapi.rs), so
+# a route and its schema cannot drift; this finds where the schema and the
+# server disagree. Overrides, each with its reason: schemathesis.toml.
+#
+# Env: SEED (fixed, so a run is repeatable; SEED=random for a new search),
+# EXAMPLES (50 per operation), VENV (target/schemathesis-venv).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+VERSION=4.32.5
+VENV=${VENV:-$ROOT/target/schemathesis-venv}
+EXAMPLES=${EXAMPLES:-50}
+SEED=${SEED:-20261203}
+WORK=$(mktemp -d /tmp/quire-api-check.XXXXXX)
+HTTP=127.0.0.1:18480
+PID=
+cleanup() {
+  if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
+  return 0
+}
+trap cleanup EXIT
+fail() { echo "api check: $*" >&2; exit 1; }
+
+if ! "$VENV/bin/schemathesis" --version 2>/dev/null | grep -qF "$VERSION"; then
+  python3 -m venv "$VENV" || fail "python3 -m venv failed (Debian: apt-get install python3-venv)"
+  "$VENV/bin/pip" install -q "schemathesis==$VERSION" || fail "pip install schemathesis==$VERSION failed"
+fi
+
+"$ROOT/target/release/quire" standalone --data-dir "$WORK/cluster" --http "$HTTP" --port-offset 400 \
+  > "$WORK/cluster.log" 2>&1 &
+PID=$!
+ready() { curl -sf "http://$HTTP/readyz" 2>/dev/null | grep -q '"bookies":3'; }
+for _ in $(seq 1 120); do
+  ready && break
+  kill -0 "$PID" 2>/dev/null || { tail -20 "$WORK/cluster.log"; fail "the cluster exited"; }
+  sleep 0.5
+done
+ready || fail "the gateway did not become ready with three bookies"
+
+seed=(--seed "$SEED"); [ "$SEED" = random ] && seed=()
+if ! "$VENV/bin/schemathesis" --no-color --config-file "$ROOT/loadtest/api/schemathesis.toml" \
+    run "http://$HTTP/openapi.json" --checks all --workers 2 --max-examples "$EXAMPLES" "${seed[@]}" \
+    > "$WORK/schemathesis.txt" 2>&1; then
+  cat "$WORK/schemathesis.txt"
+  fail "schemathesis found failures (above; the cluster's log is in $WORK)"
+fi
+grep -E "^Test cases:|generated" "$WORK/schemathesis.txt" | tail -2
+echo "api check: ok"
+cleanup; PID=
+rm -rf "$WORK"
