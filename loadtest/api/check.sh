@@ -43,6 +43,8 @@ done
 ready || fail "the gateway did not become ready with three bookies"
 
 seed=(--seed "$SEED"); [ "$SEED" = random ] && seed=()
+# From the scratch folder: schemathesis keeps a cache (.schemathesis/) where it runs.
+cd "$WORK"
 if ! "$VENV/bin/schemathesis" --no-color --config-file "$ROOT/loadtest/api/schemathesis.toml" \
     run "http://$HTTP/openapi.json" --checks all --workers 2 --max-examples "$EXAMPLES" "${seed[@]}" \
     > "$WORK/schemathesis.txt" 2>&1; then
