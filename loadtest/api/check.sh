@@ -44,9 +44,13 @@ ready || fail "the gateway did not become ready with three bookies"
 
 seed=(--seed "$SEED"); [ "$SEED" = random ] && seed=()
 # From the scratch folder: schemathesis keeps a cache (.schemathesis/) where it runs.
+# One worker: with two, hypothesis describes its filters with ast.parse from
+# two threads at once, and CPython 3.11's parser then fails now and then with
+# "SystemError: AST constructor recursion depth mismatch" (a schemathesis
+# Runtime Error that fails the run; seen twice in six runs here).
 cd "$WORK"
 if ! "$VENV/bin/schemathesis" --no-color --config-file "$ROOT/loadtest/api/schemathesis.toml" \
-    run "http://$HTTP/openapi.json" --checks all --workers 2 --max-examples "$EXAMPLES" "${seed[@]}" \
+    run "http://$HTTP/openapi.json" --checks all --workers 1 --max-examples "$EXAMPLES" "${seed[@]}" \
     > "$WORK/schemathesis.txt" 2>&1; then
   cat "$WORK/schemathesis.txt"
   fail "schemathesis found failures (above; the cluster's log is in $WORK)"
