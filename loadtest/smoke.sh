@@ -13,26 +13,11 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${WORK:-$(mktemp -d /tmp/quire-loadtest-smoke.XXXXXX)}
 GOOSE=$ROOT/loadtest/goose/target/release/quire-loadtest
 HTTP=127.0.0.1:18380
-PID=
-cleanup() {
-  if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
-  return 0
-}
-trap cleanup EXIT
 fail() { echo "loadtest smoke: $*" >&2; exit 1; }
+. "$ROOT/loadtest/standalone.sh"
 
 # 1. the scenarios, on a cluster of their own (ports offset from the defaults).
-"$ROOT/target/release/quire" standalone --data-dir "$WORK/cluster" --http "$HTTP" --port-offset 300 > "$WORK/cluster.log" 2>&1 &
-PID=$!
-# Ready means the metadata service answers and all three bookies registered
-# (before that, creating an E=3 ledger is refused).
-ready() { curl -sf "http://$HTTP/readyz" 2>/dev/null | grep -q '"bookies":3'; }
-for _ in $(seq 1 120); do
-  ready && break
-  kill -0 "$PID" 2>/dev/null || { tail -20 "$WORK/cluster.log"; fail "the cluster exited"; }
-  sleep 0.5
-done
-ready || fail "the gateway did not become ready with three bookies"
+start_standalone "$WORK/cluster" "$HTTP" 300
 for sc in tailread catchup mixed; do
   QUIRE_REPORT_JSON="$WORK/$sc.json" QUIRE_CATCHUP_ENTRIES=300 QUIRE_LEDGER_ENTRIES=50 \
     "$GOOSE" --host "http://$HTTP" --scenarios "$sc" --users 4 --increase-rate 4 --run-time 3s --quiet --no-print-metrics \
@@ -55,7 +40,7 @@ if sc == "mixed":
 print(f"goose {sc}: {t['appended_entries']} appended, {t['read_entries']} read and checked")
 PY
 done
-cleanup; PID=
+stop_standalone
 
 # 2. make bench's pipeline, at toy scale.
 OUT="$WORK/report" DOCS="$WORK/docs" CLUSTER="$WORK/bench-cluster" SECS=2 PEERS=0 DISK=0 RATES="500 1000" \

@@ -18,29 +18,15 @@ EXAMPLES=${EXAMPLES:-50}
 SEED=${SEED:-20261203}
 WORK=$(mktemp -d /tmp/quire-api-check.XXXXXX)
 HTTP=127.0.0.1:18480
-PID=
-cleanup() {
-  if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
-  return 0
-}
-trap cleanup EXIT
 fail() { echo "api check: $*" >&2; exit 1; }
+. "$ROOT/loadtest/standalone.sh"
 
 if ! "$VENV/bin/schemathesis" --version 2>/dev/null | grep -qF "$VERSION"; then
   python3 -m venv "$VENV" || fail "python3 -m venv failed (Debian: apt-get install python3-venv)"
   "$VENV/bin/pip" install -q "schemathesis==$VERSION" || fail "pip install schemathesis==$VERSION failed"
 fi
 
-"$ROOT/target/release/quire" standalone --data-dir "$WORK/cluster" --http "$HTTP" --port-offset 400 \
-  > "$WORK/cluster.log" 2>&1 &
-PID=$!
-ready() { curl -sf "http://$HTTP/readyz" 2>/dev/null | grep -q '"bookies":3'; }
-for _ in $(seq 1 120); do
-  ready && break
-  kill -0 "$PID" 2>/dev/null || { tail -20 "$WORK/cluster.log"; fail "the cluster exited"; }
-  sleep 0.5
-done
-ready || fail "the gateway did not become ready with three bookies"
+start_standalone "$WORK/cluster" "$HTTP" 400
 
 seed=(--seed "$SEED"); [ "$SEED" = random ] && seed=()
 # From the scratch folder: schemathesis keeps a cache (.schemathesis/) where it runs.
@@ -57,5 +43,5 @@ if ! "$VENV/bin/schemathesis" --no-color --config-file "$ROOT/loadtest/api/schem
 fi
 grep -E "^Test cases:|generated" "$WORK/schemathesis.txt" | tail -2
 echo "api check: ok"
-cleanup; PID=
+stop_standalone
 rm -rf "$WORK"

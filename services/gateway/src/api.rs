@@ -73,6 +73,9 @@ impl Default for Metrics {
     }
 }
 
+/// Where the OpenAPI document is served (not itself in [`ENDPOINTS`]).
+pub const OPENAPI_PATH: &str = "/openapi.json";
+
 /// One route: what registers it and what documents it come from the same
 /// line, so the OpenAPI document cannot drift from the router.
 macro_rules! endpoints {
@@ -80,7 +83,7 @@ macro_rules! endpoints {
         /// The routes.
         pub fn routes(cfg: &mut web::ServiceConfig) {
             $( cfg.route($path, web::$method().to($handler)); )*
-            cfg.route("/openapi.json", web::get().to(openapi));
+            cfg.route(OPENAPI_PATH, web::get().to(openapi));
         }
 
         /// Every route, as /openapi.json documents it.
@@ -860,7 +863,7 @@ pub fn allowed_methods(path: &str) -> Vec<String> {
     let mut methods: Vec<String> = ENDPOINTS
         .iter()
         .map(|e| (e.method, e.path))
-        .chain(std::iter::once(("get", "/openapi.json")))
+        .chain(std::iter::once(("get", OPENAPI_PATH)))
         .filter(|(_, template)| matches(template))
         .map(|(m, _)| m.to_ascii_uppercase())
         .collect();
