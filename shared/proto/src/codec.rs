@@ -5,6 +5,16 @@
 //! under the QUIC stream reader, the proptest suite and the fuzzer. Its one
 //! promise: whatever bytes arrive, it returns frames, asks for more, or returns
 //! an error; it never panics and never buffers more than one frame plus one read.
+//!
+//! It keeps what arrives as the chunks it came in (QUIC hands the stream over
+//! as `Bytes` slices of its receive buffers) and copies a frame's bytes once,
+//! into a buffer of exactly the frame's size, when the last of them arrives; a
+//! frame that lies within one chunk is not copied at all. Collecting into one
+//! growing buffer instead copied a batch read's megabyte frame two or three
+//! times over (each doubling, and again when a frame was split off a buffer
+//! still shared with the previous one).
+
+use std::collections::VecDeque;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::Message;
@@ -14,6 +24,13 @@ pub const FRAME_HEADER_BYTES: usize = 4;
 
 /// Default bound on one frame's body: room for a maximal entry plus its envelope.
 pub const MAX_FRAME_BYTES_DEFAULT: usize = crate::MAX_ENTRY_BYTES + 64 * 1024;
+
+/// Chunks below this are copied into a shared tail buffer rather than kept:
+/// a kept chunk pins the whole receive buffer it is a slice of, so a peer
+/// sending its stream a few bytes per packet would otherwise make this
+/// decoder hold far more memory than it sent. Above it, what a chunk can pin
+/// (one receive buffer of QUIC's) is a small multiple of the chunk.
+pub const SMALL_CHUNK_BYTES: usize = 1024;
 
 /// Why a byte stream could not be cut into frames.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -38,70 +55,129 @@ pub enum FrameError {
 /// Cuts a byte stream into frame bodies.
 #[derive(Debug)]
 pub struct FrameDecoder {
-    buf: BytesMut,
+    /// What arrived and is not yet returned, oldest first; never an empty chunk.
+    chunks: VecDeque<Bytes>,
+    /// Small chunks copied together; logically after every chunk in `chunks`.
+    tail: BytesMut,
+    /// Bytes in `chunks` and `tail` together.
+    buffered_bytes: usize,
     max_frame_bytes: usize,
 }
 
 impl FrameDecoder {
     /// A decoder that refuses frames longer than `max_frame_bytes`.
     pub fn new(max_frame_bytes: usize) -> Self {
-        Self { buf: BytesMut::with_capacity(64 * 1024), max_frame_bytes }
+        Self { chunks: VecDeque::new(), tail: BytesMut::new(), buffered_bytes: 0, max_frame_bytes }
     }
 
-    /// Appends bytes read from the stream.
+    /// Appends bytes read from the stream (copied).
     pub fn push(&mut self, bytes: &[u8]) {
-        self.reserve_for_frame(bytes.len());
-        self.buf.extend_from_slice(bytes);
+        if bytes.len() < SMALL_CHUNK_BYTES {
+            self.tail.extend_from_slice(bytes);
+            self.buffered_bytes += bytes.len();
+        } else {
+            self.push_bytes(Bytes::copy_from_slice(bytes));
+        }
     }
 
-    /// Once a quarter of a frame has arrived, room for the rest of it at
-    /// once: growing by doubling copies a large frame (a batch read's
-    /// megabyte) several times over, each time into fresh memory. A peer must
-    /// still send a quarter of what it makes this decoder hold.
-    fn reserve_for_frame(&mut self, incoming_bytes: usize) {
-        if self.buf.len() < FRAME_HEADER_BYTES {
+    /// Appends a chunk read from the stream, kept as it is unless it is small.
+    pub fn push_bytes(&mut self, bytes: Bytes) {
+        if bytes.len() < SMALL_CHUNK_BYTES {
+            self.push(&bytes);
             return;
         }
-        let len_bytes = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
-        let have = self.buf.len() + incoming_bytes;
-        let whole = FRAME_HEADER_BYTES + len_bytes;
-        if len_bytes <= self.max_frame_bytes && have < whole && have >= whole / 4 {
-            self.buf.reserve(whole - self.buf.len());
+        self.seal_tail();
+        self.buffered_bytes += bytes.len();
+        self.chunks.push_back(bytes);
+    }
+
+    /// Moves the tail buffer's bytes to the chunk queue, keeping their order.
+    fn seal_tail(&mut self) {
+        if !self.tail.is_empty() {
+            self.chunks.push_back(self.tail.split().freeze());
         }
     }
 
     /// Bytes buffered and not yet returned as frames.
     pub fn buffered_bytes(&self) -> usize {
-        self.buf.len()
+        self.buffered_bytes
     }
 
     /// The next complete frame body, `Ok(None)` if more bytes are needed.
     ///
-    /// The returned `Bytes` is a slice of the receive buffer: decoding a message
-    /// from it with `bytes` fields is zero-copy.
+    /// The returned `Bytes` is a slice of a received chunk or a buffer of the
+    /// frame's own: decoding a message from it with `bytes` fields is zero-copy.
     pub fn next_frame(&mut self) -> Result<Option<Bytes>, FrameError> {
-        if self.buf.len() < FRAME_HEADER_BYTES {
+        if self.buffered_bytes < FRAME_HEADER_BYTES {
             return Ok(None);
         }
-        let len_bytes = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
+        let mut header = [0u8; FRAME_HEADER_BYTES];
+        self.peek(&mut header);
+        let len_bytes = u32::from_be_bytes(header) as usize;
         if len_bytes > self.max_frame_bytes {
             return Err(FrameError::TooLarge { len_bytes, max_bytes: self.max_frame_bytes });
         }
-        if self.buf.len() < FRAME_HEADER_BYTES + len_bytes {
-            // No reserve for the announced length: four bytes from a peer must
-            // not buy a multi-megabyte allocation. The buffer grows as bytes arrive.
+        if self.buffered_bytes < FRAME_HEADER_BYTES + len_bytes {
+            // Nothing is reserved for the announced length: four bytes from a
+            // peer must not buy a multi-megabyte allocation. Memory is what arrived.
             return Ok(None);
         }
-        self.buf.advance(FRAME_HEADER_BYTES);
-        Ok(Some(self.buf.split_to(len_bytes).freeze()))
+        // Sealed only now that the frame is whole: sealing on every call would
+        // keep one slice per pushed chunk, the very thing the tail avoids.
+        self.seal_tail();
+        self.take(FRAME_HEADER_BYTES);
+        Ok(Some(self.take(len_bytes)))
+    }
+
+    /// Copies the first `out.len()` buffered bytes into `out` without consuming them.
+    fn peek(&self, out: &mut [u8]) {
+        let mut at = 0;
+        for c in self.chunks.iter().map(|c| &c[..]).chain(std::iter::once(&self.tail[..])) {
+            let n = c.len().min(out.len() - at);
+            out[at..at + n].copy_from_slice(&c[..n]);
+            at += n;
+            if at == out.len() {
+                return;
+            }
+        }
+        debug_assert!(false, "peek past the buffered bytes");
+    }
+
+    /// The first `n` buffered bytes (all sealed into `chunks`), consumed: a
+    /// slice of the front chunk when it holds them all, else one copy.
+    fn take(&mut self, n: usize) -> Bytes {
+        debug_assert!(n <= self.buffered_bytes && self.tail.is_empty());
+        self.buffered_bytes -= n;
+        if n == 0 {
+            return Bytes::new();
+        }
+        let front = self.chunks.front_mut().expect("n bytes are buffered");
+        if front.len() >= n {
+            let out = front.split_to(n);
+            if front.is_empty() {
+                self.chunks.pop_front();
+            }
+            return out;
+        }
+        let mut out = BytesMut::with_capacity(n);
+        while out.len() < n {
+            let front = self.chunks.front_mut().expect("n bytes are buffered");
+            let k = front.len().min(n - out.len());
+            out.extend_from_slice(&front[..k]);
+            front.advance(k);
+            if front.is_empty() {
+                self.chunks.pop_front();
+            }
+        }
+        out.freeze()
     }
 
     /// Call at end of stream: an error if a partial frame is left.
     pub fn finish(&self) -> Result<(), FrameError> {
-        if self.buf.is_empty() {
+        if self.buffered_bytes == 0 {
             Ok(())
         } else {
-            Err(FrameError::Truncated { buffered_bytes: self.buf.len() })
+            Err(FrameError::Truncated { buffered_bytes: self.buffered_bytes })
         }
     }
 }
@@ -137,7 +213,7 @@ mod tests {
         for i in 0..10u64 {
             encode_frame(&ping(i, &vec![i as u8; i as usize * 100]), &mut wire);
         }
-        for step in [1, 3, 7, 1000] {
+        for step in [1, 3, 7, 1000, 5000] {
             let mut dec = FrameDecoder::new(MAX_FRAME_BYTES_DEFAULT);
             let mut got = Vec::new();
             for chunk in wire.chunks(step) {
@@ -155,26 +231,89 @@ mod tests {
     }
 
     #[test]
-    fn a_large_frame_is_given_its_room_once_a_quarter_of_it_has_arrived() {
+    fn a_frame_within_one_chunk_is_a_slice_of_it_and_a_larger_one_is_copied_once() {
         let mut wire = BytesMut::new();
-        encode_frame(&ping(1, &vec![5u8; 1 << 20]), &mut wire);
-        let whole = wire.len();
+        encode_frame(&ping(1, &[7u8; 4000]), &mut wire);
+        encode_frame(&ping(2, &vec![5u8; 1 << 20]), &mut wire);
+        let wire = wire.freeze();
+        let first = FRAME_HEADER_BYTES + ping(1, &[7u8; 4000]).encoded_len();
         let mut dec = FrameDecoder::new(MAX_FRAME_BYTES_DEFAULT);
-        // The header alone buys nothing beyond the initial buffer.
-        dec.push(&wire[..FRAME_HEADER_BYTES]);
-        assert!(dec.buf.capacity() < whole);
-        let mut at = FRAME_HEADER_BYTES;
-        for chunk in wire[at..].chunks(1200) {
-            dec.push(chunk);
-            at += chunk.len();
-            if at >= whole / 4 {
-                assert!(dec.buf.capacity() >= whole, "{} bytes of room at {at} of {whole}", dec.buf.capacity());
-            } else {
-                assert!(dec.buf.capacity() < whole, "room for the whole frame before a quarter of it came");
-            }
+        // The first frame and the start of the second in one chunk, the rest in
+        // packet-sized chunks.
+        dec.push_bytes(wire.slice(..first + 2000));
+        let f = dec.next_frame().unwrap().expect("the first frame");
+        assert_eq!(f.as_ptr(), wire[FRAME_HEADER_BYTES..].as_ptr(), "not copied");
+        assert_eq!(RequestFrame::decode(f).unwrap(), ping(1, &[7u8; 4000]));
+        let mut at = first + 2000;
+        while at < wire.len() {
+            assert_eq!(dec.next_frame(), Ok(None));
+            let end = (at + 1400).min(wire.len());
+            dec.push_bytes(wire.slice(at..end));
+            at = end;
         }
-        let f = dec.next_frame().unwrap().expect("the whole frame");
-        assert_eq!(RequestFrame::decode(f).unwrap(), ping(1, &vec![5u8; 1 << 20]));
+        // Memory held is what arrived: the chunks themselves.
+        assert_eq!(dec.buffered_bytes(), wire.len() - first);
+        let f = dec.next_frame().unwrap().expect("the second frame");
+        assert_eq!(RequestFrame::decode(f).unwrap(), ping(2, &vec![5u8; 1 << 20]));
+        assert_eq!(dec.buffered_bytes(), 0);
+        dec.finish().unwrap();
+    }
+
+    #[test]
+    fn small_chunks_are_copied_together_and_keep_their_order_with_kept_ones() {
+        let mut wire = BytesMut::new();
+        for i in 0..50u64 {
+            encode_frame(&ping(i, &vec![i as u8; (i as usize * 97) % 3000]), &mut wire);
+        }
+        let wire = wire.freeze();
+        // Alternating small and large chunks, so that tail and kept chunks interleave.
+        let mut dec = FrameDecoder::new(MAX_FRAME_BYTES_DEFAULT);
+        let (mut at, mut got, mut big) = (0, Vec::new(), false);
+        while at < wire.len() {
+            let step = if big { SMALL_CHUNK_BYTES + 333 } else { 17 };
+            big = !big;
+            let end = (at + step).min(wire.len());
+            dec.push_bytes(wire.slice(at..end));
+            at = end;
+            while let Some(f) = dec.next_frame().unwrap() {
+                got.push(RequestFrame::decode(f).unwrap());
+            }
+            assert!(dec.chunks.iter().all(|c| !c.is_empty()));
+        }
+        dec.finish().unwrap();
+        assert_eq!(got.len(), 50);
+        for (i, f) in got.iter().enumerate() {
+            assert_eq!(*f, ping(i as u64, &vec![i as u8; (i * 97) % 3000]));
+        }
+    }
+
+    #[test]
+    fn a_stream_of_tiny_chunks_is_held_as_one_buffer_not_as_many_slices() {
+        let mut wire = BytesMut::new();
+        encode_frame(&ping(3, &[2u8; 20_000]), &mut wire);
+        let wire = wire.freeze();
+        let mut dec = FrameDecoder::new(MAX_FRAME_BYTES_DEFAULT);
+        for i in 0..wire.len() - 1 {
+            // Each a slice of one large buffer that keeping it would pin.
+            dec.push_bytes(wire.slice(i..i + 1));
+            assert_eq!(dec.next_frame(), Ok(None));
+        }
+        assert!(dec.chunks.len() <= wire.len() / SMALL_CHUNK_BYTES + 1, "{} chunks kept", dec.chunks.len());
+        dec.push_bytes(wire.slice(wire.len() - 1..));
+        assert_eq!(RequestFrame::decode(dec.next_frame().unwrap().unwrap()).unwrap(), ping(3, &[2u8; 20_000]));
+    }
+
+    #[test]
+    fn a_header_split_over_chunks_is_read_whole() {
+        let mut wire = BytesMut::new();
+        encode_frame(&ping(9, &[1u8; 2000]), &mut wire);
+        let mut dec = FrameDecoder::new(MAX_FRAME_BYTES_DEFAULT);
+        for b in &wire[..3] {
+            dec.push(&[*b]);
+            assert_eq!(dec.next_frame(), Ok(None));
+        }
+        dec.push_bytes(Bytes::copy_from_slice(&wire[3..]));
+        assert_eq!(RequestFrame::decode(dec.next_frame().unwrap().unwrap()).unwrap(), ping(9, &[1u8; 2000]));
     }
 
     #[test]

@@ -13,10 +13,13 @@ pub fn decode_stream(data: &[u8], max_frame_bytes: usize) {
     let mut dec = FrameDecoder::new(max_frame_bytes);
     let mut rest = data;
     while !rest.is_empty() {
+        // Mostly small chunks (copied into the decoder's tail), and with the
+        // top bit set, chunks past SMALL_CHUNK_BYTES (kept as they are).
         let step = (rest[0] as usize % 64) + 1;
+        let step = if rest[0] & 0x80 != 0 { step * 64 } else { step };
         let (chunk, tail) = rest.split_at(step.min(rest.len()));
         rest = tail;
-        dec.push(chunk);
+        dec.push_bytes(bytes::Bytes::copy_from_slice(chunk));
         loop {
             match dec.next_frame() {
                 Ok(Some(frame)) => decode_frame(frame),

@@ -5,7 +5,11 @@
 //! Phases:
 //! - `qd1`: one connection, one request at a time (pure round-trip latency);
 //! - `1conn`: one connection, WINDOW requests in flight (pipelining);
-//! - `16conn`: 16 connections (16 client endpoints), WINDOW/16 in flight each.
+//! - `16conn`: 16 connections (16 client endpoints), WINDOW/16 in flight each;
+//! - `bulk`: 3 connections (a catch-up reader's three bookies), 4 requests of
+//!   BENCH_BULK_BYTES (1 MiB, a batch read's frame) in flight each: the
+//!   transport's ceiling in MB/s for one receiving process, with no disk,
+//!   no digest and no storage behind it.
 //!
 //! Run: `make bench-rpc` (= `cargo bench -p quire-rpc --bench rpc`).
 //! Environment: BENCH_SECS (per phase, default 5), BENCH_PAYLOAD (bytes, 1024),
@@ -74,12 +78,13 @@ async fn drive(peers: Vec<PeerClient>, per_peer: usize, payload: Bytes, secs: u6
     Outcome { requests, elapsed: start.elapsed(), hist }
 }
 
-fn report(name: &str, connections: usize, in_flight: usize, o: &Outcome) {
+fn report(name: &str, connections: usize, in_flight: usize, payload_bytes: usize, o: &Outcome) {
     let rps = o.requests as f64 / o.elapsed.as_secs_f64();
     println!(
-        "RESULT phase={name} connections={connections} in_flight={in_flight} requests={} reqs_per_s={:.0} p50_us={} p99_us={} p999_us={} max_us={}",
+        "RESULT phase={name} connections={connections} in_flight={in_flight} requests={} reqs_per_s={:.0} mb_per_s={:.0} p50_us={} p99_us={} p999_us={} max_us={}",
         o.requests,
         rps,
+        rps * payload_bytes as f64 / 1e6,
         o.hist.value_at_quantile(0.50),
         o.hist.value_at_quantile(0.99),
         o.hist.value_at_quantile(0.999),
@@ -91,6 +96,7 @@ fn main() {
     let secs = env("BENCH_SECS", 5);
     let size = env("BENCH_PAYLOAD", 1024) as usize;
     let window = env("BENCH_WINDOW", 256) as usize;
+    let bulk = env("BENCH_BULK_BYTES", 1 << 20) as usize;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async move {
         let ca = CertAuthority::generate("bench", Validity::days(1)).unwrap();
@@ -114,9 +120,9 @@ fn main() {
         let client = RpcClient::new(&client_creds, ClientOptions::default()).unwrap();
         let peer = client.peer(&addr, Role::Bookie, None);
         let o = drive(vec![peer.clone()], 1, payload.clone(), secs).await;
-        report("qd1", 1, 1, &o);
+        report("qd1", 1, 1, size, &o);
         let o = drive(vec![peer], window, payload.clone(), secs).await;
-        report("1conn", 1, window, &o);
+        report("1conn", 1, window, size, &o);
 
         let mut clients = Vec::new();
         let mut peers = Vec::new();
@@ -125,8 +131,11 @@ fn main() {
             peers.push(c.peer(&addr, Role::Bookie, None));
             clients.push(c);
         }
-        let o = drive(peers, (window / 16).max(1), payload, secs).await;
-        report("16conn", 16, (window / 16).max(1) * 16, &o);
+        let o = drive(peers.clone(), (window / 16).max(1), payload, secs).await;
+        report("16conn", 16, (window / 16).max(1) * 16, size, &o);
+
+        let o = drive(peers[..3].to_vec(), 4, Bytes::from(vec![0x5au8; bulk]), secs).await;
+        report("bulk", 3, 12, bulk, &o);
 
         for c in clients {
             c.close(Duration::from_millis(100)).await;

@@ -52,7 +52,7 @@ impl FrameReader {
                 return Ok(Some(frame));
             }
             match self.recv.read_chunk(COALESCE_BYTES_MAX, true).await? {
-                Some(chunk) => self.dec.push(&chunk.bytes),
+                Some(chunk) => self.dec.push_bytes(chunk.bytes),
                 None => {
                     self.dec.finish()?;
                     return Ok(None);
