@@ -231,7 +231,7 @@ mod tests {
     }
 
     #[test]
-    fn a_frame_within_one_chunk_is_a_slice_of_it_and_a_larger_one_is_copied_once() {
+    fn a_frame_within_one_chunk_is_a_slice_of_it_and_a_larger_one_holds_only_what_arrived() {
         let mut wire = BytesMut::new();
         encode_frame(&ping(1, &[7u8; 4000]), &mut wire);
         encode_frame(&ping(2, &vec![5u8; 1 << 20]), &mut wire);
