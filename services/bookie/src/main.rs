@@ -96,9 +96,18 @@ struct Args {
     #[arg(long, env = "QUIRE_JOURNAL_MAX_BATCH_KIB", default_value_t = 4096)]
     journal_max_batch_kib: usize,
 
-    /// Journal segment size, in MiB.
-    #[arg(long, env = "QUIRE_JOURNAL_SEGMENT_MIB", default_value_t = 256)]
+    /// Journal segment size, in MiB. Smaller segments are retired sooner
+    /// (a checkpoint frees whole segments only), so spares come into use
+    /// sooner and the journal holds less disk.
+    #[arg(long, env = "QUIRE_JOURNAL_SEGMENT_MIB", default_value_t = 64)]
     journal_segment_mib: u64,
+
+    /// Checkpointed journal segments kept for reuse: a new segment
+    /// overwrites a spare's blocks (already written, so its fdatasyncs
+    /// commit no file metadata) instead of zero-filling a new file, which
+    /// writes every journal byte twice. 0 deletes every retired segment.
+    #[arg(long, env = "QUIRE_JOURNAL_SPARE_SEGMENTS", default_value_t = 2)]
+    journal_spare_segments: usize,
 
     /// Write cache (journaled, not yet in an entry log), in MiB. Adds wait when it is full.
     #[arg(long, env = "QUIRE_WRITE_CACHE_MIB", default_value_t = 64)]
@@ -237,6 +246,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ..GroupCommitPolicy::default()
     };
     config.journal.segment_bytes = args.journal_segment_mib * 1024 * 1024;
+    config.journal.spare_segments = args.journal_spare_segments;
     config.write_cache_bytes = (args.write_cache_mib * 1024 * 1024).max(2 * args.max_entry_bytes);
     config.flush_interval = Duration::from_millis(args.flush_interval_ms);
     config.flush_bytes = args.flush_kib * 1024;

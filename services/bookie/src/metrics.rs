@@ -63,7 +63,7 @@ pub fn render(store: &Store, add_seconds: &quire_metrics::Histogram, limbo: &cra
     );
     let st = store.stats();
     let j = store.journal_stats();
-    let counters: [(&str, &str, u64); 16] = [
+    let counters: [(&str, &str, u64); 18] = [
         ("quire_bookie_adds_total", "Adds acknowledged.", st.adds.load(Relaxed)),
         ("quire_bookie_reads_total", "Reads served.", st.reads.load(Relaxed)),
         ("quire_bookie_range_reads_total", "Range reads (ReadEntries) answered.", st.range_reads.load(Relaxed)),
@@ -76,6 +76,16 @@ pub fn render(store: &Store, add_seconds: &quire_metrics::Histogram, limbo: &cra
         ("quire_bookie_journal_syncs_total", "Journal fdatasyncs (group commits).", j.syncs.load(Relaxed)),
         ("quire_bookie_journal_records_total", "Journal records written.", j.records.load(Relaxed)),
         ("quire_bookie_journal_bytes_total", "Journal bytes written.", j.bytes.load(Relaxed)),
+        (
+            "quire_bookie_journal_segments_reused_total",
+            "Journal segments started in a spare's file (no zero-fill).",
+            j.segments_reused.load(Relaxed),
+        ),
+        (
+            "quire_bookie_journal_segments_retired_total",
+            "Checkpointed journal segments deleted or kept as spares.",
+            j.segments_deleted.load(Relaxed) + j.segments_spared.load(Relaxed),
+        ),
         ("quire_bookie_gc_passes_total", "Garbage-collection passes over the entry logs.", st.gc_passes.load(Relaxed)),
         (
             "quire_bookie_gc_ledgers_deleted_total",

@@ -261,16 +261,22 @@ impl Nemesis {
         let t = Target::Bookie(bookie);
         self.cluster.kill(t)?;
         // Record starts (len: u32 BE, crc: u32, then len bytes) of records
-        // followed by another, per segment that has any.
+        // followed by another (or, version 2, by the tail marker), per
+        // segment that has any. A version 2 segment's records start after
+        // its header and end at the tail marker; what lies after that is a
+        // reused file's previous life, never read.
+        use quire_storage::journal::{record::KIND_TAIL, segment};
         let mut candidates: Vec<(std::path::PathBuf, Vec<usize>)> = Vec::new();
         for path in self.cluster.bookie_files(bookie, FileKind::Journal) {
             let bytes = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
             let len_at = |off: usize| {
                 bytes.get(off..off + 4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize).unwrap_or(0)
             };
+            let v2 = bytes.starts_with(segment::MAGIC);
+            let is_tail = |off: usize| v2 && len_at(off) == 1 && bytes.get(off + 8) == Some(&KIND_TAIL);
             let mut starts = Vec::new();
-            let mut off = 0usize;
-            while len_at(off) > 0 {
+            let mut off = if v2 { segment::HEADER_BYTES as usize } else { 0 };
+            while len_at(off) > 0 && !is_tail(off) {
                 let next = off + 8 + len_at(off);
                 if next > bytes.len() {
                     break;

@@ -6,12 +6,20 @@
 //! | len: u32  | crc32c: u32 | kind:u8 | body (len-1 B)  |   all integers big-endian
 //! +-----------+-------------+---------+-----------------+
 //! ```
-//! `len` counts kind and body; `crc32c` covers kind and body. Journal files are
-//! preallocated with zeros, so a zero `len` is where the written part may end
-//! ([`RecordEnd::Clean`]; replay checks that only zeros follow, else it is a
-//! damaged length); a `len` past the end of the file, or a CRC mismatch, is a
-//! torn write (the process or the machine died mid-append) or damage, which
-//! replay tells apart by what follows. A record is never split across files.
+//! `len` counts kind and body; `crc32c` covers kind and body, and is sealed
+//! with the segment's [`Format`]: in a version 2 segment the CRC starts from
+//! the segment's id, so the records a reused file still holds from its
+//! previous life (another id) never pass for this segment's, whatever their
+//! bytes; every batch is followed by a tail marker ([`RecordEnd::Tail`]) that
+//! the next batch overwrites: the clean end of the written part.
+//!
+//! Version 1 segments (no header, written before reuse existed) are
+//! preallocated with zeros, so a zero `len` is where their written part may
+//! end ([`RecordEnd::Clean`]; replay checks that only zeros follow, else it is
+//! a damaged length). In either version a `len` past the end of the file, or a
+//! CRC mismatch, is a torn write (the process or the machine died mid-append)
+//! or damage, which replay tells apart by what follows. A record is never
+//! split across files.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -24,11 +32,69 @@ const ENTRY_FIXED_BYTES: usize = 8 + 8 + 8 + 8 + 4;
 
 const KIND_ENTRY: u8 = 1;
 const KIND_FENCE: u8 = 2;
+/// The kind byte of a tail marker (version 2; length 1, no payload).
+pub const KIND_TAIL: u8 = 3;
+
+/// Encoded size of the tail marker that follows every written batch.
+pub const TAIL_BYTES: usize = RECORD_HEADER_BYTES;
 
 /// Whether `b` is a record kind this version writes (a cheap filter before
 /// a CRC when looking for a record boundary in damaged bytes).
 pub fn is_record_kind(b: u8) -> bool {
-    b == KIND_ENTRY || b == KIND_FENCE
+    b == KIND_ENTRY || b == KIND_FENCE || b == KIND_TAIL
+}
+
+/// How a segment's records are sealed and where its written part ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// No header; plain CRC32C; the written part ends at zeros.
+    V1,
+    /// A header; the CRC starts from `salt` (the segment id's low 32 bits);
+    /// the written part ends at a tail marker.
+    V2 {
+        /// The CRC's initial value.
+        salt: u32,
+    },
+}
+
+impl Format {
+    /// The version 2 format of segment `id`. Ids below 2^32 give distinct
+    /// salts, and distinct initial values give distinct CRCs of the same
+    /// bytes (CRC is affine in its initial value): a record of one segment
+    /// never checks out in another.
+    pub fn v2(segment_id: u64) -> Format {
+        Format::V2 { salt: segment_id as u32 }
+    }
+
+    fn crc(self, body: &[u8]) -> u32 {
+        match self {
+            Format::V1 => crc32c::crc32c(body),
+            Format::V2 { salt } => crc32c::crc32c_append(salt, body),
+        }
+    }
+}
+
+/// Appends the tail marker (version 2): where replay finds the written part
+/// of the segment to end. The next batch is written over it.
+pub fn encode_tail(out: &mut BytesMut, format: Format) {
+    out.put_u32(1);
+    out.put_u32(format.crc(&[KIND_TAIL]));
+    out.put_u8(KIND_TAIL);
+}
+
+/// Re-seals every record in `buf` (whole records, as encoded) for `format`:
+/// a batch encoded for one segment that is written to the next.
+pub fn reseal(buf: &mut [u8], format: Format) {
+    let mut at = 0;
+    while at + RECORD_HEADER_BYTES <= buf.len() {
+        let len = u32::from_be_bytes(buf[at..at + 4].try_into().expect("4 bytes")) as usize;
+        let end = at + 8 + len;
+        assert!(len > 0 && end <= buf.len(), "reseal: {at} does not start a whole record");
+        let crc = format.crc(&buf[at + 8..end]);
+        buf[at + 4..at + 8].copy_from_slice(&crc.to_be_bytes());
+        at = end;
+    }
+    assert_eq!(at, buf.len(), "reseal: trailing bytes are not a record");
 }
 
 /// One journaled fact.
@@ -59,9 +125,12 @@ pub enum Record {
 /// Why bytes at a position are not a record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordEnd {
-    /// Zero length: the preallocated, never-written part of the file, if
-    /// only zeros follow (replay checks; otherwise a damaged length).
+    /// Version 1, zero length: the preallocated, never-written part of the
+    /// file, if only zeros follow (replay checks; otherwise a damaged
+    /// length). Either version: the end of the file.
     Clean,
+    /// Version 2: the tail marker after the last written batch.
+    Tail,
     /// A torn or corrupt record: cut the journal here.
     Torn(&'static str),
 }
@@ -76,8 +145,8 @@ impl Record {
             }
     }
 
-    /// Appends the framed record to `out`.
-    pub fn encode(&self, out: &mut BytesMut) {
+    /// Appends the framed record to `out`, sealed for `format`.
+    pub fn encode(&self, out: &mut BytesMut, format: Format) {
         out.reserve(self.encoded_len());
         let start = out.len();
         out.put_u32(0); // len, patched below
@@ -99,18 +168,21 @@ impl Record {
         }
         let body = &out[start + 8..];
         let len = body.len() as u32;
-        let crc = crc32c::crc32c(body);
+        let crc = format.crc(body);
         out[start..start + 4].copy_from_slice(&len.to_be_bytes());
         out[start + 4..start + 8].copy_from_slice(&crc.to_be_bytes());
     }
 
     /// Decodes the record at the start of `buf` (a slice of a journal file from
-    /// a record boundary to the end of the file). Returns the record and its
-    /// encoded length, or why there is none.
-    pub fn decode(buf: &Bytes) -> Result<(Record, usize), RecordEnd> {
+    /// a record boundary to the end of the file) sealed for `format`. Returns
+    /// the record and its encoded length, or why there is none.
+    pub fn decode(buf: &Bytes, format: Format) -> Result<(Record, usize), RecordEnd> {
+        if buf.is_empty() {
+            return Err(RecordEnd::Clean);
+        }
         if buf.len() < 4 {
-            // Fewer than 4 bytes left: only a clean end if they are zeros.
-            return if buf.iter().all(|b| *b == 0) {
+            // Fewer than 4 bytes left: only a clean end if they are zeros (v1).
+            return if format == Format::V1 && buf.iter().all(|b| *b == 0) {
                 Err(RecordEnd::Clean)
             } else {
                 Err(RecordEnd::Torn("short header"))
@@ -118,17 +190,23 @@ impl Record {
         }
         let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
         if len == 0 {
-            return Err(RecordEnd::Clean);
+            return match format {
+                Format::V1 => Err(RecordEnd::Clean),
+                // Version 2 ends at a tail marker, never at zeros: zeros here
+                // are a torn write or a damaged length.
+                Format::V2 { .. } => Err(RecordEnd::Torn("zero record length")),
+            };
         }
         if buf.len() < 8 + len {
             return Err(RecordEnd::Torn("record runs past the end of the file"));
         }
         let crc = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
         let body = buf.slice(8..8 + len);
-        if crc32c::crc32c(&body) != crc {
+        if format.crc(&body) != crc {
             return Err(RecordEnd::Torn("record CRC mismatch"));
         }
         let rec = match body[0] {
+            KIND_TAIL if body.len() == 1 && format != Format::V1 => return Err(RecordEnd::Tail),
             KIND_ENTRY if body.len() > ENTRY_FIXED_BYTES => {
                 let u64_at = |i: usize| u64::from_be_bytes(body[i..i + 8].try_into().expect("8 bytes"));
                 Record::Entry {
@@ -166,40 +244,86 @@ mod tests {
         }
     }
 
+    const FORMATS: [Format; 3] = [Format::V1, Format::V2 { salt: 1 }, Format::V2 { salt: 0xffff_fffe }];
+
     #[test]
     fn records_round_trip() {
-        for rec in [entry(b""), entry(b"hello"), Record::Fence { ledger_id: u64::MAX }] {
-            let mut buf = BytesMut::new();
-            rec.encode(&mut buf);
-            assert_eq!(buf.len(), rec.encoded_len());
-            buf.extend_from_slice(&[0; 16]);
-            let (got, n) = Record::decode(&buf.freeze()).unwrap();
-            assert_eq!(got, rec);
-            assert_eq!(n, rec.encoded_len());
+        for f in FORMATS {
+            for rec in [entry(b""), entry(b"hello"), Record::Fence { ledger_id: u64::MAX }] {
+                let mut buf = BytesMut::new();
+                rec.encode(&mut buf, f);
+                assert_eq!(buf.len(), rec.encoded_len());
+                buf.extend_from_slice(&[0; 16]);
+                let (got, n) = Record::decode(&buf.freeze(), f).unwrap();
+                assert_eq!(got, rec);
+                assert_eq!(n, rec.encoded_len());
+            }
         }
     }
 
     #[test]
     fn zeros_are_a_clean_end_and_damage_is_torn() {
-        assert_eq!(Record::decode(&Bytes::from_static(&[0; 32])), Err(RecordEnd::Clean));
-        assert_eq!(Record::decode(&Bytes::new()), Err(RecordEnd::Clean));
+        assert_eq!(Record::decode(&Bytes::from_static(&[0; 32]), Format::V1), Err(RecordEnd::Clean));
+        assert_eq!(Record::decode(&Bytes::new(), Format::V1), Err(RecordEnd::Clean));
+        for f in FORMATS {
+            let mut buf = BytesMut::new();
+            entry(b"payload").encode(&mut buf, f);
+            let full = buf.freeze();
+            // Every truncation of a record is torn, never a (different) record.
+            for cut in 1..full.len() {
+                let r = Record::decode(&full.slice(..cut), f);
+                // Under 4 bytes of a length prefix that begins with zeros cannot be told
+                // from the end of a v1 file; either way it is no record.
+                let ok = matches!(r, Err(RecordEnd::Torn(_))) || (cut < 4 && r == Err(RecordEnd::Clean));
+                assert!(ok, "{f:?} cut at {cut}: {r:?}");
+            }
+            // Every single flipped bit is caught.
+            for i in 0..full.len() * 8 {
+                let mut b = full.to_vec();
+                b[i / 8] ^= 1 << (i % 8);
+                let r = Record::decode(&Bytes::from(b), f);
+                assert!(r.is_err(), "{f:?} bit {i} flipped still decodes: {r:?}");
+            }
+        }
+    }
+
+    /// A reused segment file still holds its previous life's records: sealed
+    /// for another segment, none of them, nor its tail markers, passes.
+    #[test]
+    fn a_record_sealed_for_one_segment_is_torn_in_any_other() {
+        for (a, b) in [(1u64, 2u64), (7, 8), (1, u32::MAX as u64), (0x1_0000, 0x2_0000)] {
+            for rec in [entry(b""), entry(b"x"), Record::Fence { ledger_id: 3 }] {
+                let mut buf = BytesMut::new();
+                rec.encode(&mut buf, Format::v2(a));
+                let r = Record::decode(&buf.clone().freeze(), Format::v2(b));
+                assert_eq!(r, Err(RecordEnd::Torn("record CRC mismatch")), "{a} read as {b}");
+                assert!(Record::decode(&buf.freeze(), Format::V1).is_err(), "{a} read as v1");
+            }
+            let mut tail = BytesMut::new();
+            encode_tail(&mut tail, Format::v2(a));
+            assert_eq!(tail.len(), TAIL_BYTES);
+            assert_eq!(Record::decode(&tail.clone().freeze(), Format::v2(a)), Err(RecordEnd::Tail));
+            assert!(matches!(Record::decode(&tail.freeze(), Format::v2(b)), Err(RecordEnd::Torn(_))));
+        }
+        // Version 2 has no clean end at zeros: a tail marker ends it.
+        assert!(matches!(Record::decode(&Bytes::from_static(&[0; 32]), Format::v2(1)), Err(RecordEnd::Torn(_))));
+    }
+
+    #[test]
+    fn reseal_moves_a_batch_to_another_segment() {
+        let recs = [entry(b"a"), Record::Fence { ledger_id: 9 }, entry(b"bcd")];
         let mut buf = BytesMut::new();
-        entry(b"payload").encode(&mut buf);
-        let full = buf.freeze();
-        // Every truncation of a record is torn, never a (different) record.
-        for cut in 1..full.len() {
-            let r = Record::decode(&full.slice(..cut));
-            // Under 4 bytes of a length prefix that begins with zeros cannot be told
-            // from the end of the file; either way it is no record.
-            let ok = matches!(r, Err(RecordEnd::Torn(_))) || (cut < 4 && r == Err(RecordEnd::Clean));
-            assert!(ok, "cut at {cut}: {r:?}");
+        for r in &recs {
+            r.encode(&mut buf, Format::v2(4));
         }
-        // Every single flipped bit is caught.
-        for i in 0..full.len() * 8 {
-            let mut b = full.to_vec();
-            b[i / 8] ^= 1 << (i % 8);
-            let r = Record::decode(&Bytes::from(b));
-            assert!(r.is_err(), "bit {i} flipped still decodes: {r:?}");
+        reseal(&mut buf, Format::v2(5));
+        let all = buf.freeze();
+        let mut at = 0;
+        for r in &recs {
+            let (got, n) = Record::decode(&all.slice(at..), Format::v2(5)).unwrap();
+            assert_eq!(&got, r);
+            at += n;
         }
+        assert_eq!(at, all.len());
     }
 }

@@ -4,8 +4,8 @@ use std::path::Path;
 
 use bytes::Bytes;
 
-use super::record::{is_record_kind, Record, RecordEnd, RECORD_HEADER_BYTES};
-use super::segment::{list_segments, segment_path, sync_dir};
+use super::record::{is_record_kind, Format, Record, RecordEnd, RECORD_HEADER_BYTES};
+use super::segment::{format_of, list_segments, segment_path, sync_dir, HEADER_BYTES};
 use super::JournalPos;
 use crate::error::StorageError;
 
@@ -36,11 +36,15 @@ const ZEROED_LENGTH: &str = "zero record length with written bytes after it";
 /// (bits flipped on the disk): corruption of acknowledged data, not a torn
 /// tail. Cutting there would drop every acknowledged record after it,
 /// silently (the fault suite's seed 139 lost an entry so).
-fn next_good_record(data: &Bytes, at: usize) -> Option<usize> {
+/// A tail marker after it counts (the written part went on past the bad
+/// record); a previous life's records in a reused file never do (sealed for
+/// another segment).
+fn next_good_record(data: &Bytes, at: usize, format: Format) -> Option<usize> {
+    let good = |off: usize| matches!(Record::decode(&data.slice(off..), format), Ok(_) | Err(RecordEnd::Tail));
     // Bits flipped inside a record usually leave its length intact.
     if let Some(len) = data.get(at..at + 4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize) {
         let next = at + 8 + len;
-        if len > 0 && next < data.len() && Record::decode(&data.slice(next..)).is_ok() {
+        if len > 0 && next < data.len() && good(next) {
             return Some(next);
         }
     }
@@ -49,10 +53,7 @@ fn next_good_record(data: &Bytes, at: usize) -> Option<usize> {
     let end = data.len().saturating_sub(RECORD_HEADER_BYTES);
     (at + 1..end).find(|&off| {
         let len = u32::from_be_bytes([data[off], data[off + 1], data[off + 2], data[off + 3]]) as usize;
-        len > 0
-            && off + 8 + len <= data.len()
-            && is_record_kind(data[off + 8])
-            && Record::decode(&data.slice(off..)).is_ok()
+        len > 0 && off + 8 + len <= data.len() && is_record_kind(data[off + 8]) && good(off)
     })
 }
 
@@ -64,7 +65,8 @@ fn next_good_record(data: &Bytes, at: usize) -> Option<usize> {
 /// ones after it, or anywhere in an older segment, is damage to acknowledged
 /// data: it is skipped, replay goes on with what follows, and the outcome
 /// lists it (`damaged`) so the bookie refills from its peers what it lost.
-/// A damaged *last* record cannot be told from a torn one and is cut.
+/// In a version 1 segment a damaged *last* record cannot be told from a torn
+/// one and is cut; in version 2 the tail marker after it tells them apart.
 pub fn replay(
     dir: &Path,
     from: JournalPos,
@@ -79,7 +81,12 @@ pub fn replay(
         let newest = i + 1 == ids.len();
         let path = segment_path(dir, id);
         let data = Bytes::from(std::fs::read(&path).map_err(|e| StorageError::io(&path, e))?);
-        let mut offset = if id == from.segment { from.offset as usize } else { 0 };
+        let format = format_of(&data, id);
+        let first = match format {
+            Format::V1 => 0,
+            Format::V2 { .. } => (HEADER_BYTES as usize).min(data.len()),
+        };
+        let mut offset = if id == from.segment { (from.offset as usize).max(first) } else { first };
         if offset > data.len() {
             return Err(StorageError::Corrupt(format!(
                 "{}: checkpoint offset {offset} is past the end ({} bytes)",
@@ -88,7 +95,7 @@ pub fn replay(
             )));
         }
         loop {
-            match Record::decode(&data.slice(offset..)) {
+            match Record::decode(&data.slice(offset..), format) {
                 Ok((rec, n)) => {
                     offset += n;
                     let pos = JournalPos { segment: id, offset: offset as u64 };
@@ -96,12 +103,15 @@ pub fn replay(
                     out.end = pos;
                     f(pos, rec);
                 }
-                // Zeros to the end: the preallocated part nothing was written to.
+                // The tail marker after the last batch written (v2).
+                Err(RecordEnd::Tail) => break,
+                // Zeros to the end: the preallocated part nothing was written
+                // to (v1), or the end of the file.
                 Err(RecordEnd::Clean) if data[offset..].iter().all(|b| *b == 0) => break,
                 // A zero length with written bytes after it is no end: the
                 // length field itself was damaged (issue #19 item 2), and
                 // what follows was acknowledged. Never a clean end.
-                Err(RecordEnd::Clean) => match next_good_record(&data, offset) {
+                Err(RecordEnd::Clean) => match next_good_record(&data, offset, format) {
                     Some(next) => {
                         tracing::error!(
                             segment = id,
@@ -127,7 +137,7 @@ pub fn replay(
                         break;
                     }
                 },
-                Err(RecordEnd::Torn(why)) => match next_good_record(&data, offset) {
+                Err(RecordEnd::Torn(why)) => match next_good_record(&data, offset, format) {
                     Some(next) => {
                         tracing::error!(
                             segment = id,

@@ -1,36 +1,61 @@
-//! One journal file ("segment"): zero-filled ahead of the write position,
-//! appended with pwrite, made durable with fdatasync.
+//! One journal file ("segment"): a header, then records appended with pwrite
+//! and made durable with fdatasync, each batch followed by a tail marker.
 //!
-//! Zero-filling ahead (rather than letting the file grow, or fallocate's
-//! unwritten extents) keeps most fdatasyncs free of metadata updates: the size
-//! and the extents change only once per `prealloc_bytes`. The zeros are also
-//! what replay reads as the clean end of the written part.
+//! An fdatasync that must also record a larger file size or newly written
+//! extents costs a metadata commit (on this machine's disk: 2.0 K synced
+//! 64 KiB appends per second, against 4.9 K overwrites of blocks already
+//! written). So a segment's blocks are written before records land on them:
+//! a new file is zero-filled `prealloc_bytes` ahead of the write position
+//! (which writes every byte twice, the zeros and then the records), and a
+//! segment that a checkpoint has emptied is not deleted but kept as a
+//! *spare* and reused by a later segment, whose records then overwrite
+//! blocks already written: no zeros, no metadata. A reused file still holds
+//! its previous life's records; they are sealed for another segment id
+//! ([`super::record::Format`]) and never read as this segment's.
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use bytes::BytesMut;
+
+use super::record::{encode_tail, Format};
+
+/// Bytes before a version 2 segment's first record (one block).
+pub const HEADER_BYTES: u64 = 4096;
+
+/// A version 2 segment starts with this; version 1 segments have no header.
+pub const MAGIC: &[u8; 8] = b"QUIREJ2\n";
+
 /// A segment's file name: `journal-<id, 16 hex digits>.log`.
 pub fn segment_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("journal-{id:016x}.log"))
 }
 
-/// The id in a segment file name, if it is one.
-pub fn parse_segment_name(name: &str) -> Option<u64> {
-    let hex = name.strip_prefix("journal-")?.strip_suffix(".log")?;
+/// A spare's file name: `spare-<id it last had, 16 hex digits>.log`.
+pub fn spare_path(dir: &Path, last_id: u64) -> PathBuf {
+    dir.join(format!("spare-{last_id:016x}.log"))
+}
+
+fn parse_hex_name(name: &str, prefix: &str) -> Option<u64> {
+    let hex = name.strip_prefix(prefix)?.strip_suffix(".log")?;
     if hex.len() != 16 {
         return None;
     }
     u64::from_str_radix(hex, 16).ok()
 }
 
-/// The ids of the segments in `dir`, ascending.
-pub fn list_segments(dir: &Path) -> io::Result<Vec<u64>> {
+/// The id in a segment file name, if it is one.
+pub fn parse_segment_name(name: &str) -> Option<u64> {
+    parse_hex_name(name, "journal-")
+}
+
+fn list_named(dir: &Path, parse: fn(&str) -> Option<u64>) -> io::Result<Vec<u64>> {
     let mut ids = Vec::new();
     for e in std::fs::read_dir(dir)? {
         let e = e?;
-        if let Some(id) = e.file_name().to_str().and_then(parse_segment_name) {
+        if let Some(id) = e.file_name().to_str().and_then(parse) {
             ids.push(id);
         }
     }
@@ -38,9 +63,34 @@ pub fn list_segments(dir: &Path) -> io::Result<Vec<u64>> {
     Ok(ids)
 }
 
+/// The ids of the segments in `dir`, ascending.
+pub fn list_segments(dir: &Path) -> io::Result<Vec<u64>> {
+    list_named(dir, parse_segment_name)
+}
+
+/// The last ids of the spares in `dir`, ascending.
+pub fn list_spares(dir: &Path) -> io::Result<Vec<u64>> {
+    list_named(dir, |n| parse_hex_name(n, "spare-"))
+}
+
 /// Makes a directory entry durable (a created or removed file).
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
+}
+
+/// The format of segment `id` whose bytes are `data`: version 2 if it has
+/// the header's magic or id, or (the header damaged) if its first record or
+/// tail marker is sealed for it; else version 1.
+pub fn format_of(data: &[u8], id: u64) -> Format {
+    let v2 = Format::v2(id);
+    if data.get(..MAGIC.len()) == Some(&MAGIC[..]) || data.get(8..16) == Some(&id.to_be_bytes()[..]) {
+        return v2;
+    }
+    let first = data.get(HEADER_BYTES as usize..).map(bytes::Bytes::copy_from_slice);
+    match first.map(|b| super::record::Record::decode(&b, v2)) {
+        Some(Ok(_)) | Some(Err(super::record::RecordEnd::Tail)) => v2,
+        _ => Format::V1,
+    }
 }
 
 /// An open segment being appended to.
@@ -48,8 +98,12 @@ pub struct Segment {
     id: u64,
     file: File,
     written: u64,
+    /// Bytes of the file already written (zeros, or a previous life's
+    /// records): appends below this overwrite, above it they would grow it.
     zeroed: u64,
     prealloc_bytes: u64,
+    /// The header and the first tail marker, written at the start.
+    reused: bool,
 }
 
 impl Segment {
@@ -58,16 +112,60 @@ impl Segment {
     pub fn create(dir: &Path, id: u64, prealloc_bytes: u64) -> io::Result<Segment> {
         let path = segment_path(dir, id);
         let file = OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
-        let mut seg = Segment { id, file, written: 0, zeroed: 0, prealloc_bytes: prealloc_bytes.max(4096) };
-        seg.zero_ahead(0)?;
+        let mut seg =
+            Segment { id, file, written: 0, zeroed: 0, prealloc_bytes: prealloc_bytes.max(4096), reused: false };
+        seg.zero_ahead(HEADER_BYTES)?;
+        seg.write_header()?;
         seg.file.sync_all()?;
         sync_dir(dir)?;
         Ok(seg)
     }
 
+    /// Makes the spare that last was segment `last_id` segment `id`: a new
+    /// header and tail marker, synced, then renamed into place (durably).
+    /// Until the rename, a crash leaves a spare (ignored by replay); after
+    /// it, an empty segment.
+    pub fn reuse(dir: &Path, last_id: u64, id: u64, prealloc_bytes: u64) -> io::Result<Segment> {
+        let spare = spare_path(dir, last_id);
+        let file = OpenOptions::new().read(true).write(true).open(&spare)?;
+        let len = file.metadata()?.len();
+        let mut seg =
+            Segment { id, file, written: 0, zeroed: len, prealloc_bytes: prealloc_bytes.max(4096), reused: true };
+        seg.zero_ahead(HEADER_BYTES)?;
+        seg.write_header()?;
+        seg.file.sync_data()?;
+        std::fs::rename(&spare, segment_path(dir, id))?;
+        sync_dir(dir)?;
+        Ok(seg)
+    }
+
+    fn write_header(&mut self) -> io::Result<()> {
+        let mut h = BytesMut::with_capacity(HEADER_BYTES as usize + super::record::TAIL_BYTES);
+        h.extend_from_slice(MAGIC);
+        h.extend_from_slice(&self.id.to_be_bytes());
+        let crc = crc32c::crc32c(&h);
+        h.extend_from_slice(&crc.to_be_bytes());
+        h.resize(HEADER_BYTES as usize, 0);
+        encode_tail(&mut h, self.format());
+        self.zero_ahead(h.len() as u64)?;
+        self.file.write_all_at(&h, 0)?;
+        self.written = HEADER_BYTES;
+        Ok(())
+    }
+
     /// The segment id.
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// How its records are sealed.
+    pub fn format(&self) -> Format {
+        Format::v2(self.id)
+    }
+
+    /// Whether this segment reuses a spare's file.
+    pub fn reused(&self) -> bool {
+        self.reused
     }
 
     /// Bytes written so far (the offset of the next record).
@@ -88,11 +186,14 @@ impl Segment {
         Ok(())
     }
 
-    /// Appends `buf` (whole records). Not durable until [`Segment::sync`].
-    pub fn append(&mut self, buf: &[u8]) -> io::Result<()> {
+    /// Appends `buf`: whole records sealed for this segment, the first
+    /// `records` bytes, then a tail marker (which the next append
+    /// overwrites). Not durable until [`Segment::sync`].
+    pub fn append(&mut self, buf: &[u8], records: usize) -> io::Result<()> {
+        debug_assert!(records <= buf.len());
         self.zero_ahead(buf.len() as u64)?;
         self.file.write_all_at(buf, self.written)?;
-        self.written += buf.len() as u64;
+        self.written += records as u64;
         Ok(())
     }
 

@@ -15,8 +15,8 @@ use std::time::Instant;
 use bytes::BytesMut;
 
 use super::policy::{Decision, GroupCommit, GroupCommitPolicy};
-use super::record::Record;
-use super::segment::{list_segments, segment_path, sync_dir, Segment};
+use super::record::{encode_tail, reseal, Record, TAIL_BYTES};
+use super::segment::{list_segments, list_spares, segment_path, spare_path, sync_dir, Segment, HEADER_BYTES};
 use super::{Completion, Journal, JournalPos};
 use crate::error::StorageError;
 
@@ -29,8 +29,12 @@ pub struct JournalConfig {
     pub policy: GroupCommitPolicy,
     /// A segment is closed and a new one started past this size.
     pub segment_bytes: u64,
-    /// Zero-fill this far ahead of the write position.
+    /// Zero-fill a new segment file this far ahead of the write position.
     pub prealloc_bytes: u64,
+    /// Checkpointed segments kept for reuse (their files' blocks already
+    /// written, so records overwrite them without zeros or metadata
+    /// updates); more are deleted.
+    pub spare_segments: usize,
 }
 
 impl JournalConfig {
@@ -41,6 +45,7 @@ impl JournalConfig {
             policy: GroupCommitPolicy::default(),
             segment_bytes: 256 * 1024 * 1024,
             prealloc_bytes: 4 * 1024 * 1024,
+            spare_segments: 2,
         }
     }
 }
@@ -67,6 +72,10 @@ pub struct JournalStats {
     pub sync_us_max: AtomicU64,
     /// Segments deleted after checkpoints.
     pub segments_deleted: AtomicU64,
+    /// Segments kept as spares after checkpoints.
+    pub segments_spared: AtomicU64,
+    /// Segments started in a spare's file (no zero-fill).
+    pub segments_reused: AtomicU64,
 }
 
 impl Default for JournalStats {
@@ -81,6 +90,8 @@ impl Default for JournalStats {
             sync_us_total: AtomicU64::new(0),
             sync_us_max: AtomicU64::new(0),
             segments_deleted: AtomicU64::new(0),
+            segments_spared: AtomicU64::new(0),
+            segments_reused: AtomicU64::new(0),
         }
     }
 }
@@ -104,17 +115,24 @@ impl FileJournal {
     /// ([`super::replay`]); this does not read them.
     pub fn start(config: JournalConfig) -> Result<FileJournal, StorageError> {
         std::fs::create_dir_all(&config.dir).map_err(|e| StorageError::io(&config.dir, e))?;
-        let next_id =
-            list_segments(&config.dir).map_err(|e| StorageError::io(&config.dir, e))?.last().map_or(1, |l| l + 1);
-        let segment = Segment::create(&config.dir, next_id, config.prealloc_bytes)
-            .map_err(|e| StorageError::io(&segment_path(&config.dir, next_id), e))?;
+        let io = |e| StorageError::io(&config.dir, e);
+        let segments = list_segments(&config.dir).map_err(io)?;
+        let spares = list_spares(&config.dir).map_err(io)?;
+        // Ids only grow, past every spare's too: a segment's records are
+        // sealed with its id, and a reused file must never hold records
+        // sealed for the id it gets.
+        let next_id = segments.last().copied().max(spares.last().copied()).map_or(1, |l| l + 1);
+        let stats = Arc::new(JournalStats::default());
+        let mut spares = spares;
+        let segment = open_segment(&config.dir, &mut spares, next_id, config.prealloc_bytes, &stats)?;
         let (tx, rx) = mpsc::channel();
         let failed = Arc::new(AtomicBool::new(false));
-        let stats = Arc::new(JournalStats::default());
         let mut w = Writer {
             dir: config.dir.clone(),
             segment_bytes: config.segment_bytes,
             prealloc_bytes: config.prealloc_bytes,
+            max_spares: config.spare_segments,
+            spares,
             segment,
             buf: BytesMut::with_capacity(1024 * 1024),
             pending: Vec::new(),
@@ -174,10 +192,38 @@ impl Journal for FileJournal {
     }
 }
 
+/// Segment `id`: in the newest spare's file if there is one (rather than a
+/// new, zero-filled file), else in a new file.
+fn open_segment(
+    dir: &std::path::Path,
+    spares: &mut Vec<u64>,
+    id: u64,
+    prealloc_bytes: u64,
+    stats: &JournalStats,
+) -> Result<Segment, StorageError> {
+    while let Some(last) = spares.pop() {
+        match Segment::reuse(dir, last, id, prealloc_bytes) {
+            Ok(seg) => {
+                stats.segments_reused.fetch_add(1, Ordering::Relaxed);
+                return Ok(seg);
+            }
+            Err(e) => {
+                // A spare holds nothing needed: drop it, make a new file.
+                tracing::warn!(spare = last, error = %e, "could not reuse a spare journal segment; deleting it");
+                let _ = std::fs::remove_file(spare_path(dir, last));
+            }
+        }
+    }
+    Segment::create(dir, id, prealloc_bytes).map_err(|e| StorageError::io(&segment_path(dir, id), e))
+}
+
 struct Writer {
     dir: PathBuf,
     segment_bytes: u64,
     prealloc_bytes: u64,
+    max_spares: usize,
+    /// Spares' last ids, ascending.
+    spares: Vec<u64>,
     segment: Segment,
     buf: BytesMut,
     /// Encoded length and completion of each gathered record, in order.
@@ -234,7 +280,7 @@ impl Writer {
                 if self.gc.would_overflow(len) {
                     self.flush();
                 }
-                record.encode(&mut self.buf);
+                record.encode(&mut self.buf, self.segment.format());
                 self.pending.push((len, done));
                 self.gc.gathered(len, enqueued_at, Instant::now());
             }
@@ -284,35 +330,57 @@ impl Writer {
     /// Writes the gathered batch at the end of the current segment (rotating
     /// first if it would overflow) and syncs. Returns the batch's start offset.
     fn write_and_sync(&mut self) -> Result<u64, StorageError> {
-        if self.segment.written() > 0 && self.segment.written() + self.buf.len() as u64 > self.segment_bytes {
+        let records = self.buf.len();
+        if self.segment.written() > HEADER_BYTES
+            && self.segment.written() + (records + TAIL_BYTES) as u64 > self.segment_bytes
+        {
+            // The segment that ends here already ends in a durable tail
+            // marker (the last batch's): nothing more to write to it.
             let next = self.segment.id() + 1;
-            self.segment = Segment::create(&self.dir, next, self.prealloc_bytes)
-                .map_err(|e| StorageError::io(&segment_path(&self.dir, next), e))?;
+            self.segment = open_segment(&self.dir, &mut self.spares, next, self.prealloc_bytes, &self.stats)?;
+            reseal(&mut self.buf, self.segment.format());
         }
         let path = segment_path(&self.dir, self.segment.id());
         let base = self.segment.written();
+        encode_tail(&mut self.buf, self.segment.format());
         // A bookie that dies before any byte of a batch reaches its journal
         // (the recovery tests' member that never stored a write-back).
         crate::failpoint::hit("journal.before_write");
-        self.segment.append(&self.buf).map_err(|e| StorageError::io(&path, e))?;
+        let written = self.segment.append(&self.buf, records);
+        self.buf.truncate(records);
+        written.map_err(|e| StorageError::io(&path, e))?;
         self.segment.sync().map_err(|e| StorageError::io(&path, e))?;
         Ok(base)
     }
 
-    /// Deletes segments whose every record is at or before `upto`.
+    /// Retires segments whose every record is at or before `upto`: the
+    /// newest become spares (up to `max_spares`), the rest are deleted.
     fn delete_before(&mut self, upto: JournalPos) {
         let Ok(ids) = list_segments(&self.dir) else { return };
-        let mut deleted = false;
-        for id in ids.into_iter().filter(|id| *id < upto.segment && *id != self.segment.id()) {
-            match std::fs::remove_file(segment_path(&self.dir, id)) {
+        let mut changed = false;
+        for id in ids.into_iter().rev().filter(|id| *id < upto.segment && *id != self.segment.id()) {
+            let path = segment_path(&self.dir, id);
+            if self.spares.len() < self.max_spares {
+                match std::fs::rename(&path, spare_path(&self.dir, id)) {
+                    Ok(()) => {
+                        changed = true;
+                        self.spares.push(id);
+                        self.spares.sort_unstable();
+                        self.stats.segments_spared.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    Err(e) => tracing::warn!(segment = id, error = %e, "could not keep a journal segment as a spare"),
+                }
+            }
+            match std::fs::remove_file(&path) {
                 Ok(()) => {
-                    deleted = true;
+                    changed = true;
                     self.stats.segments_deleted.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e) => tracing::warn!(segment = id, error = %e, "could not delete checkpointed journal segment"),
             }
         }
-        if deleted {
+        if changed {
             let _ = sync_dir(&self.dir);
         }
     }
