@@ -125,6 +125,13 @@ struct Args {
     #[arg(long, env = "QUIRE_ENTRY_LOG_MIB", default_value_t = 1024)]
     entry_log_mib: u64,
 
+    /// Newest entry-log MiB kept in the page cache after a flush; older,
+    /// synced pages are dropped from it so that flushes recycle pages
+    /// instead of taking fresh ones (read-ahead serves older reads). At
+    /// least --entry-log-mib: the kernel keeps what it likes.
+    #[arg(long, env = "QUIRE_ENTRY_LOG_CACHED_MIB", default_value_t = 0)]
+    entry_log_cached_mib: u64,
+
     /// Read-ahead cache, in MiB.
     #[arg(long, env = "QUIRE_READ_CACHE_MIB", default_value_t = 16)]
     read_cache_mib: usize,
@@ -251,6 +258,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     config.flush_interval = Duration::from_millis(args.flush_interval_ms);
     config.flush_bytes = args.flush_kib * 1024;
     config.entry_log_bytes = args.entry_log_mib * 1024 * 1024;
+    config.entry_log_cached_bytes = Some(args.entry_log_cached_mib * 1024 * 1024);
     config.read_cache_bytes = args.read_cache_mib * 1024 * 1024;
     config.max_entry_bytes = args.max_entry_bytes;
     config.max_parked_waits = args.max_parked_waits;

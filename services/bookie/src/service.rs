@@ -107,8 +107,6 @@ pub const METADATA_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::fro
 /// Most adds one AddEntries request may carry.
 pub const MAX_ADDS_PER_REQUEST: usize = 1024;
 
-type AddOutcomeFuture = std::pin::Pin<Box<dyn std::future::Future<Output = v1::AddOutcome> + Send>>;
-
 fn outcome(l: u64, e: u64, r: Result<(), ServiceError>) -> v1::AddOutcome {
     match r {
         Ok(()) => v1::AddOutcome { ledger_id: l, entry_id: e, code: ErrorCode::Ok as i32, message: String::new() },
@@ -131,34 +129,73 @@ impl BookieService {
         Ok(())
     }
 
-    /// One add of a batch whose ledgers are known (and fenced, for recovery
-    /// adds): queued to the journal now, in request order; awaited later.
-    fn add_queued(&self, a: v1::AddEntryRequest, role: quire_proto::Role) -> AddOutcomeFuture {
+    /// The checks of one add of a batch whose ledgers are known (and
+    /// fenced, for recovery adds) that need no storage: its outcome if
+    /// refused, else the entry and whether it may pass a fence.
+    fn judge(&self, a: v1::AddEntryRequest, role: quire_proto::Role) -> Result<(v1::Entry, bool), v1::AddOutcome> {
         let Some(entry) = a.entry else {
-            return Box::pin(std::future::ready(outcome(0, 0, Err(ServiceError::bad_request("add without an entry")))));
+            return Err(outcome(0, 0, Err(ServiceError::bad_request("add without an entry"))));
         };
-        let (l, e) = (entry.ledger_id, entry.entry_id);
         let checked = if a.replication {
             Self::check_replication(role).and_then(|()| self.check_instance(&a.expected_instance_id))
         } else {
             self.check_instance(&a.expected_instance_id).and_then(|()| self.check_draining(a.recovery))
         };
-        if let Err(err) = checked {
-            return Box::pin(std::future::ready(outcome(l, e, Err(err))));
+        match checked {
+            Err(err) => Err(outcome(entry.ledger_id, entry.entry_id, Err(err))),
+            Ok(()) => Ok((entry, a.recovery || a.replication)),
         }
-        let span = journal_span(l, e);
-        let (started, hist) = (std::time::Instant::now(), self.add_seconds.clone());
-        let added = self.store.add(entry, a.recovery || a.replication);
-        Box::pin(tracing::Instrument::instrument(
-            async move {
-                let r = added.await;
-                if r.is_ok() {
-                    hist.observe_duration(started.elapsed());
+    }
+
+    /// The adds of a batch whose ledgers are known (and fenced, for
+    /// recovery adds): judged, the rest queued to the journal now, in
+    /// request order, as one journal request; `refused` holds the outcome
+    /// of adds of ledgers already refused. Resolves to the outcomes in order.
+    fn add_queued(
+        &self,
+        adds: Vec<v1::AddEntryRequest>,
+        role: quire_proto::Role,
+        refused: &std::collections::BTreeMap<u64, ServiceError>,
+    ) -> impl std::future::Future<Output = Vec<v1::AddOutcome>> + Send + 'static {
+        let mut outcomes: Vec<Option<v1::AddOutcome>> = Vec::with_capacity(adds.len());
+        let mut queued = Vec::with_capacity(adds.len());
+        let mut to_add = Vec::with_capacity(adds.len());
+        for a in adds {
+            let refusal =
+                a.entry.as_ref().and_then(|e| refused.get(&e.ledger_id).map(|r| (e.ledger_id, e.entry_id, r)));
+            if let Some((l, e, r)) = refusal {
+                outcomes.push(Some(outcome(l, e, Err(r.clone()))));
+                continue;
+            }
+            match self.judge(a, role) {
+                Ok((entry, recovery)) => {
+                    queued.push((outcomes.len(), entry.ledger_id, entry.entry_id));
+                    outcomes.push(None);
+                    to_add.push((entry, recovery));
                 }
-                outcome(l, e, r.map_err(to_service_error))
+                Err(o) => outcomes.push(Some(o)),
+            }
+        }
+        let span = match queued.first() {
+            Some((_, l, e)) => journal_span(*l, *e),
+            None => tracing::Span::none(),
+        };
+        let (started, hist) = (std::time::Instant::now(), self.add_seconds.clone());
+        let added = self.store.add_many(to_add);
+        tracing::Instrument::instrument(
+            async move {
+                let results = added.await;
+                let took = started.elapsed();
+                for ((slot, l, e), r) in queued.into_iter().zip(results) {
+                    if r.is_ok() {
+                        hist.observe_duration(took);
+                    }
+                    outcomes[slot] = Some(outcome(l, e, r.map_err(to_service_error)));
+                }
+                outcomes.into_iter().map(|o| o.expect("every add answered")).collect()
             },
             span,
-        ))
+        )
     }
 
     /// AddEntries: each add judged as a single AddEntry would be. The checks
@@ -190,14 +227,8 @@ impl BookieService {
             }
         }
         if unknown.is_empty() && to_fence.is_empty() && unknown_copies.is_empty() {
-            let queued: Vec<AddOutcomeFuture> = adds.into_iter().map(|a| self.add_queued(a, role)).collect();
-            return Box::pin(async move {
-                let mut outcomes = Vec::with_capacity(queued.len());
-                for q in queued {
-                    outcomes.push(q.await);
-                }
-                Ok(v1::AddEntriesResponse { outcomes }.into())
-            });
+            let queued = self.add_queued(adds, role, &std::collections::BTreeMap::new());
+            return Box::pin(async move { Ok(v1::AddEntriesResponse { outcomes: queued.await }.into()) });
         }
         let this = self.clone_parts();
         Box::pin(async move {
@@ -224,21 +255,7 @@ impl BookieService {
                     }
                 }
             }
-            let mut queued = Vec::with_capacity(adds.len());
-            for a in adds {
-                let refusal =
-                    a.entry.as_ref().and_then(|e| refused.get(&e.ledger_id).map(|r| (e.ledger_id, e.entry_id, r)));
-                match refusal {
-                    Some((l, e, r)) => {
-                        queued.push(Box::pin(std::future::ready(outcome(l, e, Err(r.clone())))) as AddOutcomeFuture)
-                    }
-                    None => queued.push(this.add_queued(a, role)),
-                }
-            }
-            let mut outcomes = Vec::with_capacity(queued.len());
-            for q in queued {
-                outcomes.push(q.await);
-            }
+            let outcomes = this.add_queued(adds, role, &refused).await;
             Ok(v1::AddEntriesResponse { outcomes }.into())
         })
     }
@@ -410,7 +427,7 @@ impl quire_rpc::Service for BookieService {
                             Self::check_replication(role)?;
                             fence_unless_open(&this.store, meta, e.ledger_id).await?;
                         }
-                        let o = this.add_queued(a, role).await;
+                        let o = this.add_queued(vec![a], role, &Default::default()).await.pop().expect("one add");
                         match ErrorCode::try_from(o.code) {
                             Ok(ErrorCode::Ok) => {
                                 Ok(v1::AddEntryResponse { ledger_id: o.ledger_id, entry_id: o.entry_id }.into())

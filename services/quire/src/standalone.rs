@@ -72,11 +72,26 @@ fn bin_dir() -> anyhow::Result<PathBuf> {
     Ok(exe.parent().context("the quire binary's directory")?.to_path_buf())
 }
 
+/// Async worker threads per service: nine processes share this machine's
+/// cores, and a runtime with a thread per core each would spend its time
+/// in context switches (on 2 cores, one worker each cut the cluster's CPU
+/// per add by about a tenth: docs/benchmarks.md). About a third of the
+/// cores each, for the three bookies that do most of the work; an explicit
+/// QUIRE_WORKER_THREADS in the environment wins.
+fn worker_threads() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cores / 3).max(1)
+}
+
 fn spawn(cluster: &mut Cluster, bin: &Path, name: &str, args: &[String], run_dir: &Path) -> anyhow::Result<PathBuf> {
     let ready = run_dir.join(format!("{name}.ready"));
     let _ = std::fs::remove_file(&ready);
     let log = std::fs::File::create(run_dir.join(format!("{name}.log"))).context("create a log file")?;
-    let child = Command::new(bin)
+    let mut cmd = Command::new(bin);
+    if std::env::var_os("QUIRE_WORKER_THREADS").is_none() {
+        cmd.env("QUIRE_WORKER_THREADS", worker_threads().to_string());
+    }
+    let child = cmd
         .args(args)
         .arg("--ready-file")
         .arg(&ready)

@@ -63,6 +63,35 @@ pub enum StorageError {
     Cookie(String),
 }
 
+/// A copy for each of several adds that one failure refused (an
+/// `add_many`'s journal completion): the OS error keeps its kind and
+/// message, the rest is copied as is.
+impl Clone for StorageError {
+    fn clone(&self) -> Self {
+        use StorageError::*;
+        match self {
+            Io { path, source } => {
+                Io { path: path.clone(), source: std::io::Error::new(source.kind(), source.to_string()) }
+            }
+            Corrupt(s) => Corrupt(s.clone()),
+            JournalClosed => JournalClosed,
+            JournalFailed => JournalFailed,
+            IndexClosed => IndexClosed,
+            Index(s) => Index(s.clone()),
+            NoSuchLedger(l) => NoSuchLedger(*l),
+            NoSuchEntry(l, e) => NoSuchEntry(*l, *e),
+            CorruptEntry(l, e, s) => CorruptEntry(*l, *e, s.clone()),
+            Fenced(l) => Fenced(*l),
+            DigestMismatch(l, e) => DigestMismatch(*l, *e),
+            TooLarge(a, b) => TooLarge(*a, *b),
+            ReadOnly(s) => ReadOnly(s.clone()),
+            Overloaded(s) => Overloaded(s.clone()),
+            LogRemoved(id) => LogRemoved(*id),
+            Cookie(s) => Cookie(s.clone()),
+        }
+    }
+}
+
 impl StorageError {
     /// An I/O error on `path`.
     pub fn io(path: &Path, source: std::io::Error) -> Self {

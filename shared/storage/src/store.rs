@@ -42,6 +42,11 @@ pub struct StoreConfig {
     pub flush_bytes: usize,
     /// An entry log file is closed and a new one started past this size.
     pub entry_log_bytes: u64,
+    /// The newest entry-log bytes kept in the page cache after a flush's
+    /// sync; older ones are dropped from it, and a file's whole cache once
+    /// the next file starts. `None`, or a value of at least
+    /// `entry_log_bytes`: the kernel keeps what it likes.
+    pub entry_log_cached_bytes: Option<u64>,
     /// Read-ahead cache, payload bytes.
     pub read_cache_bytes: usize,
     /// Bytes read per read-ahead from an entry log.
@@ -70,6 +75,7 @@ impl StoreConfig {
             flush_interval: Duration::from_secs(1),
             flush_bytes: 4 * 1024 * 1024,
             entry_log_bytes: 1024 * 1024 * 1024,
+            entry_log_cached_bytes: Some(0),
             read_cache_bytes: 16 * 1024 * 1024,
             read_ahead_bytes: 64 * 1024,
             max_entry_bytes: quire_proto::MAX_ENTRY_BYTES,
@@ -210,6 +216,19 @@ enum FlushCmd {
 /// The pending result of [`Store::add`].
 pub type AddFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), StorageError>> + Send>>;
 
+/// Resolves to each add's result, in the order given to [`Store::add_many`].
+pub type AddManyFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Vec<Result<(), StorageError>>> + Send>>;
+
+/// An add of an [`Store::add_many`] that passed the checks needing no lock.
+struct Accepted {
+    /// Its place in the request.
+    slot: usize,
+    entry: Entry,
+    recovery: bool,
+    /// Budget permits it holds.
+    kib: usize,
+}
+
 /// The storage engine.
 pub struct Store {
     inner: Arc<Inner>,
@@ -228,7 +247,8 @@ impl Store {
         let index_dir = config.ledger_dir.join("index");
         let logs_dir = config.ledger_dir.join("entrylogs");
         let index = SledIndex::open(&index_dir)?;
-        let logs = EntryLogs::open(&logs_dir, config.entry_log_bytes)?;
+        let cached = config.entry_log_cached_bytes.filter(|b| *b < config.entry_log_bytes);
+        let logs = EntryLogs::open(&logs_dir, config.entry_log_bytes, cached)?;
         let mut ledgers = HashMap::new();
         for (id, rec) in index.ledgers()? {
             ledgers.insert(id, LedgerState::new(rec));
@@ -348,6 +368,85 @@ impl Store {
                 inner.enqueue_add(entry, recovery, kib)?.await.map_err(|_| StorageError::JournalClosed)?
             }),
         }
+    }
+
+    /// Adds several entries (an AddEntries request's): each judged as
+    /// [`Store::add`] would judge it, the accepted ones journaled back to
+    /// back in one group commit with one completion. The future resolves
+    /// once they are durable, with each add's result in the order given.
+    /// `adds`: the entry and whether it is a recovery add.
+    pub fn add_many(&self, adds: Vec<(Entry, bool)>) -> AddManyFuture {
+        let inner = self.inner.clone();
+        let mut results: Vec<Option<Result<(), StorageError>>> = Vec::with_capacity(adds.len());
+        let mut accepted = Vec::with_capacity(adds.len());
+        let mut kib_total = 0usize;
+        for (i, (entry, recovery)) in adds.into_iter().enumerate() {
+            match inner.check_add(&entry) {
+                Ok(()) => {
+                    let kib = kib_of(&entry).min(inner.budget_kib);
+                    kib_total += kib;
+                    accepted.push(Accepted { slot: i, entry, recovery, kib });
+                    results.push(None);
+                }
+                Err(e) => results.push(Some(Err(e))),
+            }
+        }
+        if accepted.is_empty() {
+            return Box::pin(std::future::ready(results.into_iter().map(|r| r.expect("judged")).collect()));
+        }
+        if kib_total > inner.budget_kib {
+            // More than the whole write cache at once: one by one, each
+            // waiting for its own room (a batch's room might never come).
+            let each: Vec<(usize, AddFuture)> =
+                accepted.into_iter().map(|a| (a.slot, self.add(a.entry, a.recovery))).collect();
+            return Box::pin(async move {
+                for (slot, f) in each {
+                    results[slot] = Some(f.await);
+                }
+                results.into_iter().map(|r| r.expect("judged")).collect()
+            });
+        }
+        let fast = match inner.budget.try_acquire_many(kib_total as u32) {
+            Ok(permit) => {
+                permit.forget();
+                true
+            }
+            Err(_) => false,
+        };
+        if fast {
+            let queued = inner.enqueue_many(accepted, &mut results);
+            return Box::pin(async move {
+                if let Some((slots, rx)) = queued {
+                    let res = rx.await.unwrap_or(Err(StorageError::JournalClosed));
+                    for slot in slots {
+                        results[slot] = Some(res.clone());
+                    }
+                }
+                results.into_iter().map(|r| r.expect("judged")).collect()
+            });
+        }
+        Box::pin(async move {
+            // Room in the write cache; returned to the budget when flushed (or on failure).
+            let queued = match inner.budget.acquire_many(kib_total as u32).await {
+                Ok(permit) => {
+                    permit.forget();
+                    inner.enqueue_many(accepted, &mut results)
+                }
+                Err(_) => {
+                    for a in accepted {
+                        results[a.slot] = Some(Err(StorageError::Overloaded("store is closing".into())));
+                    }
+                    None
+                }
+            };
+            if let Some((slots, rx)) = queued {
+                let res = rx.await.unwrap_or(Err(StorageError::JournalClosed));
+                for slot in slots {
+                    results[slot] = Some(res.clone());
+                }
+            }
+            results.into_iter().map(|r| r.expect("judged")).collect()
+        })
     }
 
     /// Fences a ledger (idempotent): from now on only recovery adds are
@@ -894,6 +993,71 @@ impl Inner {
         Ok(rx)
     }
 
+    /// [`Inner::enqueue_add`] for several adds: the fence checks of all their
+    /// ledgers and the one journal request, atomically with respect to
+    /// fences of those ledgers. A refused add gets its result in `results`
+    /// and its permits back; returns the slots queued and their completion
+    /// (`None`: nothing was queued).
+    #[allow(clippy::type_complexity)]
+    fn enqueue_many(
+        self: &Arc<Self>,
+        accepted: Vec<Accepted>,
+        results: &mut [Option<Result<(), StorageError>>],
+    ) -> Option<(Vec<usize>, oneshot::Receiver<Result<(), StorageError>>)> {
+        // Each ledger once, its fence lock taken in id order: fence() takes
+        // one lock at a time, so this order cannot deadlock.
+        let mut ids: Vec<u64> = accepted.iter().map(|a| a.entry.ledger_id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let states: Vec<Arc<LedgerState>> = ids.iter().map(|id| self.ledger_or_create(*id)).collect();
+        let guards: Vec<std::sync::MutexGuard<'_, bool>> =
+            states.iter().map(|st| st.fence.lock().expect("fence lock")).collect();
+        let mut records = Vec::with_capacity(accepted.len());
+        let mut landed = Vec::with_capacity(accepted.len());
+        let mut slots = Vec::with_capacity(accepted.len());
+        for a in accepted {
+            let at = ids.binary_search(&a.entry.ledger_id).expect("listed");
+            if *guards[at] && !a.recovery {
+                self.budget.add_permits(a.kib);
+                results[a.slot] = Some(Err(StorageError::Fenced(a.entry.ledger_id)));
+                continue;
+            }
+            records.push(Record::Entry {
+                ledger_id: a.entry.ledger_id,
+                entry_id: a.entry.entry_id,
+                last_add_confirmed: a.entry.last_add_confirmed,
+                ledger_length: a.entry.ledger_length,
+                crc32c: a.entry.crc32c,
+                payload: a.entry.payload.clone(),
+            });
+            slots.push(a.slot);
+            landed.push((a.entry, a.kib, states[at].clone()));
+        }
+        if records.is_empty() {
+            return None;
+        }
+        let (tx, rx) = oneshot::channel();
+        let inner = self.clone();
+        self.journal.append_many(
+            records,
+            Box::new(move |res| {
+                let out = match res {
+                    Ok(pos) => {
+                        inner.apply_entries(pos, landed);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        inner.budget.add_permits(landed.iter().map(|(_, kib, _)| kib).sum());
+                        Err(e)
+                    }
+                };
+                let _ = tx.send(out);
+            }),
+        );
+        drop(guards);
+        Some((slots, rx))
+    }
+
     fn ledger(&self, id: u64) -> Option<Arc<LedgerState>> {
         self.ledgers.read().expect("ledgers lock").get(&id).cloned()
     }
@@ -914,33 +1078,44 @@ impl Inner {
     }
 
     /// On the journal thread, in journal order: the entry is durable.
-    fn apply_entry(&self, pos: JournalPos, mut entry: Entry, kib: usize, st: &Arc<LedgerState>) {
-        let lac = entry.last_add_confirmed;
-        let entry_ledger = entry.ledger_id;
-        // The payload arrived as a slice of a network receive buffer; held in the
-        // cache it would pin that whole buffer until the next flush. A copy of
-        // the entry's own bytes keeps the cache's memory what its bound says.
-        entry.payload = bytes::Bytes::copy_from_slice(&entry.payload);
+    fn apply_entry(&self, pos: JournalPos, entry: Entry, kib: usize, st: &Arc<LedgerState>) {
+        self.apply_entries(pos, vec![(entry, kib, st.clone())]);
+    }
+
+    /// On the journal thread, in journal order: these entries are durable,
+    /// the last of them ending at `pos`. Into the write cache under one
+    /// lock, then each ledger's LAC.
+    fn apply_entries(&self, pos: JournalPos, entries: Vec<(Entry, usize, Arc<LedgerState>)>) {
+        let n = entries.len() as u64;
+        let mut marks = Vec::with_capacity(entries.len());
         let full = {
             let mut c = self.caches.write().expect("caches lock");
-            c.active.insert(entry);
-            c.active_kib += kib;
+            for (mut entry, kib, st) in entries {
+                marks.push((entry.last_add_confirmed, entry.ledger_id, st));
+                // The payload arrived as a slice of a network receive buffer; held in the
+                // cache it would pin that whole buffer until the next flush. A copy of
+                // the entry's own bytes keeps the cache's memory what its bound says.
+                entry.payload = bytes::Bytes::copy_from_slice(&entry.payload);
+                c.active.insert(entry);
+                c.active_kib += kib;
+            }
             c.applied = c.applied.max(pos);
             c.active.bytes() >= self.config.flush_bytes.min(self.config.write_cache_bytes / 2)
         };
-        st.raise_lac(lac);
-        st.dirty.store(true, Ordering::Release);
-        if st.dropped.load(Ordering::Acquire) {
-            // Deleted while this add was in the journal: visible again, so
-            // that the next GC pass finds and drops it.
-            let id = entry_ledger;
-            let mut ledgers = self.ledgers.write().expect("ledgers lock");
-            let cur = ledgers.entry(id).or_insert_with(|| st.clone());
-            cur.dirty.store(true, Ordering::Release);
-            st.dropped.store(false, Ordering::Release);
-            self.appeared.notify_waiters();
+        for (lac, entry_ledger, st) in marks {
+            st.raise_lac(lac);
+            st.dirty.store(true, Ordering::Release);
+            if st.dropped.load(Ordering::Acquire) {
+                // Deleted while this add was in the journal: visible again, so
+                // that the next GC pass finds and drops it.
+                let mut ledgers = self.ledgers.write().expect("ledgers lock");
+                let cur = ledgers.entry(entry_ledger).or_insert_with(|| st.clone());
+                cur.dirty.store(true, Ordering::Release);
+                st.dropped.store(false, Ordering::Release);
+                self.appeared.notify_waiters();
+            }
         }
-        self.stats.adds.fetch_add(1, Ordering::Relaxed);
+        self.stats.adds.fetch_add(n, Ordering::Relaxed);
         if full {
             if let Some(tx) = self.flush_tx.lock().expect("flush tx lock").as_ref() {
                 let _ = tx.send(FlushCmd::Now(None));

@@ -53,6 +53,7 @@ fn journal_suite(start: impl Fn(&Path) -> Box<dyn JournalUnderTest>) {
     journal_torn_tail_is_cut_and_stays_cut(&start);
     journal_damage_with_records_after_it_is_skipped_not_cut(&start);
     journal_a_zeroed_length_is_damage_not_a_clean_end(&start);
+    journal_append_many_is_one_completion_in_order_with_single_appends(&start);
 }
 
 /// What the suite needs beyond the `Journal` trait: a clean stop.
@@ -81,6 +82,47 @@ fn journal_appends_complete_in_order_and_replay_in_order(start: &dyn Fn(&Path) -
     assert!(pos.windows(2).all(|w| w[0] < w[1]), "positions must increase");
     j.stop();
     assert_eq!(replayed(t.path(), JournalPos::default()), records);
+}
+
+/// `append_many` groups interleaved with single appends: completions in
+/// append order, each group's position just after its last record (its
+/// records sit back to back: a replay from it starts at the next append),
+/// and a replay yields every record in order; groups straddle the small
+/// segments' rotations.
+fn journal_append_many_is_one_completion_in_order_with_single_appends(
+    start: &dyn Fn(&Path) -> Box<dyn JournalUnderTest>,
+) {
+    let t = tempfile::tempdir().unwrap();
+    let j = start(t.path());
+    let (tx, rx) = mpsc::channel();
+    let mut all = Vec::new();
+    let mut appends = 0usize;
+    let mut last_of = Vec::new();
+    for i in 0..120u64 {
+        let tx = tx.clone();
+        let k = appends;
+        if i % 3 == 0 {
+            let r = entry(2, all.len() as u64, &vec![i as u8; 100 + (i as usize * 53) % 900]);
+            all.push(r.clone());
+            j.append(r, Box::new(move |res| tx.send((k, res.expect("append"))).unwrap()));
+        } else {
+            let group: Vec<Record> =
+                (0..1 + i % 17).map(|n| entry(3 + n % 2, all.len() as u64 + n, &vec![n as u8; 400])).collect();
+            all.extend(group.iter().cloned());
+            j.append_many(group, Box::new(move |res| tx.send((k, res.expect("append_many"))).unwrap()));
+        }
+        last_of.push(all.len());
+        appends += 1;
+    }
+    let got: Vec<(usize, JournalPos)> =
+        (0..appends).map(|_| rx.recv_timeout(Duration::from_secs(10)).unwrap()).collect();
+    assert!(got.iter().enumerate().all(|(k, (i, _))| k == *i), "completions out of append order");
+    assert!(got.windows(2).all(|w| w[0].1 < w[1].1), "positions must increase");
+    j.stop();
+    assert_eq!(replayed(t.path(), JournalPos::default()), all);
+    for probe in [0usize, 1, 40, 77, appends - 2] {
+        assert_eq!(replayed(t.path(), got[probe].1), all[last_of[probe]..].to_vec(), "from append {probe}");
+    }
 }
 
 fn journal_replay_from_a_checkpoint_skips_exactly_what_it_covers(start: &dyn Fn(&Path) -> Box<dyn JournalUnderTest>) {

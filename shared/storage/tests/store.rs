@@ -171,6 +171,63 @@ async fn bad_adds_are_refused_with_their_reason() {
     assert!(matches!(store.read(2, 0), Err(StorageError::NoSuchLedger(2))));
 }
 
+/// An AddEntries' adds in one call: each judged alone (a bad digest, an
+/// oversized entry and a normal add to a fenced ledger are refused, a
+/// recovery add to it is not), the results in the order given, and what
+/// was accepted reads back, before and after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_many_judges_each_add_and_answers_in_order() {
+    let t = tempfile::tempdir().unwrap();
+    let mut c = config(t.path());
+    c.max_entry_bytes = 4096;
+    {
+        let store = Store::open(c.clone()).unwrap();
+        store.fence(9).await.unwrap();
+        let mut bad = entry(1, 1, 0);
+        bad.payload = Bytes::from_static(b"tampered");
+        let adds = vec![
+            (entry(1, 0, -1), false),
+            (bad, false),
+            (entry(9, 0, -1), false),
+            (Entry::sealed(2, 0, -1, Bytes::from(vec![1u8; 8192])), false),
+            (entry(9, 1, -1), true),
+            (entry(2, 0, -1), false),
+            (entry(1, 1, 0), false),
+        ];
+        let res = store.add_many(adds).await;
+        assert_eq!(res.len(), 7);
+        assert!(res[0].is_ok(), "{:?}", res[0]);
+        assert!(matches!(res[1], Err(StorageError::DigestMismatch(1, 1))), "{:?}", res[1]);
+        assert!(matches!(res[2], Err(StorageError::Fenced(9))), "{:?}", res[2]);
+        assert!(matches!(res[3], Err(StorageError::TooLarge(8192, 4096))), "{:?}", res[3]);
+        assert!(res[4].is_ok() && res[5].is_ok() && res[6].is_ok(), "{res:?}");
+        assert_eq!(store.lac(1).unwrap(), 0);
+        assert_eq!(store.read(9, 1).unwrap(), entry(9, 1, -1));
+        assert!(matches!(store.read(9, 0), Err(StorageError::NoSuchEntry(9, 0))));
+        assert!(store.add_many(Vec::new()).await.is_empty());
+    }
+    let store = Store::open(c).unwrap();
+    read_all(&store, 1, 2);
+    assert_eq!(store.read(2, 0).unwrap(), entry(2, 0, -1));
+    assert_eq!(store.read(9, 1).unwrap(), entry(9, 1, -1));
+}
+
+/// A batch larger than the whole write cache cannot wait for room all at
+/// once: it goes add by add, and every add lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_many_larger_than_the_write_cache_still_lands() {
+    let t = tempfile::tempdir().unwrap();
+    let mut c = config(t.path());
+    c.write_cache_bytes = 64 * 1024;
+    c.flush_interval = Duration::from_millis(20);
+    let store = Store::open(c).unwrap();
+    let adds: Vec<(Entry, bool)> =
+        (0..100).map(|e| (Entry::sealed(4, e, e as i64 - 1, Bytes::from(vec![e as u8; 2000])), false)).collect();
+    let res = tokio::time::timeout(Duration::from_secs(30), store.add_many(adds)).await.expect("lands");
+    assert!(res.iter().all(|r| r.is_ok()), "{res:?}");
+    assert_eq!(store.lac(4).unwrap(), 98);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_byte_in_an_entry_log_reads_as_corrupt_not_missing() {
     let t = tempfile::tempdir().unwrap();

@@ -42,8 +42,9 @@ pub type Completion = Box<dyn FnOnce(Result<JournalPos, StorageError>) + Send>;
 /// A durable, ordered log of records.
 ///
 /// The contract every implementation keeps (tests/conformance.rs checks it):
-/// - `append` completions run in append order, each after the record and all
-///   records before it are durable, with strictly increasing positions;
+/// - `append` (and `append_many`) completions run in append order, each
+///   after the record(s) and all records before are durable, with strictly
+///   increasing positions;
 /// - after a crash, replay from any completed position yields exactly the
 ///   records completed after it, in order, and possibly some that were never
 ///   completed (written but not acknowledged), never a record that was not appended;
@@ -53,6 +54,11 @@ pub type Completion = Box<dyn FnOnce(Result<JournalPos, StorageError>) + Send>;
 pub trait Journal: Send + Sync {
     /// Appends a record; `done` runs when it is durable or failed.
     fn append(&self, record: Record, done: Completion);
+    /// Appends records back to back, none between them, in one group
+    /// commit; `done` runs once, when all are durable (with the position
+    /// after the last) or failed. One queue operation and one completion
+    /// for a request's adds instead of one each.
+    fn append_many(&self, records: Vec<Record>, done: Completion);
     /// Records at or before `upto` are no longer needed.
     fn checkpoint(&self, upto: JournalPos);
 }

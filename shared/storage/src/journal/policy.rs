@@ -128,8 +128,15 @@ impl GroupCommit {
     /// Whether one more record of `bytes` would overflow the batch (then the
     /// writer syncs first and starts the next batch with it).
     pub fn would_overflow(&self, bytes: usize) -> bool {
+        self.would_overflow_many(bytes, 1)
+    }
+
+    /// Whether `records` more records of `bytes` in all, which must share
+    /// a batch, would overflow it.
+    pub fn would_overflow_many(&self, bytes: usize, records: usize) -> bool {
         self.records > 0
-            && (self.bytes + bytes > self.policy.max_batch_bytes || self.records + 1 > self.policy.max_batch_records)
+            && (self.bytes + bytes > self.policy.max_batch_bytes
+                || self.records + records > self.policy.max_batch_records)
     }
 
     /// What to do, given whether the queue has more records right now.

@@ -97,7 +97,17 @@ impl Default for JournalStats {
 }
 
 enum Request {
-    Append { record: Record, enqueued_at: Instant, done: Completion },
+    Append {
+        record: Record,
+        enqueued_at: Instant,
+        done: Completion,
+    },
+    /// Records that go into one batch, with one completion.
+    AppendMany {
+        records: Vec<Record>,
+        enqueued_at: Instant,
+        done: Completion,
+    },
     Checkpoint(JournalPos),
 }
 
@@ -185,6 +195,24 @@ impl Journal for FileJournal {
         }
     }
 
+    fn append_many(&self, records: Vec<Record>, done: Completion) {
+        if records.is_empty() {
+            // Nothing to make durable; the position is not used by a caller
+            // that appended nothing.
+            done(Ok(JournalPos::default()));
+            return;
+        }
+        self.stats.appended.fetch_add(records.len() as u64, Ordering::Relaxed);
+        let req = Request::AppendMany { records, enqueued_at: Instant::now(), done };
+        let sent = match self.tx.lock().expect("journal tx lock").as_ref() {
+            Some(tx) => tx.send(req).map_err(|e| e.0),
+            None => Err(req),
+        };
+        if let Err(Request::AppendMany { done, .. }) = sent {
+            done(Err(StorageError::JournalClosed));
+        }
+    }
+
     fn checkpoint(&self, upto: JournalPos) {
         if let Some(tx) = self.tx.lock().expect("journal tx lock").as_ref() {
             let _ = tx.send(Request::Checkpoint(upto));
@@ -226,8 +254,9 @@ struct Writer {
     spares: Vec<u64>,
     segment: Segment,
     buf: BytesMut,
-    /// Encoded length and completion of each gathered record, in order.
-    pending: Vec<(usize, Completion)>,
+    /// Encoded length, record count and completion of each gathered
+    /// request (one record, or an `append_many`'s), in order.
+    pending: Vec<(usize, usize, Completion)>,
     gc: GroupCommit,
     failed: Arc<AtomicBool>,
     stats: Arc<JournalStats>,
@@ -281,8 +310,25 @@ impl Writer {
                     self.flush();
                 }
                 record.encode(&mut self.buf, self.segment.format());
-                self.pending.push((len, done));
+                self.pending.push((len, 1, done));
                 self.gc.gathered(len, enqueued_at, Instant::now());
+            }
+            Request::AppendMany { records, enqueued_at, done } => {
+                if self.failed.load(Ordering::SeqCst) {
+                    done(Err(StorageError::JournalFailed));
+                    return;
+                }
+                // All in one batch: one completion cannot be half durable.
+                let len: usize = records.iter().map(Record::encoded_len).sum();
+                if self.gc.would_overflow_many(len, records.len()) {
+                    self.flush();
+                }
+                let now = Instant::now();
+                for r in &records {
+                    r.encode(&mut self.buf, self.segment.format());
+                    self.gc.gathered(r.encoded_len(), enqueued_at, now);
+                }
+                self.pending.push((len, records.len(), done));
             }
             Request::Checkpoint(upto) => self.delete_before(upto),
         }
@@ -300,14 +346,15 @@ impl Writer {
         match result {
             Ok(base) => {
                 self.stats.syncs.fetch_add(1, Ordering::Relaxed);
-                self.stats.records.fetch_add(pending.len() as u64, Ordering::Relaxed);
+                let records: usize = pending.iter().map(|(_, n, _)| n).sum();
+                self.stats.records.fetch_add(records as u64, Ordering::Relaxed);
                 self.stats.bytes.fetch_add(self.buf.len() as u64, Ordering::Relaxed);
                 self.stats.sync_us_total.fetch_add(took_us, Ordering::Relaxed);
                 self.stats.sync_us_max.fetch_max(took_us, Ordering::Relaxed);
                 self.stats.sync_seconds.observe(took_us as f64 / 1e6);
-                self.stats.batch_records.observe(pending.len() as f64);
+                self.stats.batch_records.observe(records as f64);
                 let mut offset = base;
-                for (len, done) in pending {
+                for (len, _, done) in pending {
                     offset += len as u64;
                     done(Ok(JournalPos { segment: self.segment.id(), offset }));
                 }
@@ -318,7 +365,7 @@ impl Writer {
                 // nothing after it either.
                 tracing::error!(error = %e, "journal write failed; the journal refuses all further appends");
                 self.failed.store(true, Ordering::SeqCst);
-                for (_, done) in pending {
+                for (_, _, done) in pending {
                     done(Err(StorageError::JournalFailed));
                 }
             }
