@@ -48,7 +48,8 @@ OUT="$WORK/report" DOCS="$WORK/docs" CLUSTER="$WORK/bench-cluster" SECS=2 PEERS=
   || { cat "$WORK/bench.txt"; fail "loadtest/bench/run.sh failed"; }
 md="$WORK/docs/benchmarks.md"
 for want in "## Pipelined and queue-depth-1 writes" "| 4x100 |" "## Latency against throughput" "| 1 000 |" \
-            "## Through the HTTP gateway (goose)" "## Catch-up reads" "| 65536 |" "bench/latency-throughput.svg"; do
+            "## Through the HTTP gateway (goose)" "## Catch-up reads" "| 65536 |" "bench/latency-throughput.svg" \
+            "cluster CPU µs/add" "Bookie memory after the 4 x 100 case"; do
   grep -qF -- "$want" "$md" || { cat "$WORK/bench.txt"; cat "$md"; fail "the report lacks '$want'"; }
 done
 grep -q '<polyline' "$WORK/docs/bench/latency-throughput.svg" || fail "the plot has no curve"

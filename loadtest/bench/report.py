@@ -89,6 +89,18 @@ for path in glob.glob(f"{OUT}/client-*.json"):
     if j:
         client[os.path.basename(path)[len("client-"):-len(".json")]] = j
 sweep = sorted((j for k, j in client.items() if k.startswith("rate-")), key=lambda j: j["rate"])
+# The cluster's CPU over each client case (run.sh's client-<case>.cpu: name,
+# CPU seconds before and after): all of it, and the bookies', per add.
+cpu = {}
+for name, j in client.items():
+    rows = [l.split() for l in read(f"{OUT}/client-{name}.cpu").splitlines() if len(l.split()) == 3]
+    if rows and j.get("adds"):
+        total = sum(float(r[2]) - float(r[1]) for r in rows)
+        bookies = [float(r[2]) - float(r[1]) for r in rows if r[0] == "quire-bookie"]
+        cpu[name] = {"us_per_add": total * 1e6 / j["adds"],
+                     "bookie_us_per_add": sum(bookies) * 1e6 / j["adds"] / max(1, len(bookies))}
+        j["cpu"] = cpu[name]
+rss = [tuple(int(x) for x in l.split()) for l in read(f"{OUT}/bookie-rss.txt").splitlines() if len(l.split()) == 2]
 goose = {}
 for path in glob.glob(f"{OUT}/goose-append-*.json"):
     j = load_json(path)
@@ -219,16 +231,27 @@ w("## Pipelined and queue-depth-1 writes: quire next to NATS JetStream and etcd"
 w("")
 w("Command: `make bench` (cases `quire bench --ledgers W --window N`, `nats-jetstream.sh pypi-always` and `etcd.sh`).")
 w("")
-w("| case | quire adds/s | p50 ms | p99 ms | p99.9 ms | NATS msg/s | p50 ms | p99 ms | quire / NATS throughput | quire / NATS p99 |")
-w("|---|---|---|---|---|---|---|---|---|---|")
+w("| case | quire adds/s | p50 ms | p99 ms | p99.9 ms | cluster CPU µs/add | NATS msg/s | p50 ms | p99 ms | quire / NATS throughput | quire / NATS p99 |")
+w("|---|---|---|---|---|---|---|---|---|---|---|")
 for c in CASES:
     q, n = client.get(c), nats.get(c)
     qa = q["adds_per_s"] if q else 0
     ql = q["latency_ms"] if q else {}
-    w(f"| {c} | {fmt_rate(qa)} | {fmt_ms(ql.get('p50'))} | {fmt_ms(ql.get('p99'))} | {fmt_ms(ql.get('p999'))} | "
+    qc = f"{cpu[c]['us_per_add']:.1f}" if c in cpu else "–"
+    w(f"| {c} | {fmt_rate(qa)} | {fmt_ms(ql.get('p50'))} | {fmt_ms(ql.get('p99'))} | {fmt_ms(ql.get('p999'))} | {qc} | "
       f"{fmt_rate(n['rate']) if n else '–'} | {fmt_ms(n['p50']) if n else '–'} | {fmt_ms(n['p99']) if n else '–'} | "
       f"{ratio(qa, n['rate'] if n else 0)} | {ratio(ql.get('p99'), n['p99'] if n else 0)} |")
 w("")
+w("Cluster CPU per add: the utime + stime (/proc) of every process of the cluster (3 metadata replicas, 3 bookies, "
+  "gateway, auditor, worker; not the benchmark client) over the case, divided by the adds acknowledged. Each add is "
+  "three journal appends, three entry-log writes and three copies received over QUIC.")
+w("")
+if rss:
+    budget_mib = 64 + 16 + 64
+    w(f"Bookie memory after the 4 x 100 case: resident {', '.join(f'{r[0] / 1024:.0f}' for r in rss)} MiB, peak "
+      f"{', '.join(f'{r[1] / 1024:.0f}' for r in rss)} MiB, against the bound of write cache (64 MiB) + read cache "
+      f"(16 MiB) + 64 MiB = {budget_mib} MiB.")
+    w("")
 if etcd:
     w("etcd, 3 nodes, 1 KiB puts (etcdbench through the leader):")
     w("")
@@ -290,12 +313,13 @@ if held:
       "when they queue behind one another; the closed-loop cases above keep 100 in flight per writer and batch "
       "from the start.")
     w("")
-w("| target adds/s | achieved | p50 ms | p99 ms | p99.9 ms | max ms | failed |")
-w("|---|---|---|---|---|---|---|")
+w("| target adds/s | achieved | p50 ms | p99 ms | p99.9 ms | max ms | failed | cluster CPU µs/add |")
+w("|---|---|---|---|---|---|---|---|")
 for j in sweep:
     l = j["latency_ms"]
+    jc = f"{j['cpu']['us_per_add']:.1f}" if "cpu" in j else "–"
     w(f"| {fmt_rate(j['rate'])} | {fmt_rate(j['adds_per_s'])} | {fmt_ms(l['p50'])} | {fmt_ms(l['p99'])} | "
-      f"{fmt_ms(l['p999'])} | {fmt_ms(l['max'])} | {j['failed']} |")
+      f"{fmt_ms(l['p999'])} | {fmt_ms(l['max'])} | {j['failed']} | {jc} |")
 w("")
 
 # HTTP

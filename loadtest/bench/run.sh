@@ -28,7 +28,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 SHARED=${SHARED:-$ROOT/../shared/bench}
 OUT=${OUT:-$ROOT/target/bench-report}
 SECS=${SECS:-10}
-RATES=${RATES:-"2000 5000 10000 15000 20000 25000 30000"}
+RATES=${RATES:-"2000 5000 10000 20000 30000 40000 50000 60000"}
 USERS=${USERS:-"1 16 64"}
 FILL_MB=${FILL_MB:-256}
 DROP_CACHES=${DROP_CACHES:-1}
@@ -98,17 +98,44 @@ stop_cluster() { kill "${PIDS[-1]}" 2>/dev/null || true; wait "${PIDS[-1]}" 2>/d
                  [ "${KEEP:-0}" = 1 ] || rm -rf "$CLUSTER"; }
 META=127.0.0.1:4181,127.0.0.1:4182,127.0.0.1:4183
 qbench() { "$BIN/quire" bench --metadata "$META" --certs-dir "$CLUSTER/certs" --format json "$@"; }
+# CPU seconds (utime + stime, /proc) of every process of the cluster (the
+# children of `quire standalone`), by name, as "name seconds" lines.
+cluster_cpu() {
+  local p hz; hz=$(getconf CLK_TCK)
+  for p in $(pgrep -P "${PIDS[-1]}"); do
+    awk -v hz="$hz" -v n="$(cat /proc/$p/comm 2>/dev/null)" '{printf "%s %.3f\n", n, ($14+$15)/hz}' /proc/$p/stat 2>/dev/null || true
+  done
+}
+# Runs a client case ($1: its name) and writes the cluster's CPU over it
+# next to its figures: client-$1.cpu (name seconds_before seconds_after).
+qcase() {
+  local name=$1; shift
+  cluster_cpu > "$OUT/cpu0"
+  qbench "$@" > "$OUT/client-$name.json" || log "$name failed"
+  cluster_cpu > "$OUT/cpu1"
+  paste -d' ' "$OUT/cpu0" "$OUT/cpu1" | awk '{print $1, $2, $4}' > "$OUT/client-$name.cpu"
+}
+# Resident memory of each bookie: now (VmRSS) and at its peak (VmHWM), KiB.
+bookie_rss() {
+  local p
+  for p in $(pgrep -P "${PIDS[-1]}" quire-bookie); do
+    echo "$(awk '/^VmRSS/{print $2}' /proc/$p/status) $(awk '/^VmHWM/{print $2}' /proc/$p/status)"
+  done
+}
 
 log "quire: starting the cluster under $CLUSTER"
 start_cluster
 for c in 1:1 16:1 1:100 4:100; do
   l=${c%%:*}; w=${c##*:}
   log "quire client: $l x $w (closed loop)"
-  qbench --ledgers "$l" --window "$w" --duration-secs "$SECS" > "$OUT/client-${l}x${w}.json" || log "$c failed"
+  qcase "${l}x${w}" --ledgers "$l" --window "$w" --duration-secs "$SECS"
 done
+# The bookies' memory after the heaviest closed-loop case (4 x 100), against
+# what they are configured to hold (the standalone defaults).
+bookie_rss > "$OUT/bookie-rss.txt"
 for r in $RATES; do
   log "quire client: open loop at $r adds/s over 4 ledgers"
-  qbench --ledgers 4 --rate "$r" --duration-secs "$SECS" > "$OUT/client-rate-$r.json" || log "open loop at $r failed"
+  qcase "rate-$r" --ledgers 4 --rate "$r" --duration-secs "$SECS"
 done
 for u in $USERS; do
   log "quire HTTP: goose append-heavy, $u users"
