@@ -405,6 +405,30 @@ for b, floor in ((1024, 0.5), (65536, 0.8)):
         r = s2["mb_per_s"] / j["mb_per_s"]
         w(f"- READS, striped (E=3 Qw=2) against unstriped, {b} B: {r:.2f}x; the target is 0.8x: "
           f"**{'met' if r >= 0.8 else 'not met'}**.")
+# PERF (issue #22)
+if "4x100" in cpu:
+    c4 = cpu["4x100"]["us_per_add"]
+    every = ", ".join("%s %.1f" % (c, cpu[c]["us_per_add"]) for c in CASES if c in cpu)
+    w(f"- PERF, cluster CPU per add (4 x 100): {c4:.1f} µs; the target is 12 µs: **{'met' if c4 <= 12 else 'not met'}** "
+      f"(every closed-loop case: {every} µs).")
+held40 = [j for j in sweep if j["adds_per_s"] >= 0.98 * j["rate"] and j["latency_ms"]["p99"] < 50]
+if sweep:
+    best = max((j["rate"] for j in held40), default=0)
+    w(f"- PERF, open loop: the highest rate held at p99 under 50 ms is {fmt_rate(best)} adds/s; the target is 40 000: "
+      f"**{'met' if best >= 40000 else 'not met'}**.")
+if q1:
+    l1 = q1["latency_ms"]
+    w(f"- PERF, queue depth 1: p50 {fmt_ms(l1['p50'])} ms (target 0.30), p99.9 {fmt_ms(l1['p999'])} ms (target 2): "
+      f"**{'met' if l1['p50'] <= 0.30 and l1['p999'] <= 2 else 'not met'}**.")
+ratios = [goose[u]["operations"].get("POST append", {}).get("requests_per_s", 0) / client[f"{u}x1"]["adds_per_s"]
+          for u in sorted(goose) if client.get(f"{u}x1", {}).get("adds_per_s")]
+if ratios:
+    w(f"- PERF, HTTP appends against the direct client at the same in-flight count: "
+      f"{', '.join(f'{r:.2f}x' for r in ratios)}; the target is 0.9x: **{'met' if min(ratios) >= 0.9 else 'not met'}**.")
+if rss:
+    peak_mib = max(r[1] for r in rss) / 1024
+    w(f"- PERF, bookie memory under 4 x 100: peak {peak_mib:.0f} MiB against 144 MiB (write cache + read cache + "
+      f"64 MiB): **{'met' if peak_mib <= 144 else 'not met'}**.")
 w("")
 w("---")
 w("")

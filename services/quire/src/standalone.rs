@@ -17,6 +17,7 @@ use quire_metaclient::{MetaClient, MetaClientOptions};
 use quire_pki::{init_dir, IssueOptions, LocalCluster};
 use quire_proto::Role;
 use quire_rpc::{Credentials, RpcClient, TlsFiles};
+use quire_runtime::ShutdownSignals;
 
 #[derive(Debug, Args)]
 pub struct StandaloneArgs {
@@ -104,7 +105,16 @@ fn spawn(cluster: &mut Cluster, bin: &Path, name: &str, args: &[String], run_dir
     Ok(ready)
 }
 
-fn wait_ready(cluster: &mut Cluster, name: &str, ready: &Path, run_dir: &Path) -> anyhow::Result<String> {
+/// Waits for `name`'s ready file. A SIGTERM or SIGINT meanwhile ends the
+/// start-up: the error drops the cluster, which stops what was started.
+fn wait_ready(
+    cluster: &mut Cluster,
+    name: &str,
+    ready: &Path,
+    run_dir: &Path,
+    rt: &tokio::runtime::Runtime,
+    signals: &mut ShutdownSignals,
+) -> anyhow::Result<String> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Ok(addr) = std::fs::read_to_string(ready) {
@@ -120,11 +130,23 @@ fn wait_ready(cluster: &mut Cluster, name: &str, ready: &Path, run_dir: &Path) -
         if Instant::now() >= deadline {
             bail!("{name} did not start in 30 s; see {}", run_dir.join(format!("{name}.log")).display());
         }
-        std::thread::sleep(Duration::from_millis(50));
+        let waited = rt.block_on(async { tokio::time::timeout(Duration::from_millis(50), signals.recv()).await });
+        if let Ok(sig) = waited {
+            bail!("{sig} while starting {name}: stopping what was started");
+        }
     }
 }
 
 pub fn run(a: StandaloneArgs) -> anyhow::Result<()> {
+    // Signals are caught from the start: one that came while children
+    // were starting would otherwise end this process the default way and
+    // leave them running, unsupervised (a test killing a cluster it had
+    // just seen ready did that).
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let mut signals = {
+        let _in_runtime = rt.enter();
+        ShutdownSignals::install()?
+    };
     let bin = bin_dir()?;
     let data = a.data_dir.clone();
     let certs = data.join("certs");
@@ -183,11 +205,10 @@ pub fn run(a: StandaloneArgs) -> anyhow::Result<()> {
         started.push((name.to_string(), spawn(&mut cluster, &bin.join(b), name, &args, &run_dir)?));
     }
     for (name, ready) in &started {
-        let addr = wait_ready(&mut cluster, name, ready, &run_dir)?;
+        let addr = wait_ready(&mut cluster, name, ready, &run_dir, &rt, &mut signals)?;
         println!("{name} at {addr}");
     }
 
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async {
         let creds = Credentials::load(&TlsFiles::in_dir(&certs, Role::Admin, "1")).context("load credentials")?;
         let rpc = RpcClient::new(&creds, quire_rpc::ClientOptions::default())?;
@@ -230,7 +251,7 @@ pub fn run(a: StandaloneArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!("Ctrl-C to stop.");
-    rt.block_on(async { quire_runtime::wait_for_shutdown_signal().await })?;
+    rt.block_on(signals.recv());
     println!("stopping");
     drop(cluster);
     Ok(())

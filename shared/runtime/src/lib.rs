@@ -24,4 +24,4 @@ pub mod slot;
 /// `#[global_allocator] static ALLOC: quire_runtime::Allocator = quire_runtime::Allocator;`.
 pub use mimalloc::MiMalloc as Allocator;
 
-pub use service::{deny_list, new_instance_id, wait_for_shutdown_signal, CommonArgs, RunningService};
+pub use service::{deny_list, new_instance_id, wait_for_shutdown_signal, CommonArgs, RunningService, ShutdownSignals};
