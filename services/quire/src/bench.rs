@@ -88,6 +88,9 @@ pub struct BenchArgs {
     /// Keep the ledgers (default: deleted at the end).
     #[arg(long)]
     pub(crate) keep: bool,
+    /// The client's async worker threads (default: one per core).
+    #[arg(long)]
+    pub(crate) worker_threads: Option<usize>,
 }
 
 fn hist() -> Histogram<u64> {
@@ -205,7 +208,11 @@ fn q(h: &Histogram<u64>, p: f64) -> f64 {
 
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.ledgers > 0 && a.duration_secs > 0, "--ledgers and --duration-secs must be positive");
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = a.worker_threads {
+        rt.worker_threads(n.max(1));
+    }
+    let rt = rt.enable_all().build()?;
     rt.block_on(async {
         let rpc = a.target.rpc()?;
         let meta = Arc::new(a.target.meta_client(&rpc)?);
