@@ -10,6 +10,8 @@
 //!   them autorecovery may repair now.
 //! - [`read_plan`]: which bookie of a striped ensemble a batch read asks
 //!   for which ids.
+//! - [`log_chain`]: a log as a chain of ledgers (offsets, rollover,
+//!   takeover, trim), the record's edits as pure functions (issue #23).
 //! - [`recovery`]: fence coverage, reading forward, write-back, close at the
 //!   true tail; fail rather than truncate (#1067, #2614, #2908, seed 004).
 //!
@@ -23,6 +25,7 @@
 //! (services/auditor), and retrying a failed recovery is the caller's.
 
 pub mod fragments;
+pub mod log_chain;
 pub mod meta;
 pub mod placement;
 pub mod read_plan;

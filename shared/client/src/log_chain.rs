@@ -1,0 +1,441 @@
+//! A log as a chain of ledgers (issue #23, the first part): the record the
+//! metadata service will hold for a log, and the edits a log writer makes to
+//! it, as plain functions from one record to the intended next one (each
+//! written by CAS on the record's version, like a ledger's metadata).
+//!
+//! Offsets are dense from 0 and never repeat: a segment's first offset is one
+//! past the previous segment's last record, and record `o` of the log is
+//! entry `o - first_offset` of the segment holding it. Only the last segment
+//! may be open (its end is unknown until its ledger is closed or recovered);
+//! every other segment's end is fixed. A takeover raises the owner epoch,
+//! seals the open segment at its recovered end, and opens a new one, so an
+//! earlier owner's ledger never takes another record into the log's offsets
+//! (its ledger is fenced by the recovery, which the shell does first).
+//!
+//! The invariants ([`LogRecord::check`]) follow Vanlightly's LedgerChaining
+//! TLA+ model: every segment is listed in order, offsets are contiguous, at
+//! most one segment (the last) is open, the trim point only grows and no
+//! listed segment lies wholly below it.
+
+/// One ledger of a log and the offsets it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSegment {
+    /// The ledger.
+    pub ledger_id: u64,
+    /// The offset of its entry 0.
+    pub first_offset: u64,
+    /// One past its last record's offset, once fixed (`None`: the open
+    /// segment, whose ledger is still written).
+    pub end_offset: Option<u64>,
+}
+
+impl LogSegment {
+    /// Whether `offset` lies in this segment (an open segment holds every
+    /// offset from its first on; the caller bounds it by the LAC).
+    fn holds(&self, offset: u64) -> bool {
+        offset >= self.first_offset && self.end_offset.is_none_or(|end| offset < end)
+    }
+}
+
+/// A log's record in the metadata service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogRecord {
+    /// The log's name.
+    pub name: String,
+    /// The owner's epoch: raised by every takeover.
+    pub epoch: u64,
+    /// The owning process (a gateway or client id), for NotOwner answers.
+    pub owner: String,
+    /// The ledgers, oldest first.
+    pub segments: Vec<LogSegment>,
+    /// Offsets below this are trimmed: refused to readers, their ledgers
+    /// deleted once wholly below it.
+    pub trim_before: u64,
+}
+
+/// Where an offset is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Located {
+    /// Entry `entry_id` of `ledger_id`.
+    At {
+        /// The ledger.
+        ledger_id: u64,
+        /// The entry.
+        entry_id: u64,
+    },
+    /// Below the trim point (410 Trimmed): never answered with other records.
+    Trimmed {
+        /// The trim point.
+        trim_before: u64,
+    },
+    /// Past the log's fixed end (a closed log, or no segment yet).
+    Beyond,
+}
+
+/// An edit the record does not allow.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChainError {
+    /// The edit needs an open last segment and there is none.
+    #[error("log {0} has no open ledger")]
+    NoOpenSegment(String),
+    /// The edit was made for another epoch: a newer owner took the log.
+    #[error("log {log} is owned at epoch {current}, not {expected}")]
+    Fenced {
+        /// The log.
+        log: String,
+        /// The epoch the edit was made for.
+        expected: u64,
+        /// The record's epoch.
+        current: u64,
+    },
+    /// The next ledger is already listed.
+    #[error("ledger {0} is already in the log")]
+    LedgerListed(u64),
+    /// The trim point would move back.
+    #[error("the trim point is {current}; it cannot move back to {requested}")]
+    TrimBackwards {
+        /// The trim point.
+        current: u64,
+        /// The point asked for.
+        requested: u64,
+    },
+    /// The trim point would pass the records the log holds.
+    #[error("cannot trim before {requested}: the log ends at {end}")]
+    TrimPastEnd {
+        /// The point asked for.
+        requested: u64,
+        /// The log's fixed end.
+        end: u64,
+    },
+    /// The record breaks an invariant (damage or a bug: never written).
+    #[error("log record invalid: {0}")]
+    Invalid(String),
+}
+
+impl LogRecord {
+    /// A new log owned by `owner` at epoch 1, writing to `first_ledger`.
+    pub fn new(name: impl Into<String>, owner: impl Into<String>, first_ledger: u64) -> LogRecord {
+        LogRecord {
+            name: name.into(),
+            epoch: 1,
+            owner: owner.into(),
+            segments: vec![LogSegment { ledger_id: first_ledger, first_offset: 0, end_offset: None }],
+            trim_before: 0,
+        }
+    }
+
+    /// The open segment, if any.
+    pub fn open_segment(&self) -> Option<&LogSegment> {
+        self.segments.last().filter(|s| s.end_offset.is_none())
+    }
+
+    /// The first offset past every fixed segment: where the open segment
+    /// starts, or the log's end when none is open.
+    pub fn fixed_end(&self) -> u64 {
+        match self.segments.last() {
+            Some(LogSegment { end_offset: Some(end), .. }) => *end,
+            Some(s) => s.first_offset,
+            None => self.trim_before,
+        }
+    }
+
+    /// The offset of entry `entry_id` of the open segment's ledger.
+    pub fn offset_of(&self, ledger_id: u64, entry_id: u64) -> Option<u64> {
+        let s = self.segments.iter().find(|s| s.ledger_id == ledger_id)?;
+        let offset = s.first_offset.checked_add(entry_id)?;
+        s.holds(offset).then_some(offset)
+    }
+
+    /// Where `offset` is.
+    pub fn locate(&self, offset: u64) -> Located {
+        if offset < self.trim_before {
+            return Located::Trimmed { trim_before: self.trim_before };
+        }
+        // Segments are sorted by first offset: the last one starting at or
+        // before `offset` is the only one that can hold it.
+        let i = self.segments.partition_point(|s| s.first_offset <= offset);
+        match i.checked_sub(1).map(|i| &self.segments[i]) {
+            Some(s) if s.holds(offset) => Located::At { ledger_id: s.ledger_id, entry_id: offset - s.first_offset },
+            _ => Located::Beyond,
+        }
+    }
+
+    fn same_epoch(&self, epoch: u64) -> Result<(), ChainError> {
+        if epoch != self.epoch {
+            return Err(ChainError::Fenced { log: self.name.clone(), expected: epoch, current: self.epoch });
+        }
+        Ok(())
+    }
+
+    fn seal_open(&mut self, last_entry_id: i64) -> Result<(), ChainError> {
+        let s = self
+            .segments
+            .last_mut()
+            .filter(|s| s.end_offset.is_none())
+            .ok_or_else(|| ChainError::NoOpenSegment(self.name.clone()))?;
+        s.end_offset = Some(s.first_offset + (last_entry_id + 1).max(0) as u64);
+        Ok(())
+    }
+
+    fn open_next(&mut self, ledger_id: u64) -> Result<(), ChainError> {
+        if self.segments.iter().any(|s| s.ledger_id == ledger_id) {
+            return Err(ChainError::LedgerListed(ledger_id));
+        }
+        let first_offset = self.fixed_end();
+        self.segments.push(LogSegment { ledger_id, first_offset, end_offset: None });
+        Ok(())
+    }
+
+    /// Rollover by the owner at `epoch`: the open segment's ledger was closed
+    /// at `last_entry_id` (-1: empty) and `next_ledger` takes the following
+    /// offsets. The returned record is what the owner writes by CAS.
+    pub fn roll(&self, epoch: u64, last_entry_id: i64, next_ledger: u64) -> Result<LogRecord, ChainError> {
+        self.same_epoch(epoch)?;
+        let mut next = self.clone();
+        next.seal_open(last_entry_id)?;
+        next.open_next(next_ledger)?;
+        next.check()?;
+        Ok(next)
+    }
+
+    /// Takeover by `owner`: the open segment's ledger (if any) was fenced
+    /// and recovered at `recovered_last_entry_id`, the epoch rises, and
+    /// `next_ledger` takes the following offsets. The previous owner's
+    /// edits (made for the old epoch) are refused from then on.
+    pub fn take_over(
+        &self,
+        owner: impl Into<String>,
+        recovered_last_entry_id: i64,
+        next_ledger: u64,
+    ) -> Result<LogRecord, ChainError> {
+        let mut next = self.clone();
+        if next.open_segment().is_some() {
+            next.seal_open(recovered_last_entry_id)?;
+        }
+        next.open_next(next_ledger)?;
+        next.epoch += 1;
+        next.owner = owner.into();
+        next.check()?;
+        Ok(next)
+    }
+
+    /// Moves the trim point to `before` (never back, never past the fixed
+    /// end: records of the open segment may not all be acknowledged yet).
+    /// Returns the edited record and the ledgers it no longer lists (wholly
+    /// below the trim point), which the caller deletes after the CAS.
+    pub fn trim(&self, before: u64) -> Result<(LogRecord, Vec<u64>), ChainError> {
+        if before < self.trim_before {
+            return Err(ChainError::TrimBackwards { current: self.trim_before, requested: before });
+        }
+        let end = self.fixed_end();
+        if before > end {
+            return Err(ChainError::TrimPastEnd { requested: before, end });
+        }
+        let mut next = self.clone();
+        next.trim_before = before;
+        let (gone, kept): (Vec<LogSegment>, Vec<LogSegment>) =
+            next.segments.into_iter().partition(|s| s.end_offset.is_some_and(|end| end <= before));
+        next.segments = kept;
+        next.check()?;
+        Ok((next, gone.into_iter().map(|s| s.ledger_id).collect()))
+    }
+
+    /// The invariants every written record keeps.
+    pub fn check(&self) -> Result<(), ChainError> {
+        let bad = |why: String| Err(ChainError::Invalid(format!("log {}: {why}", self.name)));
+        if self.epoch == 0 {
+            return bad("epoch 0".into());
+        }
+        for (i, s) in self.segments.iter().enumerate() {
+            let last = i + 1 == self.segments.len();
+            match s.end_offset {
+                None if !last => return bad(format!("ledger {} is open but not the last", s.ledger_id)),
+                Some(end) if end < s.first_offset => {
+                    return bad(format!("ledger {} ends at {end} before it starts at {}", s.ledger_id, s.first_offset))
+                }
+                _ => {}
+            }
+            if let Some(next) = self.segments.get(i + 1) {
+                if s.end_offset != Some(next.first_offset) {
+                    return bad(format!(
+                        "ledger {} ends at {:?} but ledger {} starts at {}",
+                        s.ledger_id, s.end_offset, next.ledger_id, next.first_offset
+                    ));
+                }
+            }
+            if self.segments[..i].iter().any(|o| o.ledger_id == s.ledger_id) {
+                return bad(format!("ledger {} listed twice", s.ledger_id));
+            }
+        }
+        if let Some(first) = self.segments.first() {
+            // (An empty ledger holds no offsets: listed at the trim point,
+            // it hides nothing; trim() drops it with the others.)
+            if first.end_offset.is_some_and(|end| end <= self.trim_before && end > first.first_offset) {
+                return bad(format!("ledger {} lies wholly below the trim point", first.ledger_id));
+            }
+            if first.first_offset > self.trim_before {
+                return bad(format!("offsets {}..{} are in no ledger", self.trim_before, first.first_offset));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn offsets_run_on_across_a_rollover_and_a_takeover() {
+        let log = LogRecord::new("orders", "gw-1", 10);
+        assert_eq!(log.locate(0), Located::At { ledger_id: 10, entry_id: 0 });
+        let log = log.roll(1, 4, 11).unwrap(); // ledger 10 held offsets 0..5
+        assert_eq!(log.locate(4), Located::At { ledger_id: 10, entry_id: 4 });
+        assert_eq!(log.locate(5), Located::At { ledger_id: 11, entry_id: 0 });
+        assert_eq!(log.offset_of(11, 2), Some(7));
+        // gw-2 takes over: ledger 11 recovered at entry 2 (offsets 5..8).
+        let log = log.take_over("gw-2", 2, 12).unwrap();
+        assert_eq!((log.epoch, log.owner.as_str()), (2, "gw-2"));
+        assert_eq!(log.locate(7), Located::At { ledger_id: 11, entry_id: 2 });
+        assert_eq!(log.locate(8), Located::At { ledger_id: 12, entry_id: 0 });
+        assert_eq!(log.offset_of(11, 3), None, "past the recovered end");
+        // The previous owner's rollover is refused.
+        assert!(matches!(log.roll(1, 9, 13), Err(ChainError::Fenced { expected: 1, current: 2, .. })));
+    }
+
+    #[test]
+    fn trim_drops_whole_ledgers_only_and_never_moves_back() {
+        let log = LogRecord::new("l", "o", 1).roll(1, 9, 2).unwrap().roll(1, 9, 3).unwrap();
+        // 1: 0..10, 2: 10..20, 3: 20.. (open)
+        let (t, gone) = log.trim(15).unwrap();
+        assert_eq!(gone, vec![1]);
+        assert_eq!(t.locate(14), Located::Trimmed { trim_before: 15 });
+        assert_eq!(t.locate(15), Located::At { ledger_id: 2, entry_id: 5 });
+        assert!(matches!(t.trim(14), Err(ChainError::TrimBackwards { .. })));
+        assert!(matches!(t.trim(21), Err(ChainError::TrimPastEnd { end: 20, .. })));
+        let (t, gone) = t.trim(20).unwrap();
+        assert_eq!(gone, vec![2]);
+        assert_eq!(t.segments.len(), 1);
+    }
+
+    #[test]
+    fn an_empty_ledger_holds_no_offsets_and_breaks_nothing() {
+        let log = LogRecord::new("l", "o", 1).roll(1, -1, 2).unwrap();
+        assert_eq!(log.locate(0), Located::At { ledger_id: 2, entry_id: 0 });
+        assert_eq!(log.offset_of(1, 0), None);
+        let log = log.take_over("p", -1, 3).unwrap();
+        assert_eq!(log.locate(0), Located::At { ledger_id: 3, entry_id: 0 });
+        assert!(log.roll(2, 0, 3).is_err(), "a listed ledger is not listed again");
+    }
+
+    #[test]
+    fn check_refuses_broken_records() {
+        let mut r = LogRecord::new("l", "o", 1).roll(1, 4, 2).unwrap();
+        r.segments[1].first_offset = 6;
+        assert!(matches!(r.check(), Err(ChainError::Invalid(_))), "a gap");
+        let mut r = LogRecord::new("l", "o", 1).roll(1, 4, 2).unwrap();
+        r.segments[0].end_offset = None;
+        assert!(r.check().is_err(), "two open");
+        let mut r = LogRecord::new("l", "o", 1);
+        r.trim_before = 3;
+        r.segments[0].first_offset = 5;
+        assert!(r.check().is_err(), "offsets in no ledger");
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// The owner appends this many records (acknowledged).
+        Append(u8),
+        /// The owner appends this many more it never sees acknowledged.
+        AppendUnacked(u8),
+        /// Rollover to a fresh ledger.
+        Roll,
+        /// Another owner takes over; recovery finds `k` of the unacknowledged tail.
+        TakeOver(u8),
+        /// Trim up to a fraction of the fixed end.
+        Trim(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (1u8..20).prop_map(Op::Append),
+            1 => (1u8..5).prop_map(Op::AppendUnacked),
+            2 => Just(Op::Roll),
+            2 => (0u8..5).prop_map(Op::TakeOver),
+            1 => (0u8..=100).prop_map(Op::Trim),
+        ]
+    }
+
+    proptest! {
+        /// Over any run of appends, rollovers, takeovers and trims: every
+        /// record is valid, every acknowledged record keeps its offset and
+        /// its place (ledger, entry) until trimmed, no offset is given twice,
+        /// and the trim point only grows.
+        #[test]
+        fn acknowledged_records_keep_their_offsets(ops in proptest::collection::vec(op(), 1..60)) {
+            let mut log = LogRecord::new("p", "o-1", 1);
+            let mut next_ledger = 2u64;
+            // Entries written to the open ledger: acknowledged, then not.
+            let (mut acked, mut unacked) = (0u64, 0u64);
+            // offset -> (ledger, entry) of every acknowledged record.
+            let mut placed: std::collections::BTreeMap<u64, (u64, u64)> = Default::default();
+            for op in ops {
+                let open = log.open_segment().cloned().expect("an open ledger");
+                match op {
+                    Op::Append(n) => {
+                        // Acknowledged in entry order: the LAC passing these
+                        // passes every unacknowledged entry before them too.
+                        let total = acked + unacked + n as u64;
+                        for e in acked..total {
+                            let offset = log.offset_of(open.ledger_id, e).expect("an open ledger takes entries");
+                            prop_assert!(placed.insert(offset, (open.ledger_id, e)).is_none(), "offset {} given twice", offset);
+                        }
+                        acked = total;
+                        unacked = 0;
+                    }
+                    Op::AppendUnacked(n) => unacked += n as u64,
+                    Op::Roll => {
+                        // The writer closes at its LAC: what was never acknowledged is not in the log.
+                        log = log.roll(log.epoch, acked as i64 - 1, next_ledger).unwrap();
+                        next_ledger += 1;
+                        acked = 0;
+                        unacked = 0;
+                    }
+                    Op::TakeOver(k) => {
+                        // Recovery keeps every acknowledged entry and maybe some of the rest.
+                        let recovered = acked + (k as u64).min(unacked);
+                        for e in acked..recovered {
+                            let offset = open.first_offset + e;
+                            prop_assert!(placed.insert(offset, (open.ledger_id, e)).is_none());
+                        }
+                        let old_epoch = log.epoch;
+                        log = log.take_over(format!("o-{}", old_epoch + 1), recovered as i64 - 1, next_ledger).unwrap();
+                        prop_assert!(log.roll(old_epoch, 0, next_ledger + 100).is_err(), "the old owner is fenced");
+                        next_ledger += 1;
+                        acked = 0;
+                        unacked = 0;
+                    }
+                    Op::Trim(pct) => {
+                        let before = log.trim_before + (log.fixed_end() - log.trim_before) * pct as u64 / 100;
+                        let (t, gone) = log.trim(before).unwrap();
+                        prop_assert!(t.trim_before >= log.trim_before);
+                        for g in gone {
+                            prop_assert!(!t.segments.iter().any(|s| s.ledger_id == g));
+                        }
+                        log = t;
+                    }
+                }
+                prop_assert!(log.check().is_ok(), "{:?}", log.check());
+                for (offset, (ledger_id, entry_id)) in &placed {
+                    let want = if *offset < log.trim_before {
+                        Located::Trimmed { trim_before: log.trim_before }
+                    } else {
+                        Located::At { ledger_id: *ledger_id, entry_id: *entry_id }
+                    };
+                    prop_assert_eq!(log.locate(*offset), want, "offset {}", offset);
+                }
+            }
+        }
+    }
+}
