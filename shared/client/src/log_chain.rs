@@ -139,7 +139,8 @@ impl LogRecord {
         }
     }
 
-    /// The offset of entry `entry_id` of the open segment's ledger.
+    /// The offset of entry `entry_id` of ledger `ledger_id`, if the log lists
+    /// that ledger and (once its end is fixed) the entry is within it.
     pub fn offset_of(&self, ledger_id: u64, entry_id: u64) -> Option<u64> {
         let s = self.segments.iter().find(|s| s.ledger_id == ledger_id)?;
         let offset = s.first_offset.checked_add(entry_id)?;

@@ -340,34 +340,8 @@ impl Store {
     /// queued to the journal before this returns, so adds made in some order
     /// are journaled in that order; otherwise the future waits for room first.
     pub fn add(&self, entry: Entry, recovery: bool) -> AddFuture {
-        let inner = self.inner.clone();
-        if let Err(e) = inner.check_add(&entry) {
-            return Box::pin(std::future::ready(Err(e)));
-        }
-        let kib = kib_of(&entry).min(inner.budget_kib);
-        let fast = match inner.budget.try_acquire_many(kib as u32) {
-            Ok(permit) => {
-                permit.forget();
-                true
-            }
-            Err(_) => false,
-        };
-        match fast {
-            true => {
-                let queued = inner.enqueue_add(entry, recovery, kib);
-                Box::pin(async move { queued?.await.map_err(|_| StorageError::JournalClosed)? })
-            }
-            false => Box::pin(async move {
-                // Room in the write cache; returned to the budget when flushed (or on failure).
-                let permit = inner
-                    .budget
-                    .acquire_many(kib as u32)
-                    .await
-                    .map_err(|_| StorageError::Overloaded("store is closing".into()))?;
-                permit.forget();
-                inner.enqueue_add(entry, recovery, kib)?.await.map_err(|_| StorageError::JournalClosed)?
-            }),
-        }
+        let added = self.add_many(vec![(entry, recovery)]);
+        Box::pin(async move { added.await.pop().expect("one add, one result") })
     }
 
     /// Adds several entries (an AddEntries request's): each judged as
@@ -391,9 +365,6 @@ impl Store {
                 Err(e) => results.push(Some(Err(e))),
             }
         }
-        if accepted.is_empty() {
-            return Box::pin(std::future::ready(results.into_iter().map(|r| r.expect("judged")).collect()));
-        }
         if kib_total > inner.budget_kib {
             // More than the whole write cache at once: one by one, each
             // waiting for its own room (a batch's room might never come).
@@ -406,39 +377,32 @@ impl Store {
                 results.into_iter().map(|r| r.expect("judged")).collect()
             });
         }
-        let fast = match inner.budget.try_acquire_many(kib_total as u32) {
+        // With room in the write cache the adds are queued before this
+        // returns (so adds made in some order are journaled in it);
+        // otherwise the future waits for room first. The permits go back
+        // to the budget when flushed (or on failure).
+        let (mut queued, mut waiting) = (None, None);
+        match inner.budget.try_acquire_many(kib_total as u32) {
             Ok(permit) => {
                 permit.forget();
-                true
+                queued = inner.enqueue_many(accepted, &mut results);
             }
-            Err(_) => false,
-        };
-        if fast {
-            let queued = inner.enqueue_many(accepted, &mut results);
-            return Box::pin(async move {
-                if let Some((slots, rx)) = queued {
-                    let res = rx.await.unwrap_or(Err(StorageError::JournalClosed));
-                    for slot in slots {
-                        results[slot] = Some(res.clone());
-                    }
-                }
-                results.into_iter().map(|r| r.expect("judged")).collect()
-            });
+            Err(_) => waiting = Some(accepted),
         }
         Box::pin(async move {
-            // Room in the write cache; returned to the budget when flushed (or on failure).
-            let queued = match inner.budget.acquire_many(kib_total as u32).await {
-                Ok(permit) => {
-                    permit.forget();
-                    inner.enqueue_many(accepted, &mut results)
-                }
-                Err(_) => {
-                    for a in accepted {
-                        results[a.slot] = Some(Err(StorageError::Overloaded("store is closing".into())));
+            if let Some(accepted) = waiting {
+                match inner.budget.acquire_many(kib_total as u32).await {
+                    Ok(permit) => {
+                        permit.forget();
+                        queued = inner.enqueue_many(accepted, &mut results);
                     }
-                    None
+                    Err(_) => {
+                        for a in accepted {
+                            results[a.slot] = Some(Err(StorageError::Overloaded("store is closing".into())));
+                        }
+                    }
                 }
-            };
+            }
             if let Some((slots, rx)) = queued {
                 let res = rx.await.unwrap_or(Err(StorageError::JournalClosed));
                 for slot in slots {
@@ -948,54 +912,10 @@ impl Inner {
         Ok(())
     }
 
-    /// Checks the fence and queues the journal record, atomically with respect
-    /// to fences of the same ledger. `kib` budget permits are already held.
-    fn enqueue_add(
-        self: &Arc<Self>,
-        entry: Entry,
-        recovery: bool,
-        kib: usize,
-    ) -> Result<oneshot::Receiver<Result<(), StorageError>>, StorageError> {
-        let st = self.ledger_or_create(entry.ledger_id);
-        let (tx, rx) = oneshot::channel();
-        let fenced = st.fence.lock().expect("fence lock");
-        if *fenced && !recovery {
-            self.budget.add_permits(kib);
-            return Err(StorageError::Fenced(entry.ledger_id));
-        }
-        let rec = Record::Entry {
-            ledger_id: entry.ledger_id,
-            entry_id: entry.entry_id,
-            last_add_confirmed: entry.last_add_confirmed,
-            ledger_length: entry.ledger_length,
-            crc32c: entry.crc32c,
-            payload: entry.payload.clone(),
-        };
-        let inner = self.clone();
-        let st2 = st.clone();
-        self.journal.append(
-            rec,
-            Box::new(move |res| {
-                let out = match res {
-                    Ok(pos) => {
-                        inner.apply_entry(pos, entry, kib, &st2);
-                        Ok(())
-                    }
-                    Err(e) => {
-                        inner.budget.add_permits(kib);
-                        Err(e)
-                    }
-                };
-                let _ = tx.send(out);
-            }),
-        );
-        drop(fenced);
-        Ok(rx)
-    }
-
-    /// [`Inner::enqueue_add`] for several adds: the fence checks of all their
-    /// ledgers and the one journal request, atomically with respect to
-    /// fences of those ledgers. A refused add gets its result in `results`
+    /// Checks the fences of the adds' ledgers and queues their journal
+    /// records as one request, atomically with respect to fences of those
+    /// ledgers (an add and a fence of one ledger are ordered in the
+    /// journal). `accepted` hold their budget permits. A refused add gets its result in `results`
     /// and its permits back; returns the slots queued and their completion
     /// (`None`: nothing was queued).
     #[allow(clippy::type_complexity)]
@@ -1075,11 +995,6 @@ impl Inner {
             .clone();
         self.appeared.notify_waiters();
         st
-    }
-
-    /// On the journal thread, in journal order: the entry is durable.
-    fn apply_entry(&self, pos: JournalPos, entry: Entry, kib: usize, st: &Arc<LedgerState>) {
-        self.apply_entries(pos, vec![(entry, kib, st.clone())]);
     }
 
     /// On the journal thread, in journal order: these entries are durable,

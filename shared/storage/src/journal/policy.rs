@@ -125,15 +125,10 @@ impl GroupCommit {
         self.bytes
     }
 
-    /// Whether one more record of `bytes` would overflow the batch (then the
-    /// writer syncs first and starts the next batch with it).
-    pub fn would_overflow(&self, bytes: usize) -> bool {
-        self.would_overflow_many(bytes, 1)
-    }
-
     /// Whether `records` more records of `bytes` in all, which must share
-    /// a batch, would overflow it.
-    pub fn would_overflow_many(&self, bytes: usize, records: usize) -> bool {
+    /// a batch, would overflow it (then the writer syncs first and starts
+    /// the next batch with them).
+    pub fn would_overflow(&self, bytes: usize, records: usize) -> bool {
         self.records > 0
             && (self.bytes + bytes > self.policy.max_batch_bytes
                 || self.records + records > self.policy.max_batch_records)
@@ -258,9 +253,12 @@ mod tests {
     fn overflow_is_predicted_before_taking_a_record() {
         let t = Instant::now();
         let mut g = GroupCommit::new(policy());
-        assert!(!g.would_overflow(1_000_000), "an empty batch takes any record");
+        assert!(!g.would_overflow(1_000_000, 1), "an empty batch takes any record");
         g.gathered(9_000, t, t);
-        assert!(g.would_overflow(1_001));
-        assert!(!g.would_overflow(1_000));
+        assert!(g.would_overflow(1_001, 1));
+        assert!(!g.would_overflow(1_000, 1));
+        // Records that must share a batch count together (at most 5 here).
+        assert!(!g.would_overflow(100, 4));
+        assert!(g.would_overflow(100, 5));
     }
 }

@@ -97,12 +97,8 @@ impl Default for JournalStats {
 }
 
 enum Request {
-    Append {
-        record: Record,
-        enqueued_at: Instant,
-        done: Completion,
-    },
-    /// Records that go into one batch, with one completion.
+    /// Records that go into one batch, with one completion (a lone
+    /// `append` is a batch of one).
     AppendMany {
         records: Vec<Record>,
         enqueued_at: Instant,
@@ -184,15 +180,7 @@ impl Drop for FileJournal {
 
 impl Journal for FileJournal {
     fn append(&self, record: Record, done: Completion) {
-        self.stats.appended.fetch_add(1, Ordering::Relaxed);
-        let req = Request::Append { record, enqueued_at: Instant::now(), done };
-        let sent = match self.tx.lock().expect("journal tx lock").as_ref() {
-            Some(tx) => tx.send(req).map_err(|e| e.0),
-            None => Err(req),
-        };
-        if let Err(Request::Append { done, .. }) = sent {
-            done(Err(StorageError::JournalClosed));
-        }
+        self.append_many(vec![record], done);
     }
 
     fn append_many(&self, records: Vec<Record>, done: Completion) {
@@ -255,7 +243,7 @@ struct Writer {
     segment: Segment,
     buf: BytesMut,
     /// Encoded length, record count and completion of each gathered
-    /// request (one record, or an `append_many`'s), in order.
+    /// request, in order.
     pending: Vec<(usize, usize, Completion)>,
     gc: GroupCommit,
     failed: Arc<AtomicBool>,
@@ -300,19 +288,6 @@ impl Writer {
 
     fn take(&mut self, req: Request) {
         match req {
-            Request::Append { record, enqueued_at, done } => {
-                if self.failed.load(Ordering::SeqCst) {
-                    done(Err(StorageError::JournalFailed));
-                    return;
-                }
-                let len = record.encoded_len();
-                if self.gc.would_overflow(len) {
-                    self.flush();
-                }
-                record.encode(&mut self.buf, self.segment.format());
-                self.pending.push((len, 1, done));
-                self.gc.gathered(len, enqueued_at, Instant::now());
-            }
             Request::AppendMany { records, enqueued_at, done } => {
                 if self.failed.load(Ordering::SeqCst) {
                     done(Err(StorageError::JournalFailed));
@@ -320,7 +295,7 @@ impl Writer {
                 }
                 // All in one batch: one completion cannot be half durable.
                 let len: usize = records.iter().map(Record::encoded_len).sum();
-                if self.gc.would_overflow_many(len, records.len()) {
+                if self.gc.would_overflow(len, records.len()) {
                     self.flush();
                 }
                 let now = Instant::now();
