@@ -65,6 +65,16 @@ async fn a_corrupt_copy_is_skipped_and_the_intact_one_returned() {
     // is flushed), flip a byte of the payload on disk, start it again.
     let first = closed.last_segment().members[0].bookie_id.clone();
     let idx = s.cluster.bookies.iter().position(|b| b.id == first).unwrap();
+    // Its copy may still be in flight when the close returns (Qa=2 of 3):
+    // stopping the bookie then refuses it, and there is no copy on its disk
+    // to damage (a make test run under load met that). Wait until it
+    // serves the entry.
+    let client = s.client();
+    quire_testkit::eventually(Duration::from_secs(20), "the first replica to hold entry 0", || async {
+        client.bookies().read(&first, closed.ledger_id, 0, false, Duration::from_secs(2)).await.ok().map(|_| ())
+    })
+    .await
+    .unwrap();
     s.cluster.terminate_bookie(idx).unwrap();
     let ledgers = s.cluster.bookies[idx].data.join("ledgers").join("entrylogs");
     let mut flipped = 0;
