@@ -119,6 +119,11 @@ impl From<ClientError> for ApiError {
             | ClientError::Backpressure(_)
             | ClientError::RecoveryFailed(..) => StatusCode::SERVICE_UNAVAILABLE,
             ClientError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            ClientError::NoSuchLog(_) => StatusCode::NOT_FOUND,
+            ClientError::LogExists(_) | ClientError::LogFenced(_) | ClientError::SequenceTooOld { .. } => {
+                StatusCode::CONFLICT
+            }
+            ClientError::Trimmed { .. } => StatusCode::GONE,
             ClientError::Corrupt(..) | ClientError::InvalidMetadata(_) | ClientError::Rpc(_) => StatusCode::BAD_GATEWAY,
         };
         ApiError { status, code: e.code_name(), message: e.to_string() }

@@ -6,10 +6,12 @@
 //! - [`raft`]: openraft's types, the sled stores, the QUIC network;
 //! - [`service`]: the RPC handlers (leader writes, linearizable reads, watches);
 //! - [`node`]: starting a replica;
+//! - [`logs`]: logs' records beside their ledgers (issue #23);
 //! - [`convert`]: wire messages to records and back;
 //! - [`revocation`]: the replica's own deny list of certificates.
 
 pub mod convert;
+pub mod logs;
 pub mod metrics;
 pub mod node;
 pub mod raft;

@@ -21,6 +21,7 @@ use crate::raft::election::{ElectionGate, PreVoteRequest};
 use crate::raft::network::kind;
 use crate::raft::state_machine::Shared;
 use crate::raft::MetaRaft;
+use crate::state::Log;
 use crate::state::{self, Command, MetaState, NewLedger, Outcome, Refusal};
 
 /// Ids per ListLedgers page, at most.
@@ -148,6 +149,7 @@ fn refusal(r: Refusal) -> ServiceError {
         Refusal::LockHeld(m) => (ErrorCode::LockHeld, m),
         Refusal::Decommissioned(m) => (ErrorCode::BookieDecommissioned, m),
         Refusal::PermissionDenied(m) => (ErrorCode::PermissionDenied, m),
+        Refusal::NoSuchLog(name) => (ErrorCode::NoSuchLog, format!("no log {name}")),
     };
     ServiceError::new(code, msg)
 }
@@ -177,6 +179,13 @@ async fn read_barrier(raft: &MetaRaft, stale_ok: bool) -> Result<(), ServiceErro
             Some(f) => Err(not_leader(f.leader_node.as_ref())),
             None => Err(ServiceError::new(ErrorCode::MetadataUnavailable, e.to_string())),
         },
+    }
+}
+
+fn log_outcome(o: Outcome) -> Result<(v1::LogMetadata, Vec<v1::LedgerMetadata>), ServiceError> {
+    match o {
+        Outcome::Log(l, ledgers) => Ok((l.to_wire(), ledgers.iter().map(ledger_to_wire).collect())),
+        other => Err(ServiceError::internal(format!("unexpected outcome {other:?}"))),
     }
 }
 
@@ -505,6 +514,73 @@ impl quire_rpc::Service for MetaService {
                             .collect(),
                     }
                     .into())
+                }
+                Req::CreateLog(c) => {
+                    let wire = c.log.ok_or_else(|| ServiceError::bad_request("create without a log"))?;
+                    let log = Log::from_wire(&wire).map_err(ServiceError::bad_request)?;
+                    let cmd = Command::CreateLog { log, caller: caller_of(&ctx.peer), now_ms: now_ms() };
+                    let (log, _) = log_outcome(proposer.propose(cmd).await?)?;
+                    Ok(v1::CreateLogResponse { log: Some(log) }.into())
+                }
+                Req::GetLog(g) => {
+                    read_barrier(&raft, g.stale_ok).await?;
+                    let st = shared.state.read().expect("state lock");
+                    let l = st.logs.get(&g.name).ok_or_else(|| refusal(Refusal::NoSuchLog(g.name.clone())))?;
+                    Ok(v1::GetLogResponse { log: Some(l.to_wire()) }.into())
+                }
+                Req::UpdateLog(u) => {
+                    let wire = u.log.ok_or_else(|| ServiceError::bad_request("update without a log"))?;
+                    let log = Log::from_wire(&wire).map_err(ServiceError::bad_request)?;
+                    let ledgers = u
+                        .ledgers
+                        .iter()
+                        .map(|l| {
+                            let wire = l.ledger.as_ref().ok_or("a ledger update without a ledger")?;
+                            Ok((ledger_from_wire(wire)?, l.expected_version))
+                        })
+                        .collect::<Result<Vec<_>, String>>()
+                        .map_err(ServiceError::bad_request)?;
+                    let cmd = Command::UpdateLog {
+                        log,
+                        expected_version: u.expected_version,
+                        ledgers,
+                        caller: caller_of(&ctx.peer),
+                    };
+                    let (log, ledgers) = log_outcome(proposer.propose(cmd).await?)?;
+                    Ok(v1::UpdateLogResponse { log: Some(log), ledgers }.into())
+                }
+                Req::DeleteLog(d) => {
+                    proposer.propose(Command::DeleteLog { name: d.name, caller: caller_of(&ctx.peer) }).await?;
+                    Ok(v1::DeleteLogResponse {}.into())
+                }
+                Req::ListLogs(l) => {
+                    read_barrier(&raft, false).await?;
+                    let limit = match l.limit as usize {
+                        0 => 100,
+                        n => n.min(LIST_LIMIT_MAX),
+                    };
+                    let (names, next) = shared.state.read().expect("state lock").list_logs(&l.start_after, limit);
+                    Ok(v1::ListLogsResponse { names, next }.into())
+                }
+                Req::WatchLog(w) => {
+                    let timeout = Duration::from_millis(w.timeout_ms.into())
+                        .min(ctx.deadline.saturating_duration_since(tokio::time::Instant::now()));
+                    let after = w.after_version;
+                    let name = w.name;
+                    let (st, timed_out) = watch(&shared, timeout, |s| match s.logs.get(&name) {
+                        Some(l) if l.version > after => Some(Some(l.to_wire())),
+                        None => Some(None),
+                        Some(_) => None,
+                    })
+                    .await;
+                    let (log, deleted) = match st {
+                        Some(found) => {
+                            let deleted = found.is_none();
+                            (found, deleted)
+                        }
+                        None => (shared.state.read().expect("state lock").logs.get(&name).map(Log::to_wire), false),
+                    };
+                    Ok(v1::WatchLogResponse { log, timed_out, deleted }.into())
                 }
                 Req::ChangeMembership(c) => change_membership(&raft, c).await,
                 Req::MetadataStatus(_) => {

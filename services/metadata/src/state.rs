@@ -328,7 +328,17 @@ pub enum Command {
     DeleteLedgerAs { ledger_id: u64, caller: Caller },
     /// Add a certificate serial to the deny list (or take it off: `undo`).
     RevokeCertificate { serial: String, identity: String, reason: String, undo: bool, now_ms: u64 },
+    /// Create a log (issue #23) over the open ledger its record names.
+    CreateLog { log: Log, caller: Caller, now_ms: u64 },
+    /// Compare-and-set a log's record with the ledger updates beside it,
+    /// as one change or none (logs.rs).
+    UpdateLog { log: Log, expected_version: u64, ledgers: Vec<(Ledger, u64)>, caller: Caller },
+    /// Delete a log and the ledgers it lists.
+    DeleteLog { name: String, caller: Caller },
 }
+
+/// A log (issue #23): its chain of ledgers, settings and producer table.
+pub use quire_log::LogMeta as Log;
 
 /// A revoked certificate (issue #20 item 6).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -470,6 +480,8 @@ pub enum Refusal {
     Decommissioned(String),
     /// The caller's identity may not do this (another's lock grant).
     PermissionDenied(String),
+    /// No log of that name.
+    NoSuchLog(String),
 }
 
 /// A command's result, returned to the proposer.
@@ -505,6 +517,8 @@ pub enum Outcome {
     Nothing,
     /// The deny list's version after a revocation.
     Revocations(u64),
+    /// A log as stored, and the ledgers its update changed.
+    Log(Box<Log>, Vec<Ledger>),
 }
 
 /// Limits that keep one record bounded.
@@ -551,6 +565,9 @@ pub struct MetaState {
     /// Bumped by every change to `revoked` (for ListRevoked's long poll).
     #[serde(skip)]
     pub revoked_version: u64,
+    /// Logs by name (issue #23); carried after the deny list in snapshots.
+    #[serde(skip)]
+    pub logs: BTreeMap<String, Log>,
 }
 
 /// Request ids of creations remembered, at most.
@@ -582,6 +599,8 @@ pub enum Touched {
     Create(String),
     /// A revocation (absent now if taken back).
     Revoked(String),
+    /// A log (absent now if deleted).
+    Log(String),
 }
 
 fn validate_custom(custom: &BTreeMap<String, Vec<u8>>) -> Result<(), Refusal> {
@@ -648,7 +667,7 @@ impl MetaState {
         old
     }
 
-    fn try_apply(&mut self, cmd: Command) -> Result<(Outcome, Vec<Touched>), Refusal> {
+    pub(crate) fn try_apply(&mut self, cmd: Command) -> Result<(Outcome, Vec<Touched>), Refusal> {
         match cmd {
             Command::Batch(cmds) => {
                 let mut outcomes = Vec::with_capacity(cmds.len());
@@ -942,6 +961,11 @@ impl MetaState {
                 self.revoked_version += 1;
                 Ok((Outcome::Revocations(self.revoked_version), vec![Touched::Revoked(serial), Touched::Counters]))
             }
+            Command::CreateLog { log, caller, now_ms } => self.create_log(log, &caller, now_ms),
+            Command::UpdateLog { log, expected_version, ledgers, caller } => {
+                self.update_log(log, expected_version, ledgers, &caller)
+            }
+            Command::DeleteLog { name, caller } => self.delete_log(&name, &caller),
             Command::DeleteLedgerAs { ledger_id, caller } => {
                 let stored = self.ledgers.get(&ledger_id).ok_or(Refusal::NoSuchLedger(ledger_id))?;
                 ledger_right(stored, None, &caller)?;

@@ -11,7 +11,8 @@
 //! - [`read_plan`]: which bookie of a striped ensemble a batch read asks
 //!   for which ids.
 //! - [`log_chain`]: a log as a chain of ledgers (offsets, rollover,
-//!   takeover, trim), the record's edits as pure functions (issue #23).
+//!   takeover, trim), the record's edits as pure functions (issue #23;
+//!   the crate quire-log, re-exported).
 //! - [`recovery`]: fence coverage, reading forward, write-back, close at the
 //!   true tail; fail rather than truncate (#1067, #2614, #2908, seed 004).
 //!
@@ -25,7 +26,7 @@
 //! (services/auditor), and retrying a failed recovery is the caller's.
 
 pub mod fragments;
-pub mod log_chain;
+pub use quire_log::chain as log_chain;
 pub mod meta;
 pub mod placement;
 pub mod read_plan;
@@ -35,6 +36,6 @@ pub mod sim;
 pub mod writer;
 
 pub use shell::{
-    Added, Client, ClientError, ClientOptions, CreateLedger, LedgerReader, LedgerWriter, PendingAdd, Recovered, Repair,
-    Tail, TailEvent, Throttle,
+    Added, Client, ClientError, ClientOptions, CreateLedger, LedgerReader, LedgerWriter, LogEntry, LogWriter,
+    PendingAdd, Recovered, Repair, Tail, TailEvent, Throttle,
 };

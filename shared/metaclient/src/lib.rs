@@ -66,7 +66,10 @@ pub struct MetaClient {
 
 fn reads(m: Method) -> bool {
     use Method::*;
-    matches!(m, GetLedger | ListLedgers | WatchLedger | ListBookies | WatchBookies | ListRevoked)
+    matches!(
+        m,
+        GetLedger | ListLedgers | WatchLedger | ListBookies | WatchBookies | ListRevoked | GetLog | ListLogs | WatchLog
+    )
 }
 
 impl MetaClient {

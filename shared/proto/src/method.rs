@@ -114,6 +114,12 @@ methods! {
     PutAuditReport => PutAuditReportRequest, PutAuditReportResponse, "put_audit_report";
     RevokeCertificate => RevokeCertificateRequest, RevokeCertificateResponse, "revoke_certificate";
     ListRevoked => ListRevokedRequest, ListRevokedResponse, "list_revoked";
+    CreateLog => CreateLogRequest, CreateLogResponse, "create_log";
+    GetLog => GetLogRequest, GetLogResponse, "get_log";
+    UpdateLog => UpdateLogRequest, UpdateLogResponse, "update_log";
+    DeleteLog => DeleteLogRequest, DeleteLogResponse, "delete_log";
+    ListLogs => ListLogsRequest, ListLogsResponse, "list_logs";
+    WatchLog => WatchLogRequest, WatchLogResponse, "watch_log";
 }
 
 /// The service a method belongs to; a server hosts the control service plus one other.
@@ -138,9 +144,8 @@ impl Method {
             CreateLedger | GetLedger | UpdateLedger | DeleteLedger | ListLedgers | WatchLedger | RegisterBookie
             | RenewLease | ListBookies | WatchBookies | MarkUnderReplicated | ListUnderReplicated
             | ClearUnderReplicated | AcquireLock | RenewLock | ReleaseLock | GetLock | ChangeMembership
-            | MetadataStatus | Raft | SetBookieState | GetBookie | PutAuditReport | RevokeCertificate | ListRevoked => {
-                ServiceKind::Metadata
-            }
+            | MetadataStatus | Raft | SetBookieState | GetBookie | PutAuditReport | RevokeCertificate | ListRevoked
+            | CreateLog | GetLog | UpdateLog | DeleteLog | ListLogs | WatchLog => ServiceKind::Metadata,
         }
     }
 }

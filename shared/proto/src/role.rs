@@ -151,6 +151,11 @@ pub fn allowed(role: Role, method: Method) -> bool {
         // the list to refuse revoked peers.
         RevokeCertificate => role == Admin,
         ListRevoked => true,
+        // Logs are the applications' (and the operator's); the retention
+        // service beside the auditor trims them; anything may read one.
+        CreateLog | DeleteLog => matches!(role, Gateway | Client | Admin),
+        UpdateLog => matches!(role, Gateway | Client | Admin | Auditor),
+        GetLog | ListLogs | WatchLog => !matches!(role, Metadata | Bookie),
     }
 }
 

@@ -713,7 +713,7 @@ async fn serve_lane(
 /// Methods that park until something happens: they take a long-poll slot, not
 /// an in-flight slot.
 fn is_long_poll(m: Method) -> bool {
-    matches!(m, Method::WaitLac | Method::WatchLedger | Method::WatchBookies | Method::ListRevoked)
+    matches!(m, Method::WaitLac | Method::WatchLedger | Method::WatchBookies | Method::ListRevoked | Method::WatchLog)
 }
 
 /// Refuses, from its bytes alone (`quire_proto::peek`), a frame that cannot

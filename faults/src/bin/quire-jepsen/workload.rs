@@ -96,6 +96,7 @@ fn refused(e: &ClientError) -> bool {
             | ClientError::EntryTooLarge(_)
             | ClientError::Backpressure(_)
             | ClientError::NoSuchLedger(_)
+            | ClientError::LogFenced(_)
     )
 }
 

@@ -57,21 +57,32 @@ struct SnapshotExtras {
     revoked_version: u64,
 }
 
-/// A snapshot's bytes: the state, then its extras.
+/// What a snapshot carries after [`SnapshotExtras`]: the logs (issue #23),
+/// absent from snapshots written before them.
+#[derive(Serialize, Deserialize, Default)]
+struct SnapshotLogs {
+    logs: Vec<crate::state::Log>,
+}
+
+/// A snapshot's bytes: the state, then its extras, then the logs.
 pub(crate) fn encode_snapshot(state: &MetaState) -> Result<Vec<u8>, postcard::Error> {
     let mut data = postcard::to_stdvec(state)?;
     let extras =
         SnapshotExtras { revoked: state.revoked.values().cloned().collect(), revoked_version: state.revoked_version };
     data.extend(postcard::to_stdvec(&extras)?);
+    data.extend(postcard::to_stdvec(&SnapshotLogs { logs: state.logs.values().cloned().collect() })?);
     Ok(data)
 }
 
-/// The state a snapshot holds (from before the deny list too).
+/// The state a snapshot holds (from before the deny list and the logs too).
 pub(crate) fn decode_snapshot(data: &[u8]) -> Result<MetaState, postcard::Error> {
     let (mut state, rest): (MetaState, &[u8]) = postcard::take_from_bytes(data)?;
-    let extras: SnapshotExtras = if rest.is_empty() { SnapshotExtras::default() } else { postcard::from_bytes(rest)? };
+    let (extras, rest): (SnapshotExtras, &[u8]) =
+        if rest.is_empty() { (SnapshotExtras::default(), rest) } else { postcard::take_from_bytes(rest)? };
+    let logs: SnapshotLogs = if rest.is_empty() { SnapshotLogs::default() } else { postcard::from_bytes(rest)? };
     state.revoked = extras.revoked.into_iter().map(|r| (r.serial.clone(), r)).collect();
     state.revoked_version = extras.revoked_version;
+    state.logs = logs.logs.into_iter().map(|l| (l.record.name.clone(), l)).collect();
     Ok(state)
 }
 
@@ -123,6 +134,10 @@ fn key_create(request_id: &str) -> Vec<u8> {
     [b"q/".as_slice(), request_id.as_bytes()].concat()
 }
 
+fn key_log(name: &str) -> Vec<u8> {
+    [b"g/".as_slice(), name.as_bytes()].concat()
+}
+
 fn key_lock(name: &str) -> Vec<u8> {
     [b"k/".as_slice(), name.as_bytes()].concat()
 }
@@ -171,6 +186,10 @@ impl StateMachineStore {
                 Some(b"v/") => {
                     let r: crate::state::Revoked = unjson(&v)?;
                     state.revoked.insert(r.serial.clone(), r);
+                }
+                Some(b"g/") => {
+                    let l: crate::state::Log = unjson(&v)?;
+                    state.logs.insert(l.record.name.clone(), l);
                 }
                 Some(b"q/") => {
                     let id = String::from_utf8_lossy(&k[2..]).into_owned();
@@ -246,6 +265,10 @@ impl StateMachineStore {
                 Touched::Revoked(s) => match state.revoked.get(s) {
                     Some(r) => batch.insert(key_revoked(s), json(r)?),
                     None => batch.remove(key_revoked(s)),
+                },
+                Touched::Log(name) => match state.logs.get(name) {
+                    Some(l) => batch.insert(key_log(name), json(l)?),
+                    None => batch.remove(key_log(name)),
                 },
                 Touched::AuditReport => batch.insert(b"m/audit".to_vec(), state.audit_report.clone()),
                 Touched::Counters => batch.insert(
@@ -377,6 +400,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         touched.extend(new_state.retirements.keys().cloned().map(Touched::Retirement));
         touched.extend(new_state.creates.keys().cloned().map(Touched::Create));
         touched.extend(new_state.revoked.keys().cloned().map(Touched::Revoked));
+        touched.extend(new_state.logs.keys().cloned().map(Touched::Log));
         touched.push(Touched::AuditReport);
         touched.push(Touched::Counters);
         self.persist(&new_state, &touched, &mut batch)?;
@@ -426,9 +450,30 @@ mod tests {
             undo: false,
             now_ms: 1,
         });
+        let log = crate::state::Log {
+            record: quire_log::LogRecord::new("orders", "gw", 3),
+            config: quire_log::LogConfig {
+                ensemble_size: 1,
+                write_quorum: 1,
+                ack_quorum: 1,
+                rollover: Default::default(),
+                retention: Default::default(),
+            },
+            producers: Default::default(),
+            creator: "gateway/1".into(),
+            created_at_ms: 1,
+            version: 2,
+        };
+        state.logs.insert("orders".into(), log);
         let decoded = decode_snapshot(&encode_snapshot(&state).unwrap()).unwrap();
         assert_eq!(decoded, state);
         assert_eq!(decoded.revoked_version, 1);
+        assert_eq!(decoded.logs["orders"].version, 2);
+        // A snapshot from before the logs (state and deny list) still installs.
+        let mut before_logs = postcard::to_stdvec(&state).unwrap();
+        before_logs.extend(postcard::to_stdvec(&SnapshotExtras { revoked: vec![], revoked_version: 1 }).unwrap());
+        let decoded = decode_snapshot(&before_logs).unwrap();
+        assert!(decoded.logs.is_empty() && decoded.revoked_version == 1);
         let old = postcard::to_stdvec(&state).unwrap();
         let decoded = decode_snapshot(&old).unwrap();
         assert_eq!((decoded.next_ledger_id, decoded.revoked.len(), decoded.revoked_version), (7, 0, 0));

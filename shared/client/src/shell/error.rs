@@ -57,6 +57,40 @@ pub enum ClientError {
     /// The writer handle was closed or dropped.
     #[error("the writer of ledger {0} is closed")]
     WriterClosed(u64),
+    /// No log of that name.
+    #[error("no such log {0}")]
+    NoSuchLog(String),
+    /// A log of that name exists already.
+    #[error("log {0} exists")]
+    LogExists(String),
+    /// A newer owner took the log over: this writer is done, and its
+    /// appends not yet answered were not acknowledged.
+    #[error("log {0} is fenced: another writer took it over")]
+    LogFenced(String),
+    /// The offset asked for is below the log's trim point.
+    #[error("offset {offset} of log {log} is trimmed (the log starts at {trim_before})")]
+    Trimmed {
+        /// The log.
+        log: String,
+        /// The offset asked for.
+        offset: u64,
+        /// The trim point: the first offset still held.
+        trim_before: u64,
+    },
+    /// An idempotent append's sequence number is at or below the
+    /// producer's last and older than the de-duplication window: whether it
+    /// was written is not known, so it is not written again.
+    #[error(
+        "producer {producer_id}: sequence {sequence} is at or below its last ({last_sequence}) and too old to tell"
+    )]
+    SequenceTooOld {
+        /// The producer.
+        producer_id: String,
+        /// The sequence number asked for.
+        sequence: u64,
+        /// The producer's highest sequence number.
+        last_sequence: u64,
+    },
     /// Any other RPC failure.
     #[error(transparent)]
     Rpc(RpcError),
@@ -97,6 +131,11 @@ impl ClientError {
             ClientError::Corrupt(..) => "CorruptEntry",
             ClientError::InvalidMetadata(_) => "InvalidMetadata",
             ClientError::PermissionDenied(_) => "Forbidden",
+            ClientError::NoSuchLog(_) => "NoSuchLog",
+            ClientError::LogExists(_) => "LogExists",
+            ClientError::LogFenced(_) => "LogFenced",
+            ClientError::Trimmed { .. } => "Trimmed",
+            ClientError::SequenceTooOld { .. } => "SequenceTooOld",
             ClientError::Rpc(_) => "Internal",
         }
     }

@@ -45,10 +45,19 @@ impl Future for PendingAdd {
 
 type Reply<T> = oneshot::Sender<Result<T, ClientError>>;
 
+/// How a close is written, given the stored metadata and the closed record
+/// intended: by default the ledger's own CAS; a log writer's rollover
+/// writes it in one command with the log's record (one metadata round
+/// trip, and the log never lists a ledger end its ledger does not have).
+/// It answers the stored closed metadata, or why the close failed.
+pub type Closer = Box<
+    dyn FnOnce(LedgerMeta, LedgerMeta) -> Pin<Box<dyn Future<Output = Result<LedgerMeta, ClientError>> + Send>> + Send,
+>;
+
 enum Msg {
     /// A payload, where to answer, and the caller's span when it is traced.
     Add(Bytes, Reply<Added>, Option<tracing::Span>),
-    Close(Reply<LedgerMeta>),
+    Close(Reply<LedgerMeta>, Option<Closer>),
 }
 
 enum Event {
@@ -105,6 +114,7 @@ impl LedgerWriter {
             replies: HashMap::new(),
             spans: HashMap::new(),
             closers: Vec::new(),
+            closing_by: None,
             closing: false,
             close_sent: false,
             finished: false,
@@ -200,8 +210,18 @@ impl LedgerWriter {
 
     /// Waits for pending adds, then closes the ledger at its LAC.
     pub async fn close(&self) -> Result<LedgerMeta, ClientError> {
+        self.close_by(None).await
+    }
+
+    /// As [`LedgerWriter::close`], with the close written by `closer` (the
+    /// first close asked for decides how it is written).
+    pub async fn close_with(&self, closer: Closer) -> Result<LedgerMeta, ClientError> {
+        self.close_by(Some(closer)).await
+    }
+
+    async fn close_by(&self, closer: Option<Closer>) -> Result<LedgerMeta, ClientError> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Msg::Close(reply)).await.map_err(|_| ClientError::WriterClosed(self.ledger_id))?;
+        self.tx.send(Msg::Close(reply, closer)).await.map_err(|_| ClientError::WriterClosed(self.ledger_id))?;
         rx.await.unwrap_or(Err(ClientError::WriterClosed(self.ledger_id)))
     }
 }
@@ -216,6 +236,8 @@ struct Actor {
     /// The caller's span of each traced pending add.
     spans: HashMap<u64, tracing::Span>,
     closers: Vec<Reply<LedgerMeta>>,
+    /// How the close is written, when not by the ledger's own CAS.
+    closing_by: Option<Closer>,
     closing: bool,
     close_sent: bool,
     /// The close was answered; the actor stays until the copies it sent
@@ -268,12 +290,15 @@ impl Actor {
                     for taken in 1..=BATCH_MAX_ADDS {
                         match next {
                             Some(Msg::Add(payload, reply, span)) => self.on_add(payload, reply, span),
-                            Some(Msg::Close(reply)) => match &self.close_result {
+                            Some(Msg::Close(reply, closer)) => match &self.close_result {
                                 Some(res) => {
                                     let _ = reply.send(res.clone());
                                 }
                                 None => {
                                     self.closers.push(reply);
+                                    if self.closing_by.is_none() && !self.closing {
+                                        self.closing_by = closer;
+                                    }
                                     self.closing = true;
                                 }
                             },
@@ -315,7 +340,7 @@ impl Actor {
         while let Ok(msg) = self.rx.try_recv() {
             match msg {
                 Msg::Add(payload, reply, span) => self.on_add(payload, reply, span),
-                Msg::Close(reply) => {
+                Msg::Close(reply, _) => {
                     let res = self.close_result.clone().unwrap_or(Err(ClientError::WriterClosed(ledger_id)));
                     let _ = reply.send(res);
                 }
@@ -581,6 +606,15 @@ impl Actor {
         let client = self.client.clone();
         let meta = self.meta.clone();
         let (lac, length) = (self.w.lac(), self.w.length());
+        if let Some(closer) = self.closing_by.take() {
+            let mut intended = meta.clone();
+            intended.state = LedgerState::Closed;
+            intended.last_entry_id = lac;
+            intended.length = length;
+            let written = closer(meta, intended);
+            self.tasks.push(Box::pin(async move { Event::Closed(written.await) }));
+            return;
+        }
         self.tasks.push(Box::pin(async move { Event::Closed(close_ledger(&client, meta, lac, length).await) }));
     }
 }

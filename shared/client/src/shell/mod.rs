@@ -7,6 +7,7 @@ pub mod client;
 pub mod ensemble;
 pub mod error;
 pub mod ledger_writer;
+pub mod log;
 pub mod reader;
 pub mod recover;
 pub mod rereplicate;
@@ -16,7 +17,8 @@ pub mod throttle;
 
 pub use client::{Client, ClientOptions, CreateLedger};
 pub use error::ClientError;
-pub use ledger_writer::{Added, LedgerWriter, PendingAdd};
+pub use ledger_writer::{Added, Closer, LedgerWriter, PendingAdd};
+pub use log::{LogEntry, LogWriter};
 pub use reader::LedgerReader;
 pub use recover::Recovered;
 pub use rereplicate::Repair;

@@ -1,7 +1,8 @@
-//! A log as a chain of ledgers (issue #23, the first part): the record the
-//! metadata service will hold for a log, and the edits a log writer makes to
-//! it, as plain functions from one record to the intended next one (each
-//! written by CAS on the record's version, like a ledger's metadata).
+//! A log as a chain of ledgers (issue #23): the record the metadata service
+//! holds for a log, and the edits a log writer makes to it, as plain
+//! functions from one record to the intended next one (each written by CAS
+//! on the record's version, like a ledger's metadata). [`check_edit`] is the
+//! metadata service's side: which changes of a stored record it accepts.
 //!
 //! Offsets are dense from 0 and never repeat: a segment's first offset is one
 //! past the previous segment's last record, and record `o` of the log is
@@ -17,8 +18,10 @@
 //! most one segment (the last) is open, the trim point only grows and no
 //! listed segment lies wholly below it.
 
+use serde::{Deserialize, Serialize};
+
 /// One ledger of a log and the offsets it holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogSegment {
     /// The ledger.
     pub ledger_id: u64,
@@ -38,7 +41,7 @@ impl LogSegment {
 }
 
 /// A log's record in the metadata service.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogRecord {
     /// The log's name.
     pub name: String,
@@ -282,6 +285,81 @@ impl LogRecord {
     }
 }
 
+/// What an accepted edit of a record changed, for the checks the record
+/// alone cannot make (the metadata service makes them against its ledgers).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Edit {
+    /// Segments whose end the edit fixed: the ledger and how many entries it
+    /// holds in the log (its ledger must be closed at exactly that many).
+    pub sealed: Vec<(u64, u64)>,
+    /// Ledgers the edit added (each must exist and be open, so that nothing
+    /// was written to it before the log listed it).
+    pub opened: Vec<u64>,
+    /// Ledgers the edit no longer lists (wholly below the new trim point):
+    /// deleted with it.
+    pub dropped: Vec<u64>,
+}
+
+/// Whether `new` may replace the stored record `old`, and what it changes.
+/// The rules that make offsets stable: a listed segment keeps its ledger
+/// and first offset, a fixed end never moves, only the open segment is
+/// sealed, new segments only follow the old ones, a segment leaves the list
+/// only wholly below the trim point, the trim point and the epoch never go
+/// back, and the owner changes only with the epoch (a takeover).
+pub fn check_edit(old: &LogRecord, new: &LogRecord) -> Result<Edit, ChainError> {
+    new.check()?;
+    let bad = |why: String| Err(ChainError::Invalid(format!("log {}: {why}", old.name)));
+    if new.name != old.name {
+        return bad(format!("renamed to {}", new.name));
+    }
+    if new.epoch < old.epoch {
+        return Err(ChainError::Fenced { log: old.name.clone(), expected: new.epoch, current: old.epoch });
+    }
+    if new.epoch == old.epoch && new.owner != old.owner {
+        return bad(format!("owner {} replaced by {} without a new epoch", old.owner, new.owner));
+    }
+    if new.trim_before < old.trim_before {
+        return Err(ChainError::TrimBackwards { current: old.trim_before, requested: new.trim_before });
+    }
+    let mut edit = Edit::default();
+    let mut kept = 0;
+    for s in &old.segments {
+        let Some(n) = new.segments.get(kept).filter(|n| n.ledger_id == s.ledger_id) else {
+            // Only a fixed segment wholly below the new trim point may go.
+            if s.end_offset.is_some_and(|end| end <= new.trim_before) && kept == 0 {
+                edit.dropped.push(s.ledger_id);
+                continue;
+            }
+            return bad(format!("ledger {} left the list above the trim point", s.ledger_id));
+        };
+        if n.first_offset != s.first_offset {
+            return bad(format!("ledger {} moved from offset {} to {}", s.ledger_id, s.first_offset, n.first_offset));
+        }
+        match (s.end_offset, n.end_offset) {
+            (Some(a), Some(b)) if a != b => return bad(format!("ledger {} end moved from {a} to {b}", s.ledger_id)),
+            (Some(_), None) => return bad(format!("ledger {} reopened", s.ledger_id)),
+            (None, Some(end)) => edit.sealed.push((s.ledger_id, end - s.first_offset)),
+            _ => {}
+        }
+        kept += 1;
+    }
+    for n in &new.segments[kept..] {
+        if old.segments.iter().any(|s| s.ledger_id == n.ledger_id) {
+            return bad(format!("ledger {} listed again", n.ledger_id));
+        }
+        match n.end_offset {
+            // A segment added already sealed holds nothing (a takeover that
+            // found an empty ledger may list it so, but need not).
+            Some(end) if end != n.first_offset => {
+                return bad(format!("ledger {} added with records at {}..{end}", n.ledger_id, n.first_offset))
+            }
+            Some(_) => edit.sealed.push((n.ledger_id, 0)),
+            None => edit.opened.push(n.ledger_id),
+        }
+    }
+    Ok(edit)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -344,6 +422,41 @@ mod tests {
         assert!(r.check().is_err(), "offsets in no ledger");
     }
 
+    #[test]
+    fn check_edit_names_what_changed_and_refuses_what_moves_offsets() {
+        let a = LogRecord::new("l", "o", 1);
+        let b = a.roll(1, 4, 2).unwrap();
+        assert_eq!(check_edit(&a, &b).unwrap(), Edit { sealed: vec![(1, 5)], opened: vec![2], dropped: vec![] });
+        let c = b.take_over("p", 2, 3).unwrap();
+        assert_eq!(check_edit(&b, &c).unwrap().sealed, vec![(2, 3)]);
+        let (d, gone) = c.trim(5).unwrap();
+        assert_eq!(check_edit(&c, &d).unwrap().dropped, gone);
+        // Going back to an older record is refused, whatever changed.
+        assert!(check_edit(&c, &b).is_err(), "the epoch went back");
+        assert!(check_edit(&d, &c).is_err(), "the trim point went back");
+        assert!(check_edit(&b, &a).is_err(), "a sealed ledger reopened");
+        // Same epoch, another owner: only a takeover may change the owner.
+        let mut stolen = b.clone();
+        stolen.owner = "thief".into();
+        assert!(check_edit(&b, &stolen).is_err());
+        // A fixed end never moves, even within a valid record.
+        let mut longer = c.clone();
+        longer.segments[1].end_offset = Some(9);
+        longer.segments[2].first_offset = 9;
+        assert!(longer.check().is_ok() && check_edit(&c, &longer).is_err());
+        // A ledger leaves the list only wholly below the trim point.
+        let mut dropped = c.clone();
+        dropped.segments.remove(0);
+        dropped.trim_before = 0;
+        assert!(check_edit(&c, &dropped).is_err());
+        // A ledger added with records in it is refused.
+        let mut stuffed = b.clone();
+        stuffed.segments[1].end_offset = Some(8);
+        stuffed.segments.push(LogSegment { ledger_id: 10, first_offset: 8, end_offset: None });
+        stuffed.segments[1].ledger_id = 9;
+        assert!(stuffed.check().is_ok() && check_edit(&a, &stuffed).is_err());
+    }
+
     #[derive(Debug, Clone)]
     enum Op {
         /// The owner appends this many records (acknowledged).
@@ -382,6 +495,7 @@ mod tests {
             // offset -> (ledger, entry) of every acknowledged record.
             let mut placed: std::collections::BTreeMap<u64, (u64, u64)> = Default::default();
             for op in ops {
+                let before_op = log.clone();
                 let open = log.open_segment().cloned().expect("an open ledger");
                 match op {
                     Op::Append(n) => {
@@ -428,6 +542,8 @@ mod tests {
                     }
                 }
                 prop_assert!(log.check().is_ok(), "{:?}", log.check());
+                // The metadata service accepts every edit a writer makes.
+                prop_assert!(check_edit(&before_op, &log).is_ok(), "{:?}", check_edit(&before_op, &log));
                 for (offset, (ledger_id, entry_id)) in &placed {
                     let want = if *offset < log.trim_before {
                         Located::Trimmed { trim_before: log.trim_before }

@@ -1,0 +1,477 @@
+//! Logs in the metadata state (issue #23): creating one, the
+//! compare-and-set of its record together with ledger updates, deleting
+//! one. The record's own rules are quire-log's ([`quire_log::check_edit`]);
+//! here are the ones that need the ledgers beside it: a segment is sealed
+//! only with its ledger closed at exactly its records (so no acknowledged
+//! entry lies past the log's end, and no entry the log does not count lies
+//! within it), a ledger joins a log only open and unlisted elsewhere, and a
+//! ledger the log drops below its trim point is deleted with the edit.
+
+use crate::state::{
+    ledger_right, Caller, Ledger, LedgerState, Log, MetaState, Outcome, Refusal, Touched, ENSEMBLE_MAX,
+};
+
+/// Segments a log lists at most: a record is one metadata value, written
+/// whole by every edit (trim the log, or roll less often, to stay below).
+pub const LOG_SEGMENTS_MAX: usize = 65_536;
+
+/// Whether `caller` may change or delete a log `creator` made: the creator,
+/// any gateway for a gateway's log (scaled replicas share the API), the
+/// operator.
+fn log_right(log: &Log, caller: &Caller) -> Result<(), Refusal> {
+    let owns = log.creator == caller.identity() || (caller.role == "gateway" && log.creator.starts_with("gateway/"));
+    if owns || caller.role == "admin" {
+        return Ok(());
+    }
+    Err(Refusal::PermissionDenied(format!("log {} is {}'s, not {}'s", log.record.name, log.creator, caller.identity())))
+}
+
+fn invalid(e: quire_log::ChainError) -> Refusal {
+    Refusal::BadRequest(e.to_string())
+}
+
+/// The retention service (beside the auditor) may move the trim point and
+/// nothing else.
+fn only_trims(stored: &Log, new: &Log, edit: &quire_log::Edit, ledgers: usize) -> bool {
+    ledgers == 0
+        && edit.sealed.is_empty()
+        && edit.opened.is_empty()
+        && (new.record.epoch, &new.record.owner) == (stored.record.epoch, &stored.record.owner)
+        && new.producers == stored.producers
+        && new.config == stored.config
+}
+
+impl MetaState {
+    /// The log (other than `except`) that lists `ledger_id`, if any.
+    fn log_listing(&self, ledger_id: u64, except: &str) -> Option<&str> {
+        self.logs
+            .values()
+            .filter(|l| l.record.name != except)
+            .find(|l| l.record.segments.iter().any(|s| s.ledger_id == ledger_id))
+            .map(|l| l.record.name.as_str())
+    }
+
+    fn check_config(log: &Log) -> Result<(), Refusal> {
+        let c = &log.config;
+        if !(1 <= c.ack_quorum && c.ack_quorum <= c.write_quorum && c.write_quorum <= c.ensemble_size)
+            || c.ensemble_size > ENSEMBLE_MAX
+        {
+            return Err(Refusal::BadRequest(format!(
+                "log quorums must satisfy 1 <= ack ({}) <= write ({}) <= ensemble ({}) <= {ENSEMBLE_MAX}",
+                c.ack_quorum, c.write_quorum, c.ensemble_size
+            )));
+        }
+        if log.record.segments.len() > LOG_SEGMENTS_MAX {
+            return Err(Refusal::BadRequest(format!(
+                "log {} would list {} ledgers, more than {LOG_SEGMENTS_MAX}: trim it",
+                log.record.name,
+                log.record.segments.len()
+            )));
+        }
+        let p = &log.producers;
+        if p.by_id.len() > quire_log::producers::PRODUCERS_MAX
+            || p.by_id.values().any(|s| s.recent.len() > quire_log::producers::WINDOW)
+            || p.by_id.keys().any(|id| quire_log::envelope::validate_producer_id(id).is_err())
+        {
+            return Err(Refusal::BadRequest("the producer table is past its bounds".into()));
+        }
+        Ok(())
+    }
+
+    /// A ledger may join a log: it exists, is open (nothing was sealed into
+    /// it before the log listed it), the caller may write it, and no other
+    /// log lists it.
+    fn check_joining(&self, ledger_id: u64, log: &str, caller: &Caller) -> Result<(), Refusal> {
+        let l = self.ledgers.get(&ledger_id).ok_or(Refusal::NoSuchLedger(ledger_id))?;
+        if l.state != LedgerState::Open {
+            return Err(Refusal::BadRequest(format!("ledger {ledger_id} joins log {log} only while open")));
+        }
+        ledger_right(l, Some(l), caller)?;
+        if let Some(other) = self.log_listing(ledger_id, log) {
+            return Err(Refusal::BadRequest(format!("ledger {ledger_id} is log {other}'s")));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn create_log(
+        &mut self,
+        mut log: Log,
+        caller: &Caller,
+        now_ms: u64,
+    ) -> Result<(Outcome, Vec<Touched>), Refusal> {
+        let name = log.record.name.clone();
+        quire_log::config::validate_name(&name).map_err(Refusal::BadRequest)?;
+        if self.logs.contains_key(&name) {
+            return Err(Refusal::AlreadyExists(format!("log {name} exists")));
+        }
+        Self::check_config(&log)?;
+        // A new log is epoch 1, one open segment from offset 0.
+        let first = match log.record.segments.as_slice() {
+            [s] if s.first_offset == 0 && s.end_offset.is_none() => s.ledger_id,
+            _ => return Err(Refusal::BadRequest(format!("log {name} must start with one open ledger at offset 0"))),
+        };
+        if log.record.epoch != 1 || log.record.trim_before != 0 {
+            return Err(Refusal::BadRequest(format!("log {name} starts at epoch 1 with nothing trimmed")));
+        }
+        log.record.check().map_err(invalid)?;
+        self.check_joining(first, &name, caller)?;
+        log.producers = quire_log::Producers::default();
+        log.creator = caller.identity();
+        log.created_at_ms = now_ms;
+        log.version = 1;
+        self.logs.insert(name.clone(), log.clone());
+        Ok((Outcome::Log(Box::new(log), Vec::new()), vec![Touched::Log(name)]))
+    }
+
+    pub(crate) fn update_log(
+        &mut self,
+        mut log: Log,
+        expected_version: u64,
+        ledgers: Vec<(Ledger, u64)>,
+        caller: &Caller,
+    ) -> Result<(Outcome, Vec<Touched>), Refusal> {
+        let name = log.record.name.clone();
+        let stored = self.logs.get(&name).ok_or_else(|| Refusal::NoSuchLog(name.clone()))?.clone();
+        let stored = &stored;
+        // A stale edit is a conflict first, whatever it would change: the
+        // writer re-reads and builds on what is stored (a trim meanwhile).
+        if stored.version != expected_version {
+            return Err(Refusal::VersionConflict { actual: stored.version });
+        }
+        let edit = quire_log::check_edit(&stored.record, &log.record).map_err(invalid)?;
+        if !(caller.role == "auditor" && only_trims(stored, &log, &edit, ledgers.len())) {
+            log_right(stored, caller)?;
+        }
+        let quorums = |l: &Log| (l.config.ensemble_size, l.config.write_quorum, l.config.ack_quorum);
+        if quorums(&log) != quorums(stored) {
+            return Err(Refusal::BadRequest(format!("log {name}: the ledger quorums are fixed at creation")));
+        }
+        Self::check_config(&log)?;
+        if log.producers.covers_before < stored.producers.covers_before {
+            return Err(Refusal::BadRequest(format!("log {name}: the producer table went back")));
+        }
+        for id in &edit.opened {
+            self.check_joining(*id, &name, caller)?;
+        }
+        // Ledger updates only for ledgers the log lists, each at most once.
+        let mut ids: Vec<u64> = ledgers.iter().map(|(l, _)| l.ledger_id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.len() != ledgers.len() {
+            return Err(Refusal::BadRequest("a ledger updated twice in one log update".into()));
+        }
+        if let Some(id) = ids.iter().find(|id| !stored.record.segments.iter().any(|s| s.ledger_id == **id)) {
+            return Err(Refusal::BadRequest(format!("ledger {id} is not log {name}'s")));
+        }
+        // Apply the ledger updates, keeping what they replace: any refusal
+        // after this puts every one back (one change or none).
+        let before: Vec<Ledger> = ids.iter().filter_map(|id| self.ledgers.get(id).cloned()).collect();
+        let mut updated = Vec::new();
+        let mut touched = Vec::new();
+        let result = (|| {
+            for (ledger, expected_version) in ledgers {
+                let cmd = crate::state::Command::UpdateLedgerAs { ledger, expected_version, caller: caller.clone() };
+                let (outcome, t) = self.try_apply(cmd)?;
+                if let Outcome::Ledger(l) = outcome {
+                    updated.push(l);
+                }
+                touched.extend(t);
+            }
+            for (id, entries) in &edit.sealed {
+                let l = self.ledgers.get(id).ok_or(Refusal::NoSuchLedger(*id))?;
+                if l.state != LedgerState::Closed || l.last_entry_id != *entries as i64 - 1 {
+                    return Err(Refusal::BadRequest(format!(
+                        "log {name} seals ledger {id} at {entries} records, but the ledger is {:?} at last entry {}",
+                        l.state, l.last_entry_id
+                    )));
+                }
+            }
+            Ok(())
+        })();
+        if let Err(refusal) = result {
+            for l in before {
+                self.ledgers.insert(l.ledger_id, l);
+            }
+            return Err(refusal);
+        }
+        // Ledgers wholly below the trim point go with the edit (bookies'
+        // garbage collection reclaims their entries).
+        for id in &edit.dropped {
+            if self.ledgers.remove(id).is_some() {
+                self.marks.remove(id);
+                touched.extend([Touched::Ledger(*id), Touched::Mark(*id)]);
+            }
+        }
+        log.creator = stored.creator.clone();
+        log.created_at_ms = stored.created_at_ms;
+        log.version = stored.version + 1;
+        self.logs.insert(name.clone(), log.clone());
+        touched.push(Touched::Log(name));
+        Ok((Outcome::Log(Box::new(log), updated), touched))
+    }
+
+    pub(crate) fn delete_log(&mut self, name: &str, caller: &Caller) -> Result<(Outcome, Vec<Touched>), Refusal> {
+        let stored = self.logs.get(name).ok_or_else(|| Refusal::NoSuchLog(name.to_string()))?;
+        log_right(stored, caller)?;
+        let ids: Vec<u64> = stored.record.segments.iter().map(|s| s.ledger_id).collect();
+        let mut touched = vec![Touched::Log(name.to_string())];
+        for id in ids {
+            if self.ledgers.remove(&id).is_some() {
+                self.marks.remove(&id);
+                touched.extend([Touched::Ledger(id), Touched::Mark(id)]);
+            }
+        }
+        self.logs.remove(name);
+        Ok((Outcome::Deleted, touched))
+    }
+
+    /// Log names after `start_after`, at most `limit`, and the next to ask from.
+    pub fn list_logs(&self, start_after: &str, limit: usize) -> (Vec<String>, Option<String>) {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let lower = if start_after.is_empty() { Unbounded } else { Excluded(start_after.to_string()) };
+        let mut names: Vec<String> =
+            self.logs.range((lower, Unbounded)).take(limit + 1).map(|(n, _)| n.clone()).collect();
+        let next = (names.len() > limit).then(|| {
+            names.truncate(limit);
+            names.last().cloned().unwrap_or_default()
+        });
+        (names, next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{Command, NewLedger, OWNER_KEY};
+    use quire_log::{LogConfig, LogRecord, Producers, Retention, Rollover};
+    use std::collections::BTreeMap;
+
+    fn gw() -> Caller {
+        Caller { role: "gateway".into(), id: "1".into() }
+    }
+
+    fn ledger(s: &mut MetaState, owner: &str) -> Ledger {
+        let custom = BTreeMap::from([(OWNER_KEY.to_string(), owner.as_bytes().to_vec())]);
+        let new = NewLedger {
+            ensemble_size: 3,
+            write_quorum: 3,
+            ack_quorum: 2,
+            bookie_ids: vec!["b1".into(), "b2".into(), "b3".into()],
+            instance_ids: vec![],
+            custom,
+            now_ms: 1,
+        };
+        match s.apply(Command::CreateLedger(new)).0 {
+            Outcome::Ledger(l) => l,
+            o => panic!("{o:?}"),
+        }
+    }
+
+    fn closed(l: &Ledger, last: i64) -> (Ledger, u64) {
+        let mut c = l.clone();
+        c.state = LedgerState::Closed;
+        c.last_entry_id = last;
+        c.length = (last + 1) as u64;
+        (c, l.version)
+    }
+
+    fn config() -> LogConfig {
+        LogConfig {
+            ensemble_size: 3,
+            write_quorum: 3,
+            ack_quorum: 2,
+            rollover: Rollover::default(),
+            retention: Retention::default(),
+        }
+    }
+
+    fn meta(record: LogRecord) -> Log {
+        Log {
+            record,
+            config: config(),
+            producers: Producers::default(),
+            creator: String::new(),
+            created_at_ms: 0,
+            version: 0,
+        }
+    }
+
+    fn stored(o: Outcome) -> Log {
+        match o {
+            Outcome::Log(l, _) => *l,
+            o => panic!("{o:?}"),
+        }
+    }
+
+    fn update(
+        s: &mut MetaState,
+        log: &Log,
+        record: LogRecord,
+        ledgers: Vec<(Ledger, u64)>,
+        caller: &Caller,
+    ) -> Outcome {
+        let new = Log { record, ..log.clone() };
+        s.apply(Command::UpdateLog { log: new, expected_version: log.version, ledgers, caller: caller.clone() }).0
+    }
+
+    /// Rollover closes the old ledger and lists the next in one command;
+    /// a takeover seals at the recovered end; a trim deletes the ledgers it
+    /// drops.
+    #[test]
+    fn a_log_rolls_is_taken_over_and_trimmed_with_its_ledgers() {
+        let mut s = MetaState::default();
+        let l1 = ledger(&mut s, "gateway/1");
+        let log = stored(
+            s.apply(Command::CreateLog {
+                log: meta(LogRecord::new("orders", "gw-a", l1.ledger_id)),
+                caller: gw(),
+                now_ms: 5,
+            })
+            .0,
+        );
+        assert_eq!((log.version, log.creator.as_str(), log.created_at_ms), (1, "gateway/1", 5));
+        let l2 = ledger(&mut s, "gateway/1");
+        let rolled = log.record.roll(1, 9, l2.ledger_id).unwrap();
+        let log = stored(update(&mut s, &log, rolled, vec![closed(&l1, 9)], &gw()));
+        assert_eq!(s.ledgers[&l1.ledger_id].state, LedgerState::Closed);
+        // Another gateway replica takes over: l2 recovered at entry 4 (closed by the recovery).
+        let l3 = ledger(&mut s, "gateway/2");
+        let (c2, _) = closed(&l2, 4);
+        s.ledgers.insert(l2.ledger_id, Ledger { version: l2.version + 1, ..c2 });
+        let taken = log.record.take_over("gw-b", 4, l3.ledger_id).unwrap();
+        let gw2 = Caller { role: "gateway".into(), id: "2".into() };
+        let log = stored(update(&mut s, &log, taken, vec![], &gw2));
+        assert_eq!((log.record.epoch, log.version), (2, 3));
+        // Trim to 12: ledger 1 (0..10) goes, with its metadata.
+        let (trimmed, gone) = log.record.trim(12).unwrap();
+        assert_eq!(gone, vec![l1.ledger_id]);
+        let log = stored(update(&mut s, &log, trimmed, vec![], &gw()));
+        assert!(!s.ledgers.contains_key(&l1.ledger_id));
+        assert!(s.ledgers.contains_key(&l2.ledger_id));
+        // Deleting the log deletes what it lists.
+        assert_eq!(s.apply(Command::DeleteLog { name: "orders".into(), caller: gw() }).0, Outcome::Deleted);
+        assert!(s.ledgers.is_empty() && s.logs.is_empty(), "{:?}", s.ledgers.keys().collect::<Vec<_>>());
+        let _ = log;
+    }
+
+    /// A seal that does not match its ledger is refused, and the ledger
+    /// updates beside it are undone: one change or none.
+    #[test]
+    fn a_seal_must_match_its_closed_ledger_or_nothing_changes() {
+        let mut s = MetaState::default();
+        let l1 = ledger(&mut s, "gateway/1");
+        let log = stored(
+            s.apply(Command::CreateLog { log: meta(LogRecord::new("l", "o", l1.ledger_id)), caller: gw(), now_ms: 0 })
+                .0,
+        );
+        let l2 = ledger(&mut s, "gateway/1");
+        // Sealed at 10 records, ledger closed at 12: refused, ledger still open.
+        let rolled = log.record.roll(1, 9, l2.ledger_id).unwrap();
+        let out = update(&mut s, &log, rolled.clone(), vec![closed(&l1, 11)], &gw());
+        assert!(matches!(out, Outcome::Refused(Refusal::BadRequest(_))), "{out:?}");
+        assert_eq!(s.ledgers[&l1.ledger_id], l1, "the close was undone");
+        assert_eq!(s.logs["l"].version, 1);
+        // Sealed while the ledger is still open: refused.
+        assert!(matches!(update(&mut s, &log, rolled.clone(), vec![], &gw()), Outcome::Refused(_)));
+        // A ledger another log lists cannot join.
+        let other = stored(
+            s.apply(Command::CreateLog { log: meta(LogRecord::new("m", "o", l2.ledger_id)), caller: gw(), now_ms: 0 })
+                .0,
+        );
+        assert!(matches!(update(&mut s, &log, rolled, vec![closed(&l1, 9)], &gw()), Outcome::Refused(_)));
+        assert_eq!(s.ledgers[&l1.ledger_id], l1);
+        // A stale version conflicts.
+        let l3 = ledger(&mut s, "gateway/1");
+        let rolled = log.record.roll(1, 9, l3.ledger_id).unwrap();
+        let mut stale = log.clone();
+        stale.version = 0;
+        assert!(matches!(
+            update(&mut s, &stale, rolled.clone(), vec![closed(&l1, 9)], &gw()),
+            Outcome::Refused(Refusal::VersionConflict { actual: 1 })
+        ));
+        // A ledger update for a ledger the log does not list is refused.
+        let foreign = closed(&s.ledgers[&l2.ledger_id].clone(), -1);
+        assert!(matches!(
+            update(&mut s, &log, rolled.clone(), vec![closed(&l1, 9), foreign], &gw()),
+            Outcome::Refused(_)
+        ));
+        assert!(matches!(update(&mut s, &log, rolled, vec![closed(&l1, 9)], &gw()), Outcome::Log(..)));
+        let _ = other;
+    }
+
+    /// A writer that missed a trim gets a conflict (and re-reads), not a
+    /// refusal of the trim point it did not know had moved.
+    #[test]
+    fn a_stale_edit_is_a_conflict_before_anything_else() {
+        let mut s = MetaState::default();
+        let l1 = ledger(&mut s, "gateway/1");
+        let log = stored(
+            s.apply(Command::CreateLog { log: meta(LogRecord::new("l", "o", l1.ledger_id)), caller: gw(), now_ms: 0 })
+                .0,
+        );
+        let l2 = ledger(&mut s, "gateway/1");
+        let log2 =
+            stored(update(&mut s, &log, log.record.roll(1, 9, l2.ledger_id).unwrap(), vec![closed(&l1, 9)], &gw()));
+        let (trimmed, _) = log2.record.trim(10).unwrap();
+        stored(update(&mut s, &log2, trimmed, vec![], &gw()));
+        let l3 = ledger(&mut s, "gateway/1");
+        let stale_roll = log2.record.roll(1, 4, l3.ledger_id).unwrap();
+        let out = update(&mut s, &log2, stale_roll, vec![], &gw());
+        assert_eq!(out, Outcome::Refused(Refusal::VersionConflict { actual: 3 }));
+    }
+
+    /// Who may change a log: its creator (any gateway for a gateway's), the
+    /// operator; the retention service only its trim point.
+    #[test]
+    fn only_the_creator_changes_a_log_and_the_auditor_only_trims_it() {
+        let mut s = MetaState::default();
+        let l1 = ledger(&mut s, "client/app");
+        let app = Caller { role: "client".into(), id: "app".into() };
+        let log = stored(
+            s.apply(Command::CreateLog {
+                log: meta(LogRecord::new("l", "o", l1.ledger_id)),
+                caller: app.clone(),
+                now_ms: 0,
+            })
+            .0,
+        );
+        let l2 = ledger(&mut s, "client/app");
+        let rolled = log.record.roll(1, 9, l2.ledger_id).unwrap();
+        let other = Caller { role: "client".into(), id: "intruder".into() };
+        assert!(matches!(
+            update(&mut s, &log, rolled.clone(), vec![closed(&l1, 9)], &other),
+            Outcome::Refused(Refusal::PermissionDenied(_))
+        ));
+        let auditor = Caller { role: "auditor".into(), id: "1".into() };
+        assert!(matches!(update(&mut s, &log, rolled.clone(), vec![closed(&l1, 9)], &auditor), Outcome::Refused(_)));
+        let log = stored(update(&mut s, &log, rolled, vec![closed(&l1, 9)], &app));
+        let (trimmed, _) = log.record.trim(10).unwrap();
+        let log = stored(update(&mut s, &log, trimmed, vec![], &auditor));
+        assert_eq!(log.record.trim_before, 10);
+        assert!(matches!(
+            s.apply(Command::DeleteLog { name: "l".into(), caller: other }).0,
+            Outcome::Refused(Refusal::PermissionDenied(_))
+        ));
+        // Names and shapes are checked at creation.
+        let l9 = ledger(&mut s, "client/app");
+        for bad in ["a/b", ""] {
+            let o = s
+                .apply(Command::CreateLog {
+                    log: meta(LogRecord::new(bad, "o", l9.ledger_id)),
+                    caller: app.clone(),
+                    now_ms: 0,
+                })
+                .0;
+            assert!(matches!(o, Outcome::Refused(Refusal::BadRequest(_))), "{bad:?}: {o:?}");
+        }
+        let o = s
+            .apply(Command::CreateLog {
+                log: meta(LogRecord::new("l", "o", l9.ledger_id)),
+                caller: app.clone(),
+                now_ms: 0,
+            })
+            .0;
+        assert!(matches!(o, Outcome::Refused(Refusal::AlreadyExists(_))));
+        assert_eq!(s.list_logs("", 10), (vec!["l".to_string()], None));
+    }
+}

@@ -1,0 +1,632 @@
+//! Logs over chains of ledgers (issue #23): the writer (appends with
+//! offsets, rollover, takeover, idempotent appends) and the metadata calls
+//! beside it. The record's rules are quire-log's; the metadata service
+//! checks every edit against them and against the ledgers.
+//!
+//! A writer owns its log at one epoch. It appends to the open segment's
+//! ledger, and rolls to a ledger it created beforehand when the segment is
+//! due ([`quire_log::Rollover`]): the old ledger's close and the record's
+//! new segment are one metadata command ([`LedgerWriter::close_with`]), so
+//! a rollover costs one metadata round trip, and appends to the next ledger
+//! start only once the log lists it. A takeover
+//! ([`Client::open_log_writer`]) recovers the open segment's ledger (which
+//! fences the previous owner's writer), rebuilds the producer table from
+//! the records, and raises the epoch with a new segment, by CAS.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+use quire_log::envelope::{self, Produced};
+use quire_log::{LogConfig, LogMeta, LogRecord, Producers, Seen};
+use quire_proto::v1::{self, ErrorCode};
+use quire_rpc::RpcError;
+use tokio::sync::watch;
+
+use crate::meta::{LedgerMeta, LedgerState};
+use crate::shell::client::{Client, CreateLedger};
+use crate::shell::error::ClientError;
+use crate::shell::ledger_writer::{Closer, LedgerWriter};
+
+/// The custom metadata key naming the log a ledger was made for (an
+/// unlisted ledger so named is a rollover's leftover: see docs/logs.md).
+pub const LOG_KEY: &str = "log";
+
+/// One record read from a log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogEntry {
+    /// Its offset.
+    pub offset: u64,
+    /// The application's bytes.
+    pub payload: Bytes,
+    /// The idempotent append's producer id and sequence, when it had one.
+    pub produced: Option<(String, u64)>,
+}
+
+fn log_error(e: RpcError, name: &str) -> ClientError {
+    match e.code() {
+        Some(ErrorCode::NoSuchLog) => ClientError::NoSuchLog(name.to_string()),
+        Some(ErrorCode::AlreadyExists) => ClientError::LogExists(name.to_string()),
+        _ => ClientError::from_metadata(e, None),
+    }
+}
+
+fn is_conflict(e: &RpcError) -> bool {
+    e.code() == Some(ErrorCode::VersionConflict)
+}
+
+fn from_wire(m: Option<v1::LogMetadata>, name: &str) -> Result<LogMeta, ClientError> {
+    let m = m.ok_or_else(|| ClientError::MetadataUnavailable(format!("metadata answer without log {name}")))?;
+    LogMeta::from_wire(&m).map_err(|why| ClientError::BadRequest(format!("log {name}: {why}")))
+}
+
+impl Client {
+    /// A log's metadata, as the metadata leader has it.
+    pub async fn log_meta(&self, name: &str) -> Result<LogMeta, ClientError> {
+        let r = self
+            .meta()
+            .call(v1::GetLogRequest { name: name.to_string(), stale_ok: false })
+            .await
+            .map_err(|e| log_error(e, name))?;
+        from_wire(r.log, name)
+    }
+
+    /// Log names after `start_after`, at most `limit`, and where the next page starts.
+    pub async fn list_logs(&self, start_after: &str, limit: u32) -> Result<(Vec<String>, Option<String>), ClientError> {
+        let r = self
+            .meta()
+            .call(v1::ListLogsRequest { start_after: start_after.to_string(), limit })
+            .await
+            .map_err(|e| ClientError::from_metadata(e, None))?;
+        Ok((r.names, r.next))
+    }
+
+    /// Deletes a log and every ledger it lists (bookies reclaim them by GC).
+    pub async fn delete_log(&self, name: &str) -> Result<(), ClientError> {
+        self.meta().call(v1::DeleteLogRequest { name: name.to_string() }).await.map_err(|e| log_error(e, name))?;
+        Ok(())
+    }
+
+    async fn create_log_ledger(&self, name: &str, c: &LogConfig) -> Result<LedgerWriter, ClientError> {
+        let spec = CreateLedger {
+            ensemble: c.ensemble_size as usize,
+            write_quorum: c.write_quorum as usize,
+            ack_quorum: c.ack_quorum as usize,
+            custom: [(LOG_KEY.to_string(), Bytes::from(name.to_string()))].into(),
+        };
+        self.create(spec).await
+    }
+
+    /// Creates a log and returns its writer, owned by `owner` (a name for
+    /// this process, shown to others) at epoch 1.
+    pub async fn create_log(&self, name: &str, config: LogConfig, owner: &str) -> Result<LogWriter, ClientError> {
+        quire_log::config::validate_name(name).map_err(ClientError::BadRequest)?;
+        let first = self.create_log_ledger(name, &config).await?;
+        let log = LogMeta {
+            record: LogRecord::new(name, owner, first.ledger_id()),
+            config,
+            producers: Producers::default(),
+            creator: String::new(),
+            created_at_ms: 0,
+            version: 0,
+        };
+        match self.meta().call(v1::CreateLogRequest { log: Some(log.to_wire()) }).await {
+            Ok(r) => {
+                let stored = from_wire(r.log, name)?;
+                tracing::info!(log = name, ledger_id = first.ledger_id(), "created log");
+                Ok(LogWriter::start(self.clone(), stored, first, Producers::default()))
+            }
+            Err(e) => {
+                // The ledger made for it is nobody's: delete it (best effort).
+                let _ = self.delete(first.ledger_id()).await;
+                Err(log_error(e, name))
+            }
+        }
+    }
+
+    /// Takes a log over for writing as `owner`: recovers (and so fences)
+    /// the ledger of its open segment, rebuilds the producer table from the
+    /// records, and raises the owner epoch with a new ledger, by CAS. From
+    /// then on every append of an earlier owner fails with LogFenced.
+    pub async fn open_log_writer(&self, name: &str, owner: &str) -> Result<LogWriter, ClientError> {
+        loop {
+            let meta = self.log_meta(name).await?;
+            let recovered_last = match meta.record.open_segment() {
+                Some(s) => self.recover(s.ledger_id).await?.last_entry_id,
+                None => -1,
+            };
+            let next = self.create_log_ledger(name, &meta.config).await?;
+            let taken = match meta.record.take_over(owner, recovered_last, next.ledger_id()) {
+                Ok(t) => t,
+                Err(e) => {
+                    let _ = self.delete(next.ledger_id()).await;
+                    return Err(ClientError::BadRequest(e.to_string()));
+                }
+            };
+            let mut producers = meta.producers.clone();
+            if let Err(e) = self.observe_producers(&taken, &mut producers).await {
+                let _ = self.delete(next.ledger_id()).await;
+                return Err(e);
+            }
+            let intended = LogMeta { record: taken, producers: producers.clone(), ..meta.clone() };
+            let req =
+                v1::UpdateLogRequest { log: Some(intended.to_wire()), expected_version: meta.version, ledgers: vec![] };
+            match self.meta().call(req).await {
+                Ok(r) => {
+                    let stored = from_wire(r.log, name)?;
+                    tracing::info!(
+                        log = name,
+                        epoch = stored.record.epoch,
+                        owner,
+                        ledger_id = next.ledger_id(),
+                        "took the log over"
+                    );
+                    return Ok(LogWriter::start(self.clone(), stored, next, producers));
+                }
+                Err(e) => {
+                    let _ = self.delete(next.ledger_id()).await;
+                    if is_conflict(&e) {
+                        // Another edit (a rollover, a trim, another takeover) came first: again.
+                        tracing::debug!(log = name, "takeover raced another edit; again");
+                        continue;
+                    }
+                    return Err(log_error(e, name));
+                }
+            }
+        }
+    }
+
+    /// Observes every record from the table's covered point to `record`'s
+    /// fixed end (what a takeover must know that the stored table may not).
+    async fn observe_producers(&self, record: &LogRecord, producers: &mut Producers) -> Result<(), ClientError> {
+        let end = record.fixed_end();
+        let mut from = producers.covers_before.max(record.trim_before);
+        while from < end {
+            let got = self.read_log_range(record, from, end, 4096).await?;
+            let Some(last) = got.last() else { break };
+            from = last.offset + 1;
+            for e in &got {
+                if let Some((p, s)) = &e.produced {
+                    producers.observe(p, *s, e.offset);
+                }
+            }
+        }
+        producers.cover(end);
+        Ok(())
+    }
+
+    /// Records `from..end` of `record` (at most `max`), from the fixed
+    /// segments and, for the open one, up to its LAC.
+    pub(crate) async fn read_log_range(
+        &self,
+        record: &LogRecord,
+        from: u64,
+        end: u64,
+        max: usize,
+    ) -> Result<Vec<LogEntry>, ClientError> {
+        let mut out = Vec::new();
+        let mut offset = from;
+        while out.len() < max && offset < end {
+            let (ledger_id, entry_id) = match record.locate(offset) {
+                quire_log::Located::At { ledger_id, entry_id } => (ledger_id, entry_id),
+                quire_log::Located::Trimmed { trim_before } => {
+                    return Err(ClientError::Trimmed { log: record.name.clone(), offset, trim_before })
+                }
+                quire_log::Located::Beyond => break,
+            };
+            let seg = record.segments.iter().find(|s| s.ledger_id == ledger_id).expect("located in it");
+            let seg_end = seg.end_offset.unwrap_or(u64::MAX).min(end);
+            let want = ((seg_end - offset) as usize).min(max - out.len());
+            if want == 0 {
+                break;
+            }
+            let reader = self.open(ledger_id).await?;
+            let entries = reader.read_range(entry_id, entry_id + want as u64 - 1, want).await?;
+            let got = entries.len();
+            for e in entries {
+                let r = envelope::decode(&e.payload).map_err(|_| ClientError::Corrupt(ledger_id, e.entry_id))?;
+                out.push(LogEntry {
+                    offset: seg.first_offset + e.entry_id,
+                    payload: e.payload.slice(e.payload.len() - r.payload.len()..),
+                    produced: r.produced.map(|p| (p.producer_id.to_string(), p.sequence)),
+                });
+            }
+            if got < want {
+                // The open segment's LAC: nothing more is committed yet.
+                break;
+            }
+            offset += got as u64;
+        }
+        Ok(out)
+    }
+
+    /// Reads up to `max` records of log `name` from `from` on, across
+    /// ledgers, up to its committed end (empty at the end). Below the trim
+    /// point: [`ClientError::Trimmed`].
+    pub async fn read_log(&self, name: &str, from: u64, max: usize) -> Result<Vec<LogEntry>, ClientError> {
+        let meta = self.log_meta(name).await?;
+        if from < meta.record.trim_before {
+            return Err(ClientError::Trimmed {
+                log: name.to_string(),
+                offset: from,
+                trim_before: meta.record.trim_before,
+            });
+        }
+        self.read_log_range(&meta.record, from, u64::MAX, max.max(1)).await
+    }
+
+    /// As [`Client::read_log`], waiting up to `wait` when nothing is
+    /// committed at `from` yet: on the open ledger's LAC (a long poll on its
+    /// bookies) and on the log's record (a rollover or a takeover moves the
+    /// tail to the next ledger), whichever moves first. Following a log's
+    /// tail is this, again and again, from one past the last record read.
+    pub async fn read_log_wait(
+        &self,
+        name: &str,
+        from: u64,
+        max: usize,
+        wait: std::time::Duration,
+    ) -> Result<Vec<LogEntry>, ClientError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let meta = self.log_meta(name).await?;
+            if from < meta.record.trim_before {
+                return Err(ClientError::Trimmed {
+                    log: name.to_string(),
+                    offset: from,
+                    trim_before: meta.record.trim_before,
+                });
+            }
+            let got = self.read_log_range(&meta.record, from, u64::MAX, max.max(1)).await?;
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if !got.is_empty() || left.is_zero() {
+                return Ok(got);
+            }
+            let changed = async {
+                let req = v1::WatchLogRequest {
+                    name: name.to_string(),
+                    after_version: meta.version,
+                    timeout_ms: left.as_millis().min(u32::MAX as u128) as u32,
+                };
+                self.meta().call_waiting(req, left).await.map_err(|e| log_error(e, name))
+            };
+            match meta.record.locate(from) {
+                quire_log::Located::At { ledger_id, entry_id }
+                    if meta.record.open_segment().is_some_and(|s| s.ledger_id == ledger_id) =>
+                {
+                    let reader = self.open(ledger_id).await?;
+                    tokio::select! {
+                        r = reader.wait_lac(entry_id as i64 - 1, left) => { r?; }
+                        r = changed => { r?; }
+                    }
+                }
+                _ => {
+                    changed.await?;
+                }
+            }
+        }
+    }
+
+    /// Moves the trim point of log `name` to `before` (never back, never
+    /// past the fixed end); the ledgers wholly below it are deleted with
+    /// the edit. Retried over concurrent edits (a rollover).
+    pub async fn trim_log(&self, name: &str, before: u64) -> Result<LogMeta, ClientError> {
+        loop {
+            let meta = self.log_meta(name).await?;
+            if before <= meta.record.trim_before {
+                return Ok(meta);
+            }
+            let (record, _) = meta.record.trim(before).map_err(|e| ClientError::BadRequest(e.to_string()))?;
+            let intended = LogMeta { record, ..meta.clone() };
+            let req =
+                v1::UpdateLogRequest { log: Some(intended.to_wire()), expected_version: meta.version, ledgers: vec![] };
+            match self.meta().call(req).await {
+                Ok(r) => return from_wire(r.log, name),
+                Err(e) if is_conflict(&e) => continue,
+                Err(e) => return Err(log_error(e, name)),
+            }
+        }
+    }
+}
+
+/// How far the writer's appends are acknowledged, and whether it broke.
+#[derive(Debug, Clone, Default)]
+struct Progress {
+    /// Every offset below this is acknowledged.
+    committed: u64,
+    /// Why the writer stopped taking appends.
+    broken: Option<ClientError>,
+}
+
+struct State {
+    /// The record as last stored.
+    meta: LogMeta,
+    /// The open segment's ledger.
+    current: LedgerWriter,
+    /// Its first offset.
+    first_offset: u64,
+    /// Appends given to it, and their payload bytes.
+    entries: u64,
+    bytes: u64,
+    /// When its first append came.
+    started: Option<Instant>,
+    /// The next ledger, created ahead of its rollover.
+    next: Option<tokio::task::JoinHandle<Result<LedgerWriter, ClientError>>>,
+    /// The de-duplication table, with every append given so far.
+    producers: Producers,
+}
+
+struct WriterInner {
+    client: Client,
+    name: String,
+    state: tokio::sync::Mutex<State>,
+    progress: watch::Sender<Progress>,
+}
+
+/// The writer of a log. Cheap to clone; appends are pipelined (their order
+/// is fixed when [`LogWriter::append`] takes them).
+#[derive(Clone)]
+pub struct LogWriter {
+    inner: Arc<WriterInner>,
+}
+
+impl LogWriter {
+    fn start(client: Client, meta: LogMeta, current: LedgerWriter, producers: Producers) -> LogWriter {
+        let first_offset = meta.record.open_segment().map_or(0, |s| s.first_offset);
+        debug_assert_eq!(meta.record.open_segment().map(|s| s.ledger_id), Some(current.ledger_id()));
+        let name = meta.record.name.clone();
+        let next = Some(spawn_next(&client, &name, &meta.config));
+        let state = State { meta, current, first_offset, entries: 0, bytes: 0, started: None, next, producers };
+        let progress = watch::Sender::new(Progress { committed: first_offset, broken: None });
+        LogWriter { inner: Arc::new(WriterInner { client, name, state: tokio::sync::Mutex::new(state), progress }) }
+    }
+
+    /// The log's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The log's metadata as this writer last stored it.
+    pub async fn metadata(&self) -> LogMeta {
+        self.inner.state.lock().await.meta.clone()
+    }
+
+    /// Every offset below this is acknowledged.
+    pub fn committed(&self) -> u64 {
+        self.inner.progress.borrow().committed
+    }
+
+    /// Appends one record; its offset once acknowledged.
+    pub async fn append(&self, payload: Bytes) -> Result<u64, ClientError> {
+        Ok(self.append_batch(vec![payload], None).await?[0])
+    }
+
+    /// Appends one record idempotently: a retry of `sequence` by
+    /// `producer_id` that was written answers its first offset.
+    pub async fn append_idempotent(
+        &self,
+        payload: Bytes,
+        producer_id: &str,
+        sequence: u64,
+    ) -> Result<u64, ClientError> {
+        Ok(self.append_batch(vec![payload], Some((producer_id, sequence))).await?[0])
+    }
+
+    /// Appends records in order (one after another in the log, unless some
+    /// are retries already written); the offset of each. With a producer,
+    /// record `i` carries sequence `sequence + i`. All or, from the first
+    /// failure on, none of them are acknowledged.
+    pub async fn append_batch(
+        &self,
+        payloads: Vec<Bytes>,
+        producer: Option<(&str, u64)>,
+    ) -> Result<Vec<u64>, ClientError> {
+        if payloads.is_empty() {
+            return Err(ClientError::BadRequest("an empty batch".into()));
+        }
+        if let Some((p, _)) = producer {
+            envelope::validate_producer_id(p).map_err(|e| ClientError::BadRequest(e.to_string()))?;
+        }
+        enum Placed {
+            Pending(crate::PendingAdd, u64),
+            Duplicate(u64),
+        }
+        let mut placed = Vec::with_capacity(payloads.len());
+        {
+            let mut st = self.inner.state.lock().await;
+            if let Some(e) = self.inner.progress.borrow().broken.clone() {
+                return Err(e);
+            }
+            for (i, payload) in payloads.into_iter().enumerate() {
+                let produced = producer.map(|(p, s)| Produced { producer_id: p, sequence: s + i as u64 });
+                if let Some(p) = produced {
+                    match st.producers.judge(p.producer_id, p.sequence) {
+                        Seen::New => {}
+                        Seen::Duplicate { offset } => {
+                            placed.push(Placed::Duplicate(offset));
+                            continue;
+                        }
+                        Seen::TooOld { last_sequence } => {
+                            return Err(ClientError::SequenceTooOld {
+                                producer_id: p.producer_id.to_string(),
+                                sequence: p.sequence,
+                                last_sequence,
+                            })
+                        }
+                    }
+                }
+                self.roll_if_due(&mut st).await?;
+                let mut entry = envelope::header(produced).expect("producer id checked");
+                entry.extend_from_slice(&payload);
+                let offset = st.first_offset + st.entries;
+                let pending = match st.current.submit(Bytes::from(entry)).await {
+                    Ok(p) => p,
+                    Err(e) => return Err(self.broke(e)),
+                };
+                st.entries += 1;
+                st.bytes += payload.len() as u64;
+                st.started.get_or_insert_with(Instant::now);
+                if let Some(p) = produced {
+                    st.producers.observe(p.producer_id, p.sequence, offset);
+                }
+                placed.push(Placed::Pending(pending, offset));
+            }
+        }
+        let mut offsets = Vec::with_capacity(placed.len());
+        for p in placed {
+            match p {
+                Placed::Pending(pending, offset) => match pending.await {
+                    Ok(_) => {
+                        self.inner.progress.send_modify(|g| g.committed = g.committed.max(offset + 1));
+                        offsets.push(offset);
+                    }
+                    Err(e) => return Err(self.broke(e)),
+                },
+                Placed::Duplicate(offset) => {
+                    self.committed_past(offset).await?;
+                    offsets.push(offset);
+                }
+            }
+        }
+        Ok(offsets)
+    }
+
+    /// Waits until `offset` is acknowledged (a retry of an append still in
+    /// flight answers only once the first one is), or the writer broke.
+    async fn committed_past(&self, offset: u64) -> Result<(), ClientError> {
+        let mut rx = self.inner.progress.subscribe();
+        let got = rx.wait_for(|g| g.committed > offset || g.broken.is_some()).await;
+        match got {
+            Ok(g) if g.committed > offset => Ok(()),
+            Ok(g) => Err(g.broken.clone().expect("broken")),
+            Err(_) => Err(ClientError::LogFenced(self.inner.name.clone())),
+        }
+    }
+
+    /// The writer stops on its first failure: the error every later append
+    /// gets (LogFenced when the ledger was fenced: a newer owner).
+    fn broke(&self, e: ClientError) -> ClientError {
+        let e = match e {
+            ClientError::LedgerFenced(_) | ClientError::LedgerClosed(_) | ClientError::LogFenced(_) => {
+                ClientError::LogFenced(self.inner.name.clone())
+            }
+            other => other,
+        };
+        self.inner.progress.send_modify(|g| {
+            g.broken.get_or_insert_with(|| e.clone());
+        });
+        tracing::warn!(log = %self.inner.name, error = %e, "log writer stopped");
+        e
+    }
+
+    async fn roll_if_due(&self, st: &mut State) -> Result<(), ClientError> {
+        let age_ms = st.started.map_or(0, |t| t.elapsed().as_millis() as u64);
+        if !st.meta.config.rollover.due(st.entries, st.bytes, age_ms) {
+            return Ok(());
+        }
+        let next = match st.next.take() {
+            Some(h) => {
+                h.await.unwrap_or_else(|e| Err(ClientError::BadRequest(format!("ledger creation panicked: {e}"))))
+            }
+            None => self.inner.client.create_log_ledger(&self.inner.name, &st.meta.config).await,
+        };
+        let next = match next {
+            Ok(n) => n,
+            Err(e) => {
+                // Try again at the next append; this one goes to the current ledger.
+                tracing::warn!(log = %self.inner.name, error = %e, "could not create the next ledger");
+                return Ok(());
+            }
+        };
+        let stored: Arc<Mutex<Option<LogMeta>>> = Arc::new(Mutex::new(None));
+        let mut producers = st.producers.clone();
+        producers.cover(st.first_offset + st.entries);
+        let closer =
+            roll_closer(self.inner.client.clone(), st.meta.clone(), next.ledger_id(), producers, stored.clone());
+        match st.current.close_with(closer).await {
+            Ok(closed) => {
+                let meta = stored.lock().expect("stored lock").take().expect("the closer stored the log");
+                tracing::info!(log = %self.inner.name, closed = closed.ledger_id, next = next.ledger_id(), entries = st.entries, "rolled the log over");
+                st.first_offset += st.entries;
+                st.meta = meta;
+                st.current = next;
+                st.entries = 0;
+                st.bytes = 0;
+                st.started = None;
+                st.next = Some(spawn_next(&self.inner.client, &self.inner.name, &st.meta.config));
+                debug_assert_eq!(st.meta.record.open_segment().map(|s| s.first_offset), Some(st.first_offset));
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.inner.client.delete(next.ledger_id()).await;
+                Err(self.broke(e))
+            }
+        }
+    }
+}
+
+fn spawn_next(
+    client: &Client,
+    name: &str,
+    config: &LogConfig,
+) -> tokio::task::JoinHandle<Result<LedgerWriter, ClientError>> {
+    let (client, name, config) = (client.clone(), name.to_string(), *config);
+    tokio::spawn(async move { client.create_log_ledger(&name, &config).await })
+}
+
+/// The close of a rolled ledger, written with the log's next record in one
+/// UpdateLog. A conflict is settled by what is stored: a newer epoch or a
+/// ledger no longer open (recovered by a newer owner) is LogFenced; another
+/// edit of the same epoch (a trim) is built on and tried again.
+fn roll_closer(
+    client: Client,
+    mut log: LogMeta,
+    next_ledger: u64,
+    producers: Producers,
+    stored: Arc<Mutex<Option<LogMeta>>>,
+) -> Closer {
+    Box::new(move |mut current: LedgerMeta, intended: LedgerMeta| {
+        Box::pin(async move {
+            let name = log.record.name.clone();
+            let epoch = log.record.epoch;
+            loop {
+                let record = log
+                    .record
+                    .roll(epoch, intended.last_entry_id, next_ledger)
+                    .map_err(|_| ClientError::LogFenced(name.clone()))?;
+                let mut closed = intended.clone();
+                closed.version = current.version;
+                closed.segments = current.segments.clone();
+                let next = LogMeta { record, producers: producers.clone(), ..log.clone() };
+                let req = v1::UpdateLogRequest {
+                    log: Some(next.to_wire()),
+                    expected_version: log.version,
+                    ledgers: vec![v1::UpdateLedgerRequest {
+                        ledger: Some(closed.to_proto()),
+                        expected_version: current.version,
+                    }],
+                };
+                match client.meta().call(req).await {
+                    Ok(r) => {
+                        let meta = from_wire(r.log, &name)?;
+                        let ledger = r.ledgers.into_iter().next().ok_or_else(|| {
+                            ClientError::MetadataUnavailable("a rollover answered without its ledger".into())
+                        })?;
+                        *stored.lock().expect("stored lock") = Some(meta);
+                        return Ok(LedgerMeta::from_proto(ledger)?);
+                    }
+                    Err(e) if is_conflict(&e) => {
+                        let fresh = client.log_meta(&name).await?;
+                        let ledger = client.metadata(current.ledger_id).await?;
+                        if fresh.record.epoch != epoch || ledger.state != LedgerState::Open {
+                            return Err(ClientError::LogFenced(name));
+                        }
+                        log = fresh;
+                        current = ledger;
+                    }
+                    Err(e) => return Err(log_error(e, &name)),
+                }
+            }
+        })
+    })
+}

@@ -1,0 +1,174 @@
+//! Logs over chains of ledgers (issue #23) end to end, over real processes:
+//! 3 metadata replicas, 3 bookies, QUIC with mTLS.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::Setup;
+use quire_client::ClientError;
+use quire_log::{LogConfig, Retention, Rollover};
+
+fn config(max_entries: u64) -> LogConfig {
+    LogConfig {
+        ensemble_size: 3,
+        write_quorum: 3,
+        ack_quorum: 2,
+        rollover: Rollover { max_entries, max_bytes: 0, max_age_ms: 0 },
+        retention: Retention::default(),
+    }
+}
+
+/// `n` records of `name` from `from`, waiting for each to be committed
+/// where the LAC a reader sees trails the writer's.
+async fn read(client: &quire_client::Client, name: &str, from: u64, n: usize) -> Vec<quire_client::LogEntry> {
+    let mut out: Vec<quire_client::LogEntry> = Vec::new();
+    while out.len() < n {
+        let next = from + out.len() as u64;
+        let got = client.read_log_wait(name, next, n - out.len(), Duration::from_secs(10)).await.unwrap();
+        assert!(!got.is_empty(), "offset {next} of {name} not committed within 10 s");
+        out.extend(got);
+    }
+    out
+}
+
+fn record(i: u64) -> Bytes {
+    Bytes::from(format!("record-{i:04}"))
+}
+
+/// Offsets run on densely across rollovers; a read crosses ledger
+/// boundaries; a trim deletes the ledgers wholly below it and answers
+/// Trimmed below it; deleting the log deletes its ledgers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_rolls_over_reads_across_ledgers_and_trims_whole_ledgers() {
+    let s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let client = s.client();
+    let w = client.create_log("orders", config(10), "test-a").await.unwrap();
+    let mut offsets = Vec::new();
+    for chunk in (0..35u64).collect::<Vec<_>>().chunks(7) {
+        offsets.extend(w.append_batch(chunk.iter().map(|i| record(*i)).collect(), None).await.unwrap());
+    }
+    assert_eq!(offsets, (0..35).collect::<Vec<_>>(), "dense offsets from 0");
+    let meta = client.log_meta("orders").await.unwrap();
+    let ends: Vec<Option<u64>> = meta.record.segments.iter().map(|s| s.end_offset).collect();
+    assert_eq!(ends, vec![Some(10), Some(20), Some(30), None], "rolled every 10 records");
+    for s in &meta.record.segments[..3] {
+        let l = client.metadata(s.ledger_id).await.unwrap();
+        assert_eq!(l.last_entry_id, 9, "ledger {} closed at its segment's end", s.ledger_id);
+    }
+
+    let all = read(&client, "orders", 0, 35).await;
+    assert_eq!(all.iter().map(|e| e.offset).collect::<Vec<_>>(), offsets);
+    assert!(all.iter().all(|e| e.payload == record(e.offset) && e.produced.is_none()));
+    let mid = client.read_log("orders", 8, 5).await.unwrap();
+    assert_eq!(mid.iter().map(|e| e.offset).collect::<Vec<_>>(), vec![8, 9, 10, 11, 12], "across a boundary");
+    assert!(client.read_log("orders", 35, 10).await.unwrap().is_empty(), "nothing past the end");
+    // A follower at the tail is answered when the next record lands.
+    let follower = tokio::spawn({
+        let client = client.clone();
+        async move { client.read_log_wait("orders", 35, 10, Duration::from_secs(20)).await }
+    });
+
+    let dropped: Vec<u64> = meta.record.segments[..2].iter().map(|s| s.ledger_id).collect();
+    let trimmed = client.trim_log("orders", 20).await.unwrap();
+    assert_eq!(trimmed.record.trim_before, 20);
+    for id in &dropped {
+        assert!(matches!(client.metadata(*id).await, Err(ClientError::NoSuchLedger(_))), "ledger {id} deleted");
+    }
+    assert!(matches!(
+        client.read_log("orders", 19, 5).await,
+        Err(ClientError::Trimmed { trim_before: 20, offset: 19, .. })
+    ));
+    assert_eq!(client.read_log("orders", 20, 1).await.unwrap()[0].payload, record(20));
+    assert!(client.trim_log("orders", 40).await.is_err(), "not past the fixed end");
+    // The writer goes on after the trim (its rollover builds on the trimmed record).
+    assert_eq!(w.append(record(35)).await.unwrap(), 35);
+    let followed = follower.await.unwrap().unwrap();
+    assert_eq!(followed[0].offset, 35);
+    assert_eq!(followed[0].payload, record(35));
+    // Across a rollover too: 36..40 fill the open ledger, 40 is the next one's first.
+    let follower = tokio::spawn({
+        let client = client.clone();
+        async move { read(&client, "orders", 36, 5).await }
+    });
+    for i in 36..41 {
+        assert_eq!(w.append(record(i)).await.unwrap(), i);
+    }
+    let followed = follower.await.unwrap();
+    assert_eq!(followed.iter().map(|e| e.offset).collect::<Vec<_>>(), vec![36, 37, 38, 39, 40]);
+
+    let left: Vec<u64> = client.log_meta("orders").await.unwrap().record.segments.iter().map(|s| s.ledger_id).collect();
+    client.delete_log("orders").await.unwrap();
+    assert!(matches!(client.log_meta("orders").await, Err(ClientError::NoSuchLog(_))));
+    for id in left {
+        assert!(matches!(client.metadata(id).await, Err(ClientError::NoSuchLedger(_))), "ledger {id} deleted");
+    }
+    assert!(matches!(client.create_log("bad/name", config(10), "x").await, Err(ClientError::BadRequest(_))));
+}
+
+/// A takeover fences the earlier owner (its next append fails with
+/// LogFenced, never lands in the log), keeps every acknowledged record at
+/// its offset, and the new owner's records follow them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_fences_the_earlier_owner_and_keeps_every_acknowledged_record() {
+    let s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let client = s.client();
+    let a = client.create_log("events", config(4), "owner-a").await.unwrap();
+    for i in 0..6 {
+        assert_eq!(a.append(record(i)).await.unwrap(), i);
+    }
+    let b = client.open_log_writer("events", "owner-b").await.unwrap();
+    let meta = b.metadata().await;
+    assert_eq!((meta.record.epoch, meta.record.owner.as_str()), (2, "owner-b"));
+    assert!(matches!(a.append(record(99)).await, Err(ClientError::LogFenced(_))), "the earlier owner is fenced");
+    assert!(matches!(a.append(record(99)).await, Err(ClientError::LogFenced(_))), "and stays so");
+    assert_eq!(b.append(record(6)).await.unwrap(), 6);
+    let all = read(&client, "events", 0, 7).await;
+    assert!(client.read_log("events", 7, 10).await.unwrap().is_empty());
+    assert!(all.iter().all(|e| e.payload == record(e.offset)), "nothing of the fenced append");
+    // A third owner takes over from the second.
+    let c = client.open_log_writer("events", "owner-c").await.unwrap();
+    assert!(matches!(b.append(record(99)).await, Err(ClientError::LogFenced(_))));
+    assert_eq!(c.append(record(7)).await.unwrap(), 7);
+    assert_eq!(read(&client, "events", 0, 8).await.len(), 8);
+    assert!(client.read_log("events", 8, 10).await.unwrap().is_empty());
+}
+
+/// An idempotent append retried answers its first offset, from the writer
+/// that wrote it and from a new owner after a takeover (the table rebuilt
+/// from the records); a retry older than the window is refused, not
+/// written again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_idempotent_append_answers_its_first_offset_across_a_takeover() {
+    let s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let client = s.client();
+    let a = client.create_log("payments", config(5), "owner-a").await.unwrap();
+    assert_eq!(a.append(record(0)).await.unwrap(), 0);
+    assert_eq!(a.append_idempotent(record(1), "p", 0).await.unwrap(), 1);
+    assert_eq!(a.append_idempotent(record(1), "p", 0).await.unwrap(), 1, "a retry");
+    assert_eq!(a.append_batch(vec![record(2), record(3), record(4)], Some(("p", 1))).await.unwrap(), vec![2, 3, 4]);
+    // (A rollover after offset 4, and 5..7 in the next ledger.)
+    assert_eq!(a.append_batch(vec![record(5), record(6)], Some(("p", 4))).await.unwrap(), vec![5, 6]);
+    assert_eq!(a.append_idempotent(record(7), "q", 100).await.unwrap(), 7);
+    // The writer stops (a crash): the new owner rebuilds from the records.
+    drop(a);
+    let b = client.open_log_writer("payments", "owner-b").await.unwrap();
+    assert_eq!(b.append_batch(vec![record(2), record(3)], Some(("p", 1))).await.unwrap(), vec![2, 3]);
+    assert_eq!(b.append_idempotent(record(6), "p", 5).await.unwrap(), 6);
+    assert_eq!(b.append_idempotent(record(7), "q", 100).await.unwrap(), 7);
+    assert_eq!(b.append_idempotent(record(8), "p", 6).await.unwrap(), 8, "the next sequence is new");
+    for seq in 7..30 {
+        b.append_idempotent(Bytes::from_static(b"more"), "p", seq).await.unwrap();
+    }
+    assert!(matches!(
+        b.append_idempotent(record(1), "p", 0).await,
+        Err(ClientError::SequenceTooOld { sequence: 0, last_sequence: 29, .. })
+    ));
+    let all = read(&client, "payments", 0, 9 + 23).await;
+    assert!(client.read_log("payments", 9 + 23, 10).await.unwrap().is_empty(), "no record written twice");
+    assert_eq!(all[1].produced, Some(("p".to_string(), 0)));
+}
