@@ -22,6 +22,7 @@ use quire_proto::v1;
 use serde::Deserialize;
 
 use crate::error::ApiError;
+use crate::logs::{log_append, log_append_batch, log_create, log_delete, log_get, log_list, log_read, log_trim};
 use crate::state::{GatewayState, Held};
 
 type State = web::Data<Arc<GatewayState>>;
@@ -119,6 +120,14 @@ endpoints! {
     get "/v1/bookies/{bookie}" => get_bookie, "One bookie, and the ledgers that still name it", "", "BookieDetail", [200, 400, 404, 503];
     post "/v1/bookies/{bookie}/decommission" => decommission, "Drain a bookie (re-replicated elsewhere), then retire it", "", "BookieDetail", [202, 400, 404, 409, 503];
     get "/v1/cluster" => cluster, "Metadata leader, bookies, under-replication, auditor", "", "Cluster", [200, 503];
+    post "/v1/logs" => log_create, "Create a log; this gateway owns it", "log_create", "Log", [201, 400, 408, 409, 413, 503];
+    get "/v1/logs" => log_list, "List log names (start_after, limit)", "", "LogList", [200, 400, 503];
+    get "/v1/logs/{name}" => log_get, "A log: its ledgers with offset ranges, owner epoch, trim point", "", "Log", [200, 400, 404];
+    delete "/v1/logs/{name}" => log_delete, "Delete a log and its ledgers", "", "", [204, 400, 403, 404];
+    post "/v1/logs/{name}/records" => log_append, "Append one record (raw body); producer_id and sequence make it idempotent", "raw", "LogAppended", [200, 400, 403, 404, 408, 409, 413, 503, 504];
+    post "/v1/logs/{name}/records:batch" => log_append_batch, "Append several records (base64); producer_id and sequence (the first's) make them idempotent", "log_batch", "LogAppendedBatch", [200, 400, 403, 404, 408, 409, 413, 503, 504];
+    get "/v1/logs/{name}/records" => log_read, "Records from an offset across ledgers, up to the committed end; with follow=true a long poll for the next ones", "", "LogRecords", [200, 400, 404, 410, 503, 504];
+    post "/v1/logs/{name}/trim" => log_trim, "Move the trim point; ledgers wholly below it are deleted", "log_trim", "Log", [200, 400, 403, 404, 408, 409, 413, 503];
 }
 
 async fn openapi() -> HttpResponse {
@@ -162,6 +171,16 @@ async fn body(
         Ok(buf.freeze())
     };
     tokio::time::timeout(deadline, read).await.unwrap_or_else(|_| Err(ApiError::body_timeout(deadline)))
+}
+
+/// A JSON body of at most `limit` bytes (413 past it, 408 late).
+pub(crate) async fn read_body(state: &State, payload: web::Payload, limit: usize) -> Result<Bytes, ApiError> {
+    body(state, payload, limit, body_too_large).await
+}
+
+/// An entry's (or a log record's) raw body, at most the entry limit.
+pub(crate) async fn read_entry_body(state: &State, payload: web::Payload) -> Result<Bytes, ApiError> {
+    body(state, payload, state.max_entry_bytes, entry_too_large).await
 }
 
 fn entry_too_large(limit: usize) -> ApiError {

@@ -13,6 +13,7 @@ mod auth;
 mod error;
 mod follow;
 mod https;
+mod logs;
 mod openapi;
 mod state;
 
@@ -162,6 +163,9 @@ fn main() -> anyhow::Result<()> {
         let state = Arc::new(GatewayState {
             client: Client::new(rpc.clone(), meta, opts),
             writers: Mutex::new(HashMap::new()),
+            logs: Mutex::new(HashMap::new()),
+            claiming: tokio::sync::Mutex::new(()),
+            owner: format!("{}@{}", std::process::id(), args.http_listen),
             rt: tokio::runtime::Handle::current(),
             max_entry_bytes: args.max_entry_bytes,
             max_range_entries: args.max_range_entries.max(1),

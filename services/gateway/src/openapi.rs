@@ -12,7 +12,7 @@ pub struct Endpoint {
     pub path: &'static str,
     /// One line.
     pub summary: &'static str,
-    /// Request body kind: "" (none), "raw", "batch" or "create".
+    /// Request body kind: "" (none), "raw", "batch", "create", "log_create", "log_batch" or "log_trim".
     pub request: &'static str,
     /// The success body: a schema in [`schemas`], "bytes", "text" or "" (none).
     pub reply: &'static str,
@@ -195,7 +195,91 @@ pub fn schemas() -> Map<String, Value> {
             }),
         ),
     );
+    // Logs (issue #23, docs/logs.md).
+    let nullable_uint = json!({ "type": "integer", "format": "uint64", "minimum": 0, "nullable": true });
+    m.insert(
+        "Log".into(),
+        object(
+            &[
+                "name",
+                "epoch",
+                "owner",
+                "trim_before",
+                "ledgers",
+                "ensemble",
+                "write_quorum",
+                "ack_quorum",
+                "rollover",
+                "retention",
+                "version",
+                "created_at_ms",
+            ],
+            json!({
+                "name": log_name(),
+                "epoch": uint(),
+                "owner": string(),
+                "trim_before": uint(),
+                "ledgers": array_of(object(&["ledger_id", "first_offset", "end_offset"], json!({
+                    "ledger_id": uint(), "first_offset": uint(), "end_offset": nullable_uint,
+                }))),
+                "ensemble": uint(), "write_quorum": uint(), "ack_quorum": uint(),
+                "rollover": object(&["max_entries", "max_bytes", "max_age_ms"], json!({
+                    "max_entries": uint(), "max_bytes": uint(), "max_age_ms": uint(),
+                })),
+                "retention": object(&["max_age_ms", "max_bytes"], json!({ "max_age_ms": uint(), "max_bytes": uint() })),
+                "version": uint(),
+                "created_at_ms": uint(),
+            }),
+        ),
+    );
+    m.insert(
+        "LogList".into(),
+        object(
+            &["logs", "next"],
+            json!({ "logs": array_of(log_name()), "next": { "type": "string", "nullable": true } }),
+        ),
+    );
+    m.insert("LogAppended".into(), object(&["offset"], json!({ "offset": uint() })));
+    m.insert(
+        "LogAppendedBatch".into(),
+        object(
+            &["first_offset", "last_offset", "offsets"],
+            json!({ "first_offset": uint(), "last_offset": uint(), "offsets": array_of(uint()) }),
+        ),
+    );
+    m.insert(
+        "LogRecords".into(),
+        object(
+            &["records", "next"],
+            json!({
+                "records": array_of(object(&["offset", "data"], json!({
+                    "offset": uint(), "data": { "type": "string", "format": "byte" },
+                    "producer_id": string(), "sequence": uint(),
+                }))),
+                "next": uint(),
+            }),
+        ),
+    );
     m
+}
+
+/// A log's name as the API takes it (quire_log::config::validate_name; `.`
+/// and `..` are 400 too).
+fn log_name() -> Value {
+    json!({ "type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[A-Za-z0-9._-]+$" })
+}
+
+/// A limit of a log's settings: 0 is none, null or absent the default.
+fn nullable_uint(about: &str) -> Value {
+    json!({
+        "type": "integer", "format": "uint64", "minimum": 0, "maximum": u64::MAX, "nullable": true,
+        "description": format!("{about} at most (0: no limit; null or absent: the default)"),
+    })
+}
+
+/// A producer id of an idempotent append.
+fn producer_id() -> Value {
+    json!({ "type": "string", "minLength": 1, "maxLength": 64 })
 }
 
 fn request_body(kind: &str) -> Option<Value> {
@@ -227,6 +311,58 @@ fn request_body(kind: &str) -> Option<Value> {
                         "description": "the ledger's own key-value pairs (not quire.*); null or absent: none",
                     },
                 },
+            }),
+        )),
+        "log_create" => Some(body(
+            true,
+            "application/json",
+            json!({
+                "type": "object", "required": ["name"], "additionalProperties": false,
+                "properties": {
+                    "name": log_name(),
+                    "ensemble": quorum("bookies each ledger is striped over (default 3)"),
+                    "write_quorum": quorum("copies of each record (default 3)"),
+                    "ack_quorum": quorum("copies acknowledged before an append is (default 2)"),
+                    "rollover": {
+                        "type": "object", "additionalProperties": false, "nullable": true,
+                        "description": "roll to a new ledger at the first limit reached (0: none; absent: the default)",
+                        "properties": {
+                            "max_entries": nullable_uint("records per ledger"),
+                            "max_bytes": nullable_uint("payload bytes per ledger"),
+                            "max_age_ms": nullable_uint("a ledger's age"),
+                        },
+                    },
+                    "retention": {
+                        "type": "object", "additionalProperties": false, "nullable": true,
+                        "description": "trim whole ledgers past these (0 or absent: keep)",
+                        "properties": {
+                            "max_age_ms": nullable_uint("a whole ledger's age past its last record"),
+                            "max_bytes": nullable_uint("bytes the log holds"),
+                        },
+                    },
+                },
+            }),
+        )),
+        "log_batch" => Some(body(
+            true,
+            "application/json",
+            json!({
+                "type": "object", "required": ["records"], "additionalProperties": false,
+                "properties": {
+                    "records": {
+                        "type": "array", "items": { "type": "string", "format": "byte" }, "minItems": 1, "maxItems": 10_000,
+                    },
+                    "producer_id": producer_id(),
+                    "sequence": uint(),
+                },
+            }),
+        )),
+        "log_trim" => Some(body(
+            true,
+            "application/json",
+            json!({
+                "type": "object", "required": ["before"], "additionalProperties": false,
+                "properties": { "before": uint() },
             }),
         )),
         _ => None,
@@ -265,6 +401,28 @@ fn query_params(method: &str, path: &str) -> Vec<Value> {
             q("to", uint(), "last entry (default: the LAC; with follow, where the stream ends)"),
             q("follow", json!({ "type": "boolean" }), "stream entries as the LAC passes them until the ledger closes"),
         ],
+        ("get", "/v1/logs") => vec![
+            q("start_after", log_name(), "names after this one"),
+            q("limit", json!({ "type": "integer", "minimum": 1, "maximum": 1000 }), "at most this many (default 100)"),
+        ],
+        ("post", "/v1/logs/{name}/records") => vec![
+            q("producer_id", producer_id(), "an idempotent append's producer (with sequence)"),
+            q("sequence", uint(), "its sequence number: a retry answers the first offset"),
+        ],
+        ("get", "/v1/logs/{name}/records") => vec![
+            q("from", uint(), "first offset (default 0; below the trim point: 410)"),
+            q(
+                "limit",
+                json!({ "type": "integer", "minimum": 1, "maximum": 10_000 }),
+                "at most this many (default 1000)",
+            ),
+            q("follow", json!({ "type": "boolean" }), "wait for the next record when none is committed at from yet"),
+            q(
+                "wait_ms",
+                json!({ "type": "integer", "minimum": 0, "maximum": 60_000 }),
+                "how long a follow waits (default 30000)",
+            ),
+        ],
         _ => Vec::new(),
     }
 }
@@ -278,7 +436,11 @@ pub fn document(endpoints: &[Endpoint]) -> Value {
             .split('/')
             .filter_map(|seg| seg.strip_prefix('{').and_then(|x| x.split('}').next()))
             .map(|name| {
-                let schema = if name == "bookie" { bookie_id() } else { uint() };
+                let schema = match name {
+                    "bookie" => bookie_id(),
+                    "name" => log_name(),
+                    _ => uint(),
+                };
                 json!({ "name": name, "in": "path", "required": true, "schema": schema })
             })
             .chain(query_params(e.method, e.path))

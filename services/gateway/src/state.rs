@@ -24,6 +24,12 @@ pub struct GatewayState {
     pub client: Client,
     /// Writers of the ledgers this gateway created, by ledger id.
     pub writers: Mutex<HashMap<u64, Held>>,
+    /// Writers of the logs this gateway owns (holds the lease of), by name.
+    pub logs: Mutex<HashMap<String, quire_client::LogWriter>>,
+    /// One takeover at a time in this gateway.
+    pub claiming: tokio::sync::Mutex<()>,
+    /// This process's label in a log's owner and its lock (`pid@http address`).
+    pub owner: String,
     /// The runtime the client lives on (quinn, writer actors): handlers run
     /// client calls there, not on the HTTP worker threads.
     pub rt: tokio::runtime::Handle,

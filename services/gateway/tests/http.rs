@@ -731,13 +731,17 @@ fn the_openapi_document_lists_every_route_and_each_one_answers() {
             assert!(op["summary"].as_str().is_some_and(|s| !s.is_empty()), "{method} {path}");
             assert!(op["responses"].as_object().is_some_and(|r| !r.is_empty()), "{method} {path}");
             // Every documented route is routed (the catch-all answers NotFound).
-            let concrete = path.replace("{id}", "999999").replace("{eid}", "0").replace("{bookie}", "nobody");
+            let concrete = path
+                .replace("{id}", "999999")
+                .replace("{eid}", "0")
+                .replace("{bookie}", "nobody")
+                .replace("{name}", "nolog");
             let (_, body) = g.call(&method.to_uppercase(), &concrete, None, b"");
             let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             assert_ne!(v["error"], "NotFound", "{method} {path} is documented but not routed");
         }
     }
-    assert_eq!(ops, 18, "every route of the API v1 table");
+    assert_eq!(ops, 26, "every route of the API v1 table");
     // And an undocumented path is not routed.
     let (status, v) = g.json("GET", "/v1/undocumented", "");
     assert_eq!((status, error_of(&v)), (404, "NotFound"));
@@ -832,6 +836,29 @@ fn the_openapi_document_lists_every_route_and_each_one_answers() {
     check("GET", "/v1/ledgers/{id}/entries/{eid}", &p("/entries/0"), "");
     check("GET", "/v1/ledgers/{id}/entries/{eid}", &p("/entries/99"), "");
     check("POST", "/v1/bookies/{bookie}/decommission", "/v1/bookies/nobody/decommission", "");
+    // Logs (issue #23).
+    check("POST", "/v1/logs", "/v1/logs", r#"{"name":"doc","rollover":{"max_entries":2}}"#);
+    check("POST", "/v1/logs", "/v1/logs", r#"{"name":"doc"}"#);
+    check("POST", "/v1/logs", "/v1/logs", r#"{"name":"a/b"}"#);
+    check("GET", "/v1/logs", "/v1/logs?limit=5", "");
+    check("GET", "/v1/logs/{name}", "/v1/logs/doc", "");
+    check("GET", "/v1/logs/{name}", "/v1/logs/nolog", "");
+    check("POST", "/v1/logs/{name}/records", "/v1/logs/doc/records", "one");
+    check("POST", "/v1/logs/{name}/records", "/v1/logs/doc/records?producer_id=p&sequence=0", "two");
+    check("POST", "/v1/logs/{name}/records", "/v1/logs/nolog/records", "x");
+    check(
+        "POST",
+        "/v1/logs/{name}/records:batch",
+        "/v1/logs/doc/records:batch",
+        r#"{"records":["dGhyZWU=","Zm91cg=="]}"#,
+    );
+    check("POST", "/v1/logs/{name}/records:batch", "/v1/logs/doc/records:batch", r#"{"records":[]}"#);
+    check("GET", "/v1/logs/{name}/records", "/v1/logs/doc/records?from=0", "");
+    check("POST", "/v1/logs/{name}/trim", "/v1/logs/doc/trim", r#"{"before":2}"#);
+    check("GET", "/v1/logs/{name}/records", "/v1/logs/doc/records?from=0", "");
+    check("POST", "/v1/logs/{name}/trim", "/v1/logs/doc/trim", r#"{"before":1}"#);
+    check("DELETE", "/v1/logs/{name}", "/v1/logs/doc", "");
+    check("DELETE", "/v1/logs/{name}", "/v1/logs/doc", "");
     check("DELETE", "/v1/ledgers/{id}", &p(""), "");
     check("DELETE", "/v1/ledgers/{id}", &p(""), "");
     // Last: a drain that would leave a ledger without its ensemble is
@@ -1077,6 +1104,89 @@ fn with_a_certificate_the_api_is_served_over_https_only() {
 /// other: its LAC is -1, entry 0 does not exist yet (404 NoSuchEntry), and a
 /// range holds no entries. A tail reader that starts right after the create
 /// meets exactly this (it used to get 502 "NoSuchLedger from <bookie>").
+/// A log over HTTP (issue #23): offsets across rollovers, an idempotent
+/// retry answered with its first offset, reads across ledgers, a follow
+/// answered when the next record lands, a trim that answers 410 below it,
+/// and bad names and bodies refused with the API's error body.
+#[test]
+fn a_log_is_appended_read_followed_trimmed_and_deleted_over_http() {
+    let g = start();
+    let (status, l) = g.json("POST", "/v1/logs", r#"{"name":"orders","rollover":{"max_entries":3}}"#);
+    assert_eq!(status, 201, "{l}");
+    assert_eq!((l["epoch"].as_u64(), l["ledgers"].as_array().unwrap().len()), (Some(1), 1));
+    let (status, v) = g.json("POST", "/v1/logs", r#"{"name":"orders"}"#);
+    assert_eq!((status, error_of(&v)), (409, "LogExists"));
+    for i in 0..4u64 {
+        let (status, b) = g.call("POST", "/v1/logs/orders/records", None, format!("r{i}").as_bytes());
+        assert_eq!((status, json(&b)["offset"].as_u64()), (200, Some(i)), "{}", String::from_utf8_lossy(&b));
+    }
+    // Idempotent: the retry answers the first offset and writes nothing.
+    let (_, b) = g.call("POST", "/v1/logs/orders/records?producer_id=app-1&sequence=7", None, b"r4");
+    assert_eq!(json(&b)["offset"], 4);
+    let (_, b) = g.call("POST", "/v1/logs/orders/records?producer_id=app-1&sequence=7", None, b"r4");
+    assert_eq!(json(&b)["offset"], 4, "a retry");
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let batch = json!({ "records": [b64.encode("r5"), b64.encode("r6")], "producer_id": "app-1", "sequence": 8 });
+    let (status, v) = g.json("POST", "/v1/logs/orders/records:batch", &batch.to_string());
+    assert_eq!((status, v["offsets"].clone()), (200, json!([5, 6])), "{v}");
+    let (_, v) = g.json("GET", "/v1/logs/orders", "");
+    assert!(v["ledgers"].as_array().unwrap().len() >= 3, "rolled every 3 records: {v}");
+    // Read across ledgers: follow waits for what the bookies' LAC has not shown yet.
+    let mut got = Vec::new();
+    while got.len() < 7 {
+        let (status, v) =
+            g.json("GET", &format!("/v1/logs/orders/records?from={}&follow=true&wait_ms=5000", got.len()), "");
+        assert_eq!(status, 200, "{v}");
+        let rs = v["records"].as_array().unwrap().clone();
+        assert!(!rs.is_empty(), "nothing committed at {} within 5 s", got.len());
+        got.extend(rs);
+    }
+    for (i, r) in got.iter().enumerate() {
+        assert_eq!(r["offset"], i as u64);
+        assert_eq!(b64.decode(r["data"].as_str().unwrap()).unwrap(), format!("r{i}").as_bytes());
+    }
+    assert_eq!((got[4]["producer_id"].as_str(), got[4]["sequence"].as_u64()), (Some("app-1"), Some(7)));
+    // A follower at the tail is answered when the next record lands.
+    let http = g.http.clone();
+    let follower = std::thread::spawn(move || {
+        call(&http, "GET", "/v1/logs/orders/records?from=7&follow=true&wait_ms=20000", None, b"")
+    });
+    let (status, _) = g.call("POST", "/v1/logs/orders/records", None, b"r7");
+    assert_eq!(status, 200);
+    let (status, b) = follower.join().unwrap();
+    assert_eq!((status, json(&b)["records"][0]["offset"].as_u64()), (200, Some(7)));
+    // Trim: whole ledgers below go; reads below are 410 with the trim point.
+    let (status, v) = g.json("POST", "/v1/logs/orders/trim", r#"{"before":3}"#);
+    assert_eq!((status, v["trim_before"].as_u64()), (200, Some(3)), "{v}");
+    let (status, v) = g.json("GET", "/v1/logs/orders/records?from=1", "");
+    assert_eq!((status, error_of(&v)), (410, "Trimmed"));
+    assert!(v["message"].as_str().unwrap().contains("starts at 3"), "{v}");
+    let (status, v) = g.json("GET", "/v1/logs/orders/records?from=3&limit=1", "");
+    assert_eq!((status, v["records"][0]["offset"].as_u64()), (200, Some(3)));
+    // Bad input: the API's error body, nothing stored changes.
+    for (method, path, body, code) in [
+        ("GET", "/v1/logs/a%2Fb", "", 400),
+        ("GET", "/v1/logs/..", "", 400),
+        ("GET", "/v1/logs/missing", "", 404),
+        ("POST", "/v1/logs/missing/records", "x", 404),
+        ("POST", "/v1/logs/orders/records?producer_id=p", "x", 400),
+        ("POST", "/v1/logs/orders/records:batch", r#"{"records":["%%%"]}"#, 400),
+        ("POST", "/v1/logs/orders/trim", r#"{"before":"x"}"#, 400),
+        ("POST", "/v1/logs/orders/trim", r#"{"before":99}"#, 400),
+        ("POST", "/v1/logs", r#"{"name":"q","ensemble":2,"write_quorum":3}"#, 400),
+    ] {
+        let (status, v) = g.json(method, path, body);
+        assert_eq!(status, code, "{method} {path} {body}: {v}");
+        assert!(v["error"].is_string() && v["message"].is_string(), "{v}");
+    }
+    let (status, v) = g.json("GET", "/v1/logs", "");
+    assert_eq!((status, v["logs"].clone()), (200, json!(["orders"])));
+    let (status, _) = g.call("DELETE", "/v1/logs/orders", None, b"");
+    assert_eq!(status, 204);
+    let (status, v) = g.json("GET", "/v1/logs/orders", "");
+    assert_eq!((status, error_of(&v)), (404, "NoSuchLog"));
+}
+
 #[test]
 fn a_new_ledger_with_no_entries_answers_like_any_other() {
     let g = start();

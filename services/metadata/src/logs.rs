@@ -43,7 +43,7 @@ fn only_trims(stored: &Log, new: &Log, edit: &quire_log::Edit, ledgers: usize) -
 
 impl MetaState {
     /// The log (other than `except`) that lists `ledger_id`, if any.
-    fn log_listing(&self, ledger_id: u64, except: &str) -> Option<&str> {
+    pub(crate) fn log_listing(&self, ledger_id: u64, except: &str) -> Option<&str> {
         self.logs
             .values()
             .filter(|l| l.record.name != except)
@@ -138,6 +138,9 @@ impl MetaState {
         if stored.version != expected_version {
             return Err(Refusal::VersionConflict { actual: stored.version });
         }
+        // The bounds before the record's own checks (which run on every
+        // replica, in apply).
+        Self::check_config(&log)?;
         let edit = quire_log::check_edit(&stored.record, &log.record).map_err(invalid)?;
         if !(caller.role == "auditor" && only_trims(stored, &log, &edit, ledgers.len())) {
             log_right(stored, caller)?;
@@ -146,7 +149,6 @@ impl MetaState {
         if quorums(&log) != quorums(stored) {
             return Err(Refusal::BadRequest(format!("log {name}: the ledger quorums are fixed at creation")));
         }
-        Self::check_config(&log)?;
         if log.producers.covers_before < stored.producers.covers_before {
             return Err(Refusal::BadRequest(format!("log {name}: the producer table went back")));
         }
@@ -348,6 +350,9 @@ mod tests {
         let log = stored(update(&mut s, &log, trimmed, vec![], &gw()));
         assert!(!s.ledgers.contains_key(&l1.ledger_id));
         assert!(s.ledgers.contains_key(&l2.ledger_id));
+        // A ledger a log lists is deleted only with the log (or a trim).
+        let o = s.apply(Command::DeleteLedgerAs { ledger_id: l2.ledger_id, caller: gw() }).0;
+        assert!(matches!(o, Outcome::Refused(Refusal::BadRequest(_))), "{o:?}");
         // Deleting the log deletes what it lists.
         assert_eq!(s.apply(Command::DeleteLog { name: "orders".into(), caller: gw() }).0, Outcome::Deleted);
         assert!(s.ledgers.is_empty() && s.logs.is_empty(), "{:?}", s.ledgers.keys().collect::<Vec<_>>());

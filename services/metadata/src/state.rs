@@ -969,6 +969,13 @@ impl MetaState {
             Command::DeleteLedgerAs { ledger_id, caller } => {
                 let stored = self.ledgers.get(&ledger_id).ok_or(Refusal::NoSuchLedger(ledger_id))?;
                 ledger_right(stored, None, &caller)?;
+                // A log's ledger goes with a trim or the log's deletion:
+                // deleting it alone would lose records the log still lists.
+                if let Some(log) = self.log_listing(ledger_id, "") {
+                    return Err(Refusal::BadRequest(format!(
+                        "ledger {ledger_id} is in log {log}: trim the log or delete it instead"
+                    )));
+                }
                 self.try_apply(Command::DeleteLedger { ledger_id })
             }
             Command::RenewLockAs { name, lock_id, now_ms, caller } => {

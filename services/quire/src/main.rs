@@ -17,6 +17,7 @@ mod bookie;
 mod bookies;
 mod certs;
 mod ledger;
+mod log;
 mod metadata;
 mod probe;
 mod standalone;
@@ -50,6 +51,8 @@ enum Cmd {
     Metadata(metadata::MetadataArgs),
     /// Ledgers: write, read, info, recover, delete, list.
     Ledger(ledger::LedgerArgs),
+    /// Logs over chains of ledgers: create, append, read, tail, trim, info, list, delete.
+    Log(log::LogArgs),
     /// A whole cluster on this machine (real processes on loopback, mTLS).
     Standalone(standalone::StandaloneArgs),
     /// Ledgers the auditor found below their write quorum.
@@ -100,6 +103,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Bookie(a) => bookie::run(a),
         Cmd::Metadata(a) => metadata::run(a),
         Cmd::Ledger(a) => ledger::run(a),
+        Cmd::Log(a) => log::run(a),
         Cmd::Standalone(a) => standalone::run(a),
         Cmd::UnderReplicated(a) => admin::under_replicated(a),
         Cmd::Selftest(a) => admin::selftest(a),

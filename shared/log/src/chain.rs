@@ -250,6 +250,9 @@ impl LogRecord {
         if self.epoch == 0 {
             return bad("epoch 0".into());
         }
+        // A set, not a scan of the segments before: the metadata service
+        // runs this in Raft's apply, on records of up to 65,536 segments.
+        let mut seen = std::collections::HashSet::with_capacity(self.segments.len());
         for (i, s) in self.segments.iter().enumerate() {
             let last = i + 1 == self.segments.len();
             match s.end_offset {
@@ -267,9 +270,12 @@ impl LogRecord {
                     ));
                 }
             }
-            if self.segments[..i].iter().any(|o| o.ledger_id == s.ledger_id) {
+            if !seen.insert(s.ledger_id) {
                 return bad(format!("ledger {} listed twice", s.ledger_id));
             }
+        }
+        if self.trim_before > self.fixed_end() {
+            return bad(format!("trimmed before {} past the fixed end {}", self.trim_before, self.fixed_end()));
         }
         if let Some(first) = self.segments.first() {
             // (An empty ledger holds no offsets: listed at the trim point,
@@ -321,6 +327,11 @@ pub fn check_edit(old: &LogRecord, new: &LogRecord) -> Result<Edit, ChainError> 
     if new.trim_before < old.trim_before {
         return Err(ChainError::TrimBackwards { current: old.trim_before, requested: new.trim_before });
     }
+    // Never past what was fixed before the edit: records of the open
+    // segment may not all be acknowledged yet.
+    if new.trim_before > old.fixed_end().max(old.trim_before) {
+        return Err(ChainError::TrimPastEnd { requested: new.trim_before, end: old.fixed_end() });
+    }
     let mut edit = Edit::default();
     let mut kept = 0;
     for s in &old.segments {
@@ -343,8 +354,24 @@ pub fn check_edit(old: &LogRecord, new: &LogRecord) -> Result<Edit, ChainError> 
         }
         kept += 1;
     }
+    // Offsets are never given twice: what follows the kept segments starts
+    // where the old record's fixed offsets ended (check() keeps the rest
+    // contiguous), even when every old segment was trimmed away.
+    if kept == 0 {
+        if let Some(first) = new.segments.first() {
+            if first.first_offset != old.fixed_end() {
+                return bad(format!(
+                    "ledger {} starts at {}, not at the end {}",
+                    first.ledger_id,
+                    first.first_offset,
+                    old.fixed_end()
+                ));
+            }
+        }
+    }
+    let old_ids: std::collections::HashSet<u64> = old.segments.iter().map(|s| s.ledger_id).collect();
     for n in &new.segments[kept..] {
-        if old.segments.iter().any(|s| s.ledger_id == n.ledger_id) {
+        if old_ids.contains(&n.ledger_id) {
             return bad(format!("ledger {} listed again", n.ledger_id));
         }
         match n.end_offset {
@@ -355,6 +382,16 @@ pub fn check_edit(old: &LogRecord, new: &LogRecord) -> Result<Edit, ChainError> 
             }
             Some(_) => edit.sealed.push((n.ledger_id, 0)),
             None => edit.opened.push(n.ledger_id),
+        }
+    }
+    // A new owner seals the earlier owner's open segment in the same edit
+    // (at the end its recovery found): the earlier writer's ledger never
+    // takes another record into the log's offsets.
+    if new.epoch > old.epoch {
+        if let Some(open) = old.open_segment() {
+            if !edit.sealed.iter().any(|(id, _)| *id == open.ledger_id) {
+                return bad(format!("a new epoch leaves ledger {} open", open.ledger_id));
+            }
         }
     }
     Ok(edit)
@@ -449,6 +486,22 @@ mod tests {
         dropped.segments.remove(0);
         dropped.trim_before = 0;
         assert!(check_edit(&c, &dropped).is_err());
+        // Not past the fixed end, on either side of the edit.
+        let mut far = c.clone();
+        far.trim_before = 50;
+        assert!(check_edit(&c, &far).is_err(), "trimmed past the end");
+        // A new epoch must seal the open segment.
+        let mut unsealed = b.clone();
+        unsealed.epoch = 2;
+        unsealed.owner = "p".into();
+        assert!(check_edit(&b, &unsealed).is_err());
+        // Offsets are not given again once every old segment is trimmed.
+        let (empty, _) =
+            LogRecord::new("l", "o", 1).roll(1, 4, 2).unwrap().take_over("p", -1, 3).unwrap().trim(5).unwrap();
+        let mut again = empty.clone();
+        again.segments = vec![LogSegment { ledger_id: 9, first_offset: 0, end_offset: None }];
+        again.trim_before = 5;
+        assert!(check_edit(&empty, &again).is_err(), "{:?}", check_edit(&empty, &again));
         // A ledger added with records in it is refused.
         let mut stuffed = b.clone();
         stuffed.segments[1].end_offset = Some(8);

@@ -26,6 +26,32 @@ pub struct LogMeta {
 }
 
 impl LogMeta {
+    /// As the HTTP API and the CLI show it.
+    pub fn to_json(&self) -> serde_json::Value {
+        let r = &self.record;
+        let c = &self.config;
+        serde_json::json!({
+            "name": r.name,
+            "epoch": r.epoch,
+            "owner": r.owner,
+            "trim_before": r.trim_before,
+            "ledgers": r.segments.iter().map(|s| serde_json::json!({
+                "ledger_id": s.ledger_id, "first_offset": s.first_offset, "end_offset": s.end_offset,
+            })).collect::<Vec<_>>(),
+            "ensemble": c.ensemble_size,
+            "write_quorum": c.write_quorum,
+            "ack_quorum": c.ack_quorum,
+            "rollover": {
+                "max_entries": c.rollover.max_entries,
+                "max_bytes": c.rollover.max_bytes,
+                "max_age_ms": c.rollover.max_age_ms,
+            },
+            "retention": { "max_age_ms": c.retention.max_age_ms, "max_bytes": c.retention.max_bytes },
+            "version": self.version,
+            "created_at_ms": self.created_at_ms,
+        })
+    }
+
     /// As the wire carries it.
     pub fn to_wire(&self) -> v1::LogMetadata {
         let r = &self.record;

@@ -95,6 +95,29 @@ impl Producers {
         }
     }
 
+    /// Forgets what was observed at or past `offset`: appends given to a
+    /// ledger that did not take them (its seal came before them). A
+    /// producer's sequences rise with its offsets, so what is left of its
+    /// window is its appends below `offset`; one with none left there keeps
+    /// a last sequence just below what was forgotten (older retries are
+    /// TooOld, as they were), and one never seen below is forgotten whole.
+    pub fn forget_from(&mut self, offset: u64) {
+        self.by_id.retain(|_, p| {
+            let Some(cut) = p.recent.iter().position(|(_, o)| *o >= offset) else { return true };
+            let first_forgotten = p.recent[cut].0;
+            p.recent.truncate(cut);
+            p.last_sequence = match p.recent.last() {
+                Some((s, _)) => *s,
+                None if cut == 0 && first_forgotten == p.last_sequence && p.recent.is_empty() => {
+                    return false;
+                }
+                None => first_forgotten.saturating_sub(1),
+            };
+            true
+        });
+        self.covers_before = self.covers_before.min(offset);
+    }
+
     /// Moves the covered point (records below `offset` all observed).
     pub fn cover(&mut self, offset: u64) {
         self.covers_before = self.covers_before.max(offset);
@@ -142,6 +165,20 @@ mod tests {
         }
         assert_eq!(t.by_id.len(), PRODUCERS_MAX);
         assert!(!t.by_id.contains_key("p"), "the least recent producer is forgotten first");
+    }
+
+    #[test]
+    fn appends_past_a_seal_are_forgotten() {
+        let mut t = Producers::default();
+        t.observe("p", 0, 10);
+        t.observe("p", 1, 11);
+        t.observe("q", 5, 12);
+        t.cover(13);
+        t.forget_from(11);
+        assert_eq!(t.judge("p", 0), Seen::Duplicate { offset: 10 });
+        assert_eq!(t.judge("p", 1), Seen::New, "its append was not taken");
+        assert!(!t.by_id.contains_key("q"), "never seen below the seal");
+        assert_eq!(t.covers_before, 11);
     }
 
     proptest! {

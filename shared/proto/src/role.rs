@@ -138,7 +138,10 @@ pub fn allowed(role: Role, method: Method) -> bool {
         ListUnderReplicated | GetLock => matches!(role, Auditor | ReplicationWorker | Gateway | Admin),
         // Bookies take a ledger's re-replication lock before dropping copies
         // no ensemble names them for, so no worker is copying to them meanwhile.
-        AcquireLock | RenewLock | ReleaseLock => matches!(role, Auditor | ReplicationWorker | Bookie | Admin),
+        // Gateways (and applications) hold a log's ownership lock (`log/<name>`).
+        AcquireLock | RenewLock | ReleaseLock => {
+            matches!(role, Auditor | ReplicationWorker | Bookie | Admin | Gateway | Client)
+        }
         Raft => role == Metadata,
         ChangeMembership => role == Admin,
         MetadataStatus => true,
@@ -178,6 +181,10 @@ pub fn may_lock(role: Role, name: &str) -> bool {
     }
     if name == "auditor" {
         return role == Role::Auditor;
+    }
+    if let Some(log) = name.strip_prefix("log/") {
+        // One writer of a log at a time among gateways (issue #23).
+        return matches!(role, Role::Gateway | Role::Client) && !log.is_empty();
     }
     match name.strip_prefix("replicate/").map(str::parse::<u64>) {
         Some(Ok(_)) => matches!(role, Role::ReplicationWorker | Role::Bookie),
@@ -268,6 +275,9 @@ mod tests {
         assert!(!may_lock(Role::Bookie, "replicate/x"));
         assert!(!may_lock(Role::Bookie, "anything"));
         assert!(may_lock(Role::Admin, "auditor") && may_lock(Role::Admin, "replicate/7"));
+        assert!(may_lock(Role::Gateway, "log/orders") && may_lock(Role::Client, "log/orders"));
+        assert!(!may_lock(Role::Gateway, "auditor") && !may_lock(Role::Gateway, "replicate/7"));
+        assert!(!may_lock(Role::Bookie, "log/orders") && !may_lock(Role::Gateway, "log/"));
     }
 
     /// ARCHITECTURE.md carries this table; on a mismatch the test prints the

@@ -55,6 +55,28 @@ fn is_conflict(e: &RpcError) -> bool {
     e.code() == Some(ErrorCode::VersionConflict)
 }
 
+/// The metadata service said no: nothing was written.
+fn refused(e: &RpcError) -> bool {
+    matches!(
+        e.code(),
+        Some(
+            ErrorCode::VersionConflict
+                | ErrorCode::BadRequest
+                | ErrorCode::AlreadyExists
+                | ErrorCode::PermissionDenied
+                | ErrorCode::NoSuchLog
+                | ErrorCode::NoSuchLedger
+        )
+    )
+}
+
+fn chain_error(e: quire_log::ChainError) -> ClientError {
+    match e {
+        quire_log::ChainError::Fenced { log, .. } => ClientError::LogFenced(log),
+        other => ClientError::BadRequest(other.to_string()),
+    }
+}
+
 fn from_wire(m: Option<v1::LogMetadata>, name: &str) -> Result<LogMeta, ClientError> {
     let m = m.ok_or_else(|| ClientError::MetadataUnavailable(format!("metadata answer without log {name}")))?;
     LogMeta::from_wire(&m).map_err(|why| ClientError::BadRequest(format!("log {name}: {why}")))
@@ -117,8 +139,11 @@ impl Client {
                 Ok(LogWriter::start(self.clone(), stored, first, Producers::default()))
             }
             Err(e) => {
-                // The ledger made for it is nobody's: delete it (best effort).
-                let _ = self.delete(first.ledger_id()).await;
+                // Refused: the ledger made for it is nobody's (best effort).
+                // Of unknown outcome, it may be the log's: left alone.
+                if refused(&e) {
+                    let _ = self.delete(first.ledger_id()).await;
+                }
                 Err(log_error(e, name))
             }
         }
@@ -140,7 +165,7 @@ impl Client {
                 Ok(t) => t,
                 Err(e) => {
                     let _ = self.delete(next.ledger_id()).await;
-                    return Err(ClientError::BadRequest(e.to_string()));
+                    return Err(chain_error(e));
                 }
             };
             let mut producers = meta.producers.clone();
@@ -164,7 +189,23 @@ impl Client {
                     return Ok(LogWriter::start(self.clone(), stored, next, producers));
                 }
                 Err(e) => {
-                    let _ = self.delete(next.ledger_id()).await;
+                    // Refused or of unknown outcome: what is stored says
+                    // whether this takeover is the one that landed (its
+                    // reply lost, or a retry of it refused as stale).
+                    let stored = match self.log_meta(name).await {
+                        Ok(m) => m,
+                        Err(_) if !refused(&e) => return Err(log_error(e, name)),
+                        Err(again) => return Err(again),
+                    };
+                    let ours = stored.record.epoch == meta.record.epoch + 1
+                        && stored.record.owner == owner
+                        && stored.record.open_segment().map(|s| s.ledger_id) == Some(next.ledger_id());
+                    if ours {
+                        return Ok(LogWriter::start(self.clone(), stored, next, producers));
+                    }
+                    if !stored.record.segments.iter().any(|s| s.ledger_id == next.ledger_id()) {
+                        let _ = self.delete(next.ledger_id()).await;
+                    }
                     if is_conflict(&e) {
                         // Another edit (a rollover, a trim, another takeover) came first: again.
                         tracing::debug!(log = name, "takeover raced another edit; again");
@@ -220,8 +261,28 @@ impl Client {
             if want == 0 {
                 break;
             }
-            let reader = self.open(ledger_id).await?;
-            let entries = reader.read_range(entry_id, entry_id + want as u64 - 1, want).await?;
+            // A ledger gone under a read was trimmed meanwhile: say so.
+            let trimmed = |e: ClientError| async move {
+                match e {
+                    ClientError::NoSuchLedger(_) => match self.log_meta(&record.name).await {
+                        Ok(now) if offset < now.record.trim_before => ClientError::Trimmed {
+                            log: record.name.clone(),
+                            offset,
+                            trim_before: now.record.trim_before,
+                        },
+                        _ => e,
+                    },
+                    e => e,
+                }
+            };
+            let reader = match self.open(ledger_id).await {
+                Ok(r) => r,
+                Err(e) => return Err(trimmed(e).await),
+            };
+            let entries = match reader.read_range(entry_id, entry_id + want as u64 - 1, want).await {
+                Ok(es) => es,
+                Err(e) => return Err(trimmed(e).await),
+            };
             let got = entries.len();
             for e in entries {
                 let r = envelope::decode(&e.payload).map_err(|_| ClientError::Corrupt(ledger_id, e.entry_id))?;
@@ -316,7 +377,7 @@ impl Client {
             if before <= meta.record.trim_before {
                 return Ok(meta);
             }
-            let (record, _) = meta.record.trim(before).map_err(|e| ClientError::BadRequest(e.to_string()))?;
+            let (record, _) = meta.record.trim(before).map_err(chain_error)?;
             let intended = LogMeta { record, ..meta.clone() };
             let req =
                 v1::UpdateLogRequest { log: Some(intended.to_wire()), expected_version: meta.version, ledgers: vec![] };
@@ -365,20 +426,40 @@ struct WriterInner {
 
 /// The writer of a log. Cheap to clone; appends are pipelined (their order
 /// is fixed when [`LogWriter::append`] takes them).
+///
+/// LogFenced means a newer owner took the log over: no append made after
+/// that lands in the log. An append in flight when the takeover began may
+/// still be kept by its recovery (as with any write of unknown outcome):
+/// retry it idempotently (a producer id and sequence) to learn its offset
+/// rather than write it twice.
 #[derive(Clone)]
 pub struct LogWriter {
     inner: Arc<WriterInner>,
 }
 
+enum Placed {
+    Pending(crate::PendingAdd, u64),
+    Duplicate(u64),
+}
+
 impl LogWriter {
     fn start(client: Client, meta: LogMeta, current: LedgerWriter, producers: Producers) -> LogWriter {
         let first_offset = meta.record.open_segment().map_or(0, |s| s.first_offset);
-        debug_assert_eq!(meta.record.open_segment().map(|s| s.ledger_id), Some(current.ledger_id()));
+        assert_eq!(
+            meta.record.open_segment().map(|s| s.ledger_id),
+            Some(current.ledger_id()),
+            "a log writer writes the open segment's ledger"
+        );
         let name = meta.record.name.clone();
         let next = Some(spawn_next(&client, &name, &meta.config));
         let state = State { meta, current, first_offset, entries: 0, bytes: 0, started: None, next, producers };
         let progress = watch::Sender::new(Progress { committed: first_offset, broken: None });
         LogWriter { inner: Arc::new(WriterInner { client, name, state: tokio::sync::Mutex::new(state), progress }) }
+    }
+
+    /// Whether `other` is a handle on this same writer.
+    pub fn same(&self, other: &LogWriter) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// The log's name.
@@ -394,6 +475,12 @@ impl LogWriter {
     /// Every offset below this is acknowledged.
     pub fn committed(&self) -> u64 {
         self.inner.progress.borrow().committed
+    }
+
+    /// Why this writer stopped taking appends, if it did (a newer owner:
+    /// LogFenced; a failure of its ledger or of the metadata service).
+    pub fn broken(&self) -> Option<ClientError> {
+        self.inner.progress.borrow().broken.clone()
     }
 
     /// Appends one record; its offset once acknowledged.
@@ -414,8 +501,9 @@ impl LogWriter {
 
     /// Appends records in order (one after another in the log, unless some
     /// are retries already written); the offset of each. With a producer,
-    /// record `i` carries sequence `sequence + i`. All or, from the first
-    /// failure on, none of them are acknowledged.
+    /// record `i` carries sequence `sequence + i`. On an error, records of
+    /// the batch before the failing one may have been written: a retry with
+    /// the same producer and sequence answers their offsets.
     pub async fn append_batch(
         &self,
         payloads: Vec<Bytes>,
@@ -427,14 +515,18 @@ impl LogWriter {
         if let Some((p, _)) = producer {
             envelope::validate_producer_id(p).map_err(|e| ClientError::BadRequest(e.to_string()))?;
         }
-        enum Placed {
-            Pending(crate::PendingAdd, u64),
-            Duplicate(u64),
+        // The header counts against the entry limit; refused here, the
+        // writer goes on (the ledger writer's refusal would stop it).
+        let header_bytes = envelope::header(producer.map(|(p, s)| Produced { producer_id: p, sequence: s }))
+            .map_or(envelope::HEADER_MAX_BYTES, |h| h.len());
+        let limit = self.inner.client.options().max_entry_bytes;
+        if let Some(big) = payloads.iter().find(|p| p.len() + header_bytes > limit) {
+            return Err(ClientError::EntryTooLarge(big.len() + header_bytes));
         }
         let mut placed = Vec::with_capacity(payloads.len());
         {
             let mut st = self.inner.state.lock().await;
-            if let Some(e) = self.inner.progress.borrow().broken.clone() {
+            if let Some(e) = self.broken() {
                 return Err(e);
             }
             for (i, payload) in payloads.into_iter().enumerate() {
@@ -472,34 +564,55 @@ impl LogWriter {
                 placed.push(Placed::Pending(pending, offset));
             }
         }
-        let mut offsets = Vec::with_capacity(placed.len());
-        for p in placed {
-            match p {
-                Placed::Pending(pending, offset) => match pending.await {
-                    Ok(_) => {
-                        self.inner.progress.send_modify(|g| g.committed = g.committed.max(offset + 1));
-                        offsets.push(offset);
-                    }
-                    Err(e) => return Err(self.broke(e)),
-                },
-                Placed::Duplicate(offset) => {
-                    self.committed_past(offset).await?;
-                    offsets.push(offset);
+        // Acknowledgements are taken by a task of their own, so that the
+        // writer's progress (which a retry of an append in flight waits
+        // on) moves even when this caller stops waiting.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut offsets = Vec::with_capacity(placed.len());
+            for p in placed {
+                match p {
+                    Placed::Pending(pending, offset) => match pending.await {
+                        Ok(_) => {
+                            me.inner.progress.send_modify(|g| g.committed = g.committed.max(offset + 1));
+                            offsets.push(offset);
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Err(me.broke(e)));
+                            return;
+                        }
+                    },
+                    Placed::Duplicate(offset) => match me.committed_past(offset).await {
+                        Ok(()) => offsets.push(offset),
+                        Err(e) => {
+                            let _ = tx.send(Err(e));
+                            return;
+                        }
+                    },
                 }
             }
-        }
-        Ok(offsets)
+            let _ = tx.send(Ok(offsets));
+        });
+        rx.await.unwrap_or_else(|_| Err(ClientError::LogFenced(self.inner.name.clone())))
     }
 
     /// Waits until `offset` is acknowledged (a retry of an append still in
     /// flight answers only once the first one is), or the writer broke.
     async fn committed_past(&self, offset: u64) -> Result<(), ClientError> {
         let mut rx = self.inner.progress.subscribe();
-        let got = rx.wait_for(|g| g.committed > offset || g.broken.is_some()).await;
+        let opts = self.inner.client.options();
+        // An append in flight is answered within its timeouts and an
+        // ensemble change's deadline; past both, say so rather than wait on.
+        let bound = opts.add_timeout * 2 + opts.ensemble_change_deadline;
+        let got = tokio::time::timeout(bound, rx.wait_for(|g| g.committed > offset || g.broken.is_some())).await;
         match got {
-            Ok(g) if g.committed > offset => Ok(()),
-            Ok(g) => Err(g.broken.clone().expect("broken")),
-            Err(_) => Err(ClientError::LogFenced(self.inner.name.clone())),
+            Ok(Ok(g)) if g.committed > offset => Ok(()),
+            Ok(Ok(g)) => Err(g.broken.clone().expect("broken")),
+            Ok(Err(_)) => Err(ClientError::LogFenced(self.inner.name.clone())),
+            Err(_) => {
+                Err(ClientError::Timeout(format!("offset {offset} of log {} is not acknowledged", self.inner.name)))
+            }
         }
     }
 
@@ -539,29 +652,41 @@ impl LogWriter {
             }
         };
         let stored: Arc<Mutex<Option<LogMeta>>> = Arc::new(Mutex::new(None));
-        let mut producers = st.producers.clone();
-        producers.cover(st.first_offset + st.entries);
-        let closer =
-            roll_closer(self.inner.client.clone(), st.meta.clone(), next.ledger_id(), producers, stored.clone());
-        match st.current.close_with(closer).await {
-            Ok(closed) => {
-                let meta = stored.lock().expect("stored lock").take().expect("the closer stored the log");
-                tracing::info!(log = %self.inner.name, closed = closed.ledger_id, next = next.ledger_id(), entries = st.entries, "rolled the log over");
-                st.first_offset += st.entries;
-                st.meta = meta;
-                st.current = next;
-                st.entries = 0;
-                st.bytes = 0;
-                st.started = None;
-                st.next = Some(spawn_next(&self.inner.client, &self.inner.name, &st.meta.config));
-                debug_assert_eq!(st.meta.record.open_segment().map(|s| s.first_offset), Some(st.first_offset));
-                Ok(())
-            }
-            Err(e) => {
-                let _ = self.inner.client.delete(next.ledger_id()).await;
-                Err(self.broke(e))
-            }
+        let closer = roll_closer(
+            self.inner.client.clone(),
+            st.meta.clone(),
+            next.ledger_id(),
+            st.producers.clone(),
+            stored.clone(),
+        );
+        // (On failure the next ledger is not deleted: of unknown outcome,
+        // the log may list it.)
+        let closed = st.current.close_with(closer).await.map_err(|e| self.broke(e))?;
+        let meta = stored.lock().expect("stored lock").take().expect("the closer stored the log");
+        let open = meta.record.open_segment().cloned().expect("a rolled log has an open segment");
+        if open.ledger_id != next.ledger_id() {
+            return Err(self.broke(ClientError::LogFenced(self.inner.name.clone())));
         }
+        let sealed = (closed.last_entry_id + 1) as u64;
+        st.meta = meta;
+        if sealed != st.entries {
+            // Appends given to the old ledger that it did not take (it
+            // failed under them): they are not in the log, and what this
+            // writer counted past them would be misplaced. Stop here.
+            let e = ClientError::LedgerClosed(closed.ledger_id);
+            tracing::warn!(log = %self.inner.name, sealed, given = st.entries, "the rolled ledger took fewer appends than given");
+            return Err(self.broke(e));
+        }
+        tracing::info!(log = %self.inner.name, closed = closed.ledger_id, next = next.ledger_id(), entries = st.entries, "rolled the log over");
+        st.first_offset = open.first_offset;
+        st.producers = st.meta.producers.clone();
+        self.inner.progress.send_modify(|g| g.committed = g.committed.max(open.first_offset));
+        st.current = next;
+        st.entries = 0;
+        st.bytes = 0;
+        st.started = None;
+        st.next = Some(spawn_next(&self.inner.client, &self.inner.name, &st.meta.config));
+        Ok(())
     }
 }
 
@@ -575,25 +700,29 @@ fn spawn_next(
 }
 
 /// The close of a rolled ledger, written with the log's next record in one
-/// UpdateLog. A conflict is settled by what is stored: a newer epoch or a
+/// UpdateLog (the producer table as of the seal stored with it). A refusal
+/// or an unknown outcome is settled by what is stored: the next ledger
+/// listed at this epoch is this rollover having landed; a newer epoch or a
 /// ledger no longer open (recovered by a newer owner) is LogFenced; another
 /// edit of the same epoch (a trim) is built on and tried again.
 fn roll_closer(
     client: Client,
     mut log: LogMeta,
     next_ledger: u64,
-    producers: Producers,
+    mut producers: Producers,
     stored: Arc<Mutex<Option<LogMeta>>>,
 ) -> Closer {
     Box::new(move |mut current: LedgerMeta, intended: LedgerMeta| {
         Box::pin(async move {
             let name = log.record.name.clone();
             let epoch = log.record.epoch;
+            let first = log.record.open_segment().map_or(0, |s| s.first_offset);
+            let sealed_end = first + (intended.last_entry_id + 1) as u64;
+            // Only what the ledger took: appends past its end are not in the log.
+            producers.forget_from(sealed_end);
+            producers.cover(sealed_end);
             loop {
-                let record = log
-                    .record
-                    .roll(epoch, intended.last_entry_id, next_ledger)
-                    .map_err(|_| ClientError::LogFenced(name.clone()))?;
+                let record = log.record.roll(epoch, intended.last_entry_id, next_ledger).map_err(chain_error)?;
                 let mut closed = intended.clone();
                 closed.version = current.version;
                 closed.segments = current.segments.clone();
@@ -606,7 +735,7 @@ fn roll_closer(
                         expected_version: current.version,
                     }],
                 };
-                match client.meta().call(req).await {
+                let e = match client.meta().call(req).await {
                     Ok(r) => {
                         let meta = from_wire(r.log, &name)?;
                         let ledger = r.ledgers.into_iter().next().ok_or_else(|| {
@@ -615,17 +744,25 @@ fn roll_closer(
                         *stored.lock().expect("stored lock") = Some(meta);
                         return Ok(LedgerMeta::from_proto(ledger)?);
                     }
-                    Err(e) if is_conflict(&e) => {
-                        let fresh = client.log_meta(&name).await?;
-                        let ledger = client.metadata(current.ledger_id).await?;
-                        if fresh.record.epoch != epoch || ledger.state != LedgerState::Open {
-                            return Err(ClientError::LogFenced(name));
-                        }
-                        log = fresh;
-                        current = ledger;
+                    Err(e) => e,
+                };
+                if !refused(&e) || is_conflict(&e) {
+                    let fresh = client.log_meta(&name).await?;
+                    let ledger = client.metadata(current.ledger_id).await?;
+                    let landed = fresh.record.epoch == epoch
+                        && fresh.record.open_segment().map(|s| s.ledger_id) == Some(next_ledger);
+                    if landed {
+                        *stored.lock().expect("stored lock") = Some(fresh);
+                        return Ok(ledger);
                     }
-                    Err(e) => return Err(log_error(e, &name)),
+                    if fresh.record.epoch != epoch || ledger.state != LedgerState::Open {
+                        return Err(ClientError::LogFenced(name));
+                    }
+                    log = fresh;
+                    current = ledger;
+                    continue;
                 }
+                return Err(log_error(e, &name));
             }
         })
     })

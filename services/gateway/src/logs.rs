@@ -1,0 +1,470 @@
+//! The HTTP API's logs (issue #23; docs/logs.md): create, list, describe,
+//! append (one or a batch, optionally idempotent), read across ledgers and
+//! follow the tail (a long poll), trim, delete.
+//!
+//! Ownership among gateways: a log is written by one gateway at a time,
+//! the holder of the metadata lock `log/<name>` under a lease it renews.
+//! An append to a log another gateway holds is 409 NotOwner, naming the
+//! holder; a gateway takes a log over (fencing the earlier writer by
+//! recovery, quire-client's `open_log_writer`) only when the lock is free
+//! or its lease lapsed, so two gateways never take turns.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use base64::Engine;
+use bytes::Bytes;
+use quire_client::{ClientError, LogEntry, LogWriter};
+use quire_log::{LogConfig, LogMeta, Retention, Rollover};
+use quire_proto::v1;
+use serde::Deserialize;
+
+use crate::error::ApiError;
+use crate::state::GatewayState;
+
+type State = web::Data<Arc<GatewayState>>;
+
+/// The ownership lease of a log: the lock is renewed at a third of it.
+pub const OWNER_LEASE: Duration = Duration::from_secs(10);
+
+/// Most records one read answers.
+const READ_LIMIT_MAX: usize = 10_000;
+
+/// Longest a follow (long poll) waits for a record.
+const FOLLOW_WAIT_MAX: Duration = Duration::from_secs(60);
+
+/// A query number within its documented range, or 400 (the schema states
+/// the range; a number outside it is refused, not clamped).
+fn in_range(v: u64, min: u64, max: u64, what: &str) -> Result<u64, ApiError> {
+    if v < min || v > max {
+        return Err(ApiError::bad_request(format!("{what} is {min} to {max}, not {v}")));
+    }
+    Ok(v)
+}
+
+fn lock_name(log: &str) -> String {
+    format!("log/{log}")
+}
+
+/// The log name in the path, checked (decoded: a percent-encoded `/` or
+/// `..` is refused as any other bad name).
+fn name_param(req: &HttpRequest) -> Result<String, ApiError> {
+    let raw = req.match_info().get("name").unwrap_or("");
+    quire_log::config::validate_name(raw).map_err(ApiError::bad_request)?;
+    Ok(raw.to_string())
+}
+
+fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, ApiError> {
+    web::Query::<T>::from_query(req.query_string())
+        .map(|q| q.into_inner())
+        .map_err(|e| ApiError::bad_request(format!("bad query string: {e}")))
+}
+
+/// A JSON object body. (serde's derived structs also take a JSON array
+/// of their fields in order; the API's bodies are objects, and an array
+/// is 400, as the schema says: schemathesis found `"retention":[null,null]`
+/// taken.)
+fn json_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let v: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("bad JSON: {e}")))?;
+    from_object(v, "the body")
+}
+
+fn from_object<T: serde::de::DeserializeOwned>(v: serde_json::Value, what: &str) -> Result<T, ApiError> {
+    if !v.is_object() {
+        return Err(ApiError::bad_request(format!("{what} must be a JSON object")));
+    }
+    serde_json::from_value(v).map_err(|e| ApiError::bad_request(format!("bad JSON: {e}")))
+}
+
+/// A nested settings object (absent or null: the defaults).
+fn settings<T: serde::de::DeserializeOwned + Default>(v: Option<serde_json::Value>, what: &str) -> Result<T, ApiError> {
+    match v {
+        None | Some(serde_json::Value::Null) => Ok(T::default()),
+        Some(v) => from_object(v, what),
+    }
+}
+
+/// A log as the API shows it.
+pub fn log_json(m: &LogMeta) -> serde_json::Value {
+    m.to_json()
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RolloverBody {
+    max_entries: Option<u64>,
+    max_bytes: Option<u64>,
+    max_age_ms: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RetentionBody {
+    max_age_ms: Option<u64>,
+    max_bytes: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    name: String,
+    ensemble: Option<u32>,
+    write_quorum: Option<u32>,
+    ack_quorum: Option<u32>,
+    rollover: Option<serde_json::Value>,
+    retention: Option<serde_json::Value>,
+}
+
+impl GatewayState {
+    /// The writer of `name` if this gateway holds it.
+    fn log_writer(&self, name: &str) -> Option<LogWriter> {
+        self.logs.lock().expect("logs lock").get(name).cloned()
+    }
+
+    /// Takes the ownership lock of `name`, or says who holds it.
+    async fn take_lock(self: &Arc<Self>, name: &str) -> Result<u64, ApiError> {
+        let req = v1::AcquireLockRequest {
+            name: lock_name(name),
+            owner: self.owner.clone(),
+            lease_ms: OWNER_LEASE.as_millis() as u32,
+        };
+        match self.client.meta().call(req).await {
+            Ok(r) => Ok(r.lock.map_or(0, |l| l.lock_id)),
+            Err(e) if e.code() == Some(v1::ErrorCode::LockHeld) => {
+                let holder = self
+                    .client
+                    .meta()
+                    .call(v1::GetLockRequest { name: lock_name(name) })
+                    .await
+                    .ok()
+                    .and_then(|r| r.lock)
+                    .map_or_else(|| "another gateway".to_string(), |l| l.owner);
+                Err(ApiError::not_owner(name, &holder))
+            }
+            Err(e) => Err(ClientError::from_metadata(e, None).into()),
+        }
+    }
+
+    /// Holds `writer` for `name` under lock grant `lock_id`, renewing the
+    /// lease until it cannot (then the writer is let go: another gateway
+    /// may take the log over, and would fence it).
+    fn hold_log(self: &Arc<Self>, name: &str, writer: LogWriter, lock_id: u64) {
+        self.logs.lock().expect("logs lock").insert(name.to_string(), writer.clone());
+        let s = self.clone();
+        let name = name.to_string();
+        self.rt.spawn(async move {
+            let mut tick = tokio::time::interval(OWNER_LEASE / 3);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let held = s.log_writer(&name).is_some_and(|w| w.same(&writer));
+                if !held {
+                    return;
+                }
+                let req = v1::RenewLockRequest { name: lock_name(&name), lock_id };
+                if let Err(e) = s.client.meta().call(req).await {
+                    tracing::warn!(log = %name, error = %e, "lost the ownership lease of a log; letting its writer go");
+                    let mut logs = s.logs.lock().expect("logs lock");
+                    if logs.get(&name).is_some_and(|w| w.same(&writer)) {
+                        logs.remove(&name);
+                    }
+                    return;
+                }
+            }
+        });
+    }
+
+    /// The writer of `name`: held here, or taken over now when its owner's
+    /// lease lapsed (NotOwner when another gateway holds it).
+    async fn writer_for(self: &Arc<Self>, name: &str) -> Result<LogWriter, ApiError> {
+        if let Some(w) = self.log_writer(name) {
+            return Ok(w);
+        }
+        let _one = self.claiming.lock().await;
+        if let Some(w) = self.log_writer(name) {
+            return Ok(w);
+        }
+        // Say NoSuchLog before taking a lock for a log that does not exist.
+        self.client.log_meta(name).await?;
+        let lock_id = self.take_lock(name).await?;
+        match self.client.open_log_writer(name, &self.owner).await {
+            Ok(w) => {
+                self.hold_log(name, w.clone(), lock_id);
+                Ok(w)
+            }
+            Err(e) => {
+                self.release_lock(name, lock_id).await;
+                Err(e.into())
+            }
+        }
+    }
+
+    async fn release_lock(&self, name: &str, lock_id: u64) {
+        let _ = self.client.meta().call(v1::ReleaseLockRequest { name: lock_name(name), lock_id }).await;
+    }
+
+    /// Forgets the writer of `name` once it stopped (fenced by a newer
+    /// owner, or broken by a failure): the next append takes the log over
+    /// again, recovering what the broken writer left, or answers NotOwner.
+    /// Its lease is given up with it.
+    async fn drop_if_broken(self: &Arc<Self>, name: &str, w: &LogWriter) {
+        if w.broken().is_none() {
+            return;
+        }
+        let gone = {
+            let mut logs = self.logs.lock().expect("logs lock");
+            let ours = logs.get(name).is_some_and(|h| h.same(w));
+            if ours {
+                logs.remove(name);
+            }
+            ours
+        };
+        if gone {
+            tracing::warn!(log = name, "let a stopped log writer go");
+        }
+    }
+}
+
+pub async fn log_create(state: State, payload: web::Payload) -> Result<HttpResponse, ApiError> {
+    let raw = crate::api::read_body(&state, payload, 64 * 1024).await?;
+    let b: CreateBody = json_body(&raw)?;
+    quire_log::config::validate_name(&b.name).map_err(ApiError::bad_request)?;
+    let ensemble = b.ensemble.unwrap_or(3);
+    let write_quorum = b.write_quorum.unwrap_or(ensemble.min(3));
+    let ack_quorum = b.ack_quorum.unwrap_or(write_quorum.min(2));
+    let d = Rollover::default();
+    let r: RolloverBody = settings(b.rollover, "rollover")?;
+    let t: RetentionBody = settings(b.retention, "retention")?;
+    let config = LogConfig {
+        ensemble_size: ensemble,
+        write_quorum,
+        ack_quorum,
+        rollover: Rollover {
+            max_entries: r.max_entries.unwrap_or(d.max_entries),
+            max_bytes: r.max_bytes.unwrap_or(d.max_bytes),
+            max_age_ms: r.max_age_ms.unwrap_or(d.max_age_ms),
+        },
+        retention: Retention { max_age_ms: t.max_age_ms.unwrap_or(0), max_bytes: t.max_bytes.unwrap_or(0) },
+    };
+    if !(1 <= ack_quorum && ack_quorum <= write_quorum && write_quorum <= ensemble && ensemble <= 64) {
+        return Err(ApiError::bad_request(format!(
+            "quorums must satisfy 1 <= ack ({ack_quorum}) <= write ({write_quorum}) <= ensemble ({ensemble}) <= 64"
+        )));
+    }
+    let s = state.get_ref().clone();
+    let meta = state
+        .run(async move {
+            let name = b.name;
+            let lock_id = s.take_lock(&name).await?;
+            match s.client.create_log(&name, config, &s.owner).await {
+                Ok(w) => {
+                    let meta = w.metadata().await;
+                    s.hold_log(&name, w, lock_id);
+                    Ok(meta)
+                }
+                Err(e) => {
+                    s.release_lock(&name, lock_id).await;
+                    Err(e.into())
+                }
+            }
+        })
+        .await?;
+    Ok(HttpResponse::Created().json(log_json(&meta)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    start_after: Option<String>,
+    limit: Option<u64>,
+}
+
+pub async fn log_list(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let q: ListQuery = query(&req)?;
+    let limit = in_range(q.limit.unwrap_or(100), 1, 1000, "limit")? as u32;
+    let s = state.get_ref().clone();
+    if let Some(after) = &q.start_after {
+        quire_log::config::validate_name(after).map_err(ApiError::bad_request)?;
+    }
+    let start_after = q.start_after.unwrap_or_default();
+    let (names, next) = state.run_read(async move { Ok(s.client.list_logs(&start_after, limit).await?) }).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "logs": names, "next": next })))
+}
+
+pub async fn log_get(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let name = name_param(&req)?;
+    let s = state.get_ref().clone();
+    let meta = state.run_read(async move { Ok(s.client.log_meta(&name).await?) }).await?;
+    Ok(HttpResponse::Ok().json(log_json(&meta)))
+}
+
+pub async fn log_delete(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let name = name_param(&req)?;
+    let s = state.get_ref().clone();
+    state
+        .run(async move {
+            s.client.delete_log(&name).await?;
+            s.logs.lock().expect("logs lock").remove(&name);
+            Ok(())
+        })
+        .await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AppendQuery {
+    producer_id: Option<String>,
+    sequence: Option<u64>,
+}
+
+fn producer_of(producer_id: Option<String>, sequence: Option<u64>) -> Result<Option<(String, u64)>, ApiError> {
+    match (producer_id, sequence) {
+        (None, None) => Ok(None),
+        (Some(p), Some(s)) => {
+            quire_log::envelope::validate_producer_id(&p).map_err(|e| ApiError::bad_request(e.to_string()))?;
+            Ok(Some((p, s)))
+        }
+        _ => Err(ApiError::bad_request("producer_id and sequence go together")),
+    }
+}
+
+async fn append_records(
+    state: &State,
+    name: String,
+    records: Vec<Bytes>,
+    producer: Option<(String, u64)>,
+) -> Result<Vec<u64>, ApiError> {
+    let s = state.get_ref().clone();
+    state
+        .run(async move {
+            let w = s.writer_for(&name).await?;
+            let got = w.append_batch(records, producer.as_ref().map(|(p, q)| (p.as_str(), *q))).await;
+            if got.is_err() {
+                s.drop_if_broken(&name, &w).await;
+            }
+            Ok(got?)
+        })
+        .await
+}
+
+pub async fn log_append(state: State, req: HttpRequest, payload: web::Payload) -> Result<HttpResponse, ApiError> {
+    let name = name_param(&req)?;
+    let q: AppendQuery = query(&req)?;
+    let producer = producer_of(q.producer_id, q.sequence)?;
+    let data = crate::api::read_entry_body(&state, payload).await?;
+    let offsets = append_records(&state, name, vec![data], producer).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "offset": offsets[0] })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchBody {
+    records: Vec<String>,
+    producer_id: Option<String>,
+    sequence: Option<u64>,
+}
+
+pub async fn log_append_batch(state: State, req: HttpRequest, payload: web::Payload) -> Result<HttpResponse, ApiError> {
+    let name = name_param(&req)?;
+    let b: BatchBody = json_body(&crate::api::read_body(&state, payload, 16 * 1024 * 1024).await?)?;
+    if b.records.is_empty() || b.records.len() > 10_000 {
+        return Err(ApiError::bad_request(format!("a batch holds 1 to 10000 records, not {}", b.records.len())));
+    }
+    let producer = producer_of(b.producer_id, b.sequence)?;
+    let mut data = Vec::with_capacity(b.records.len());
+    for (i, e) in b.records.iter().enumerate() {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(e)
+            .map_err(|err| ApiError::bad_request(format!("records[{i}] is not base64: {err}")))?;
+        if bytes.len() > state.max_entry_bytes {
+            return Err(ApiError::too_large(format!("a record is at most {} bytes", state.max_entry_bytes)));
+        }
+        data.push(Bytes::from(bytes));
+    }
+    let offsets = append_records(&state, name, data, producer).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "first_offset": offsets[0],
+        "last_offset": offsets[offsets.len() - 1],
+        "offsets": offsets,
+    })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadQuery {
+    from: Option<u64>,
+    limit: Option<u64>,
+    follow: Option<bool>,
+    wait_ms: Option<u64>,
+}
+
+fn records_json(records: &[LogEntry], next: u64) -> serde_json::Value {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let rs: Vec<serde_json::Value> = records
+        .iter()
+        .map(|r| {
+            let mut v = serde_json::json!({ "offset": r.offset, "data": b64.encode(&r.payload) });
+            if let Some((p, s)) = &r.produced {
+                v["producer_id"] = serde_json::json!(p);
+                v["sequence"] = serde_json::json!(s);
+            }
+            v
+        })
+        .collect();
+    serde_json::json!({ "records": rs, "next": next })
+}
+
+pub async fn log_read(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let name = name_param(&req)?;
+    let q: ReadQuery = query(&req)?;
+    let from = q.from.unwrap_or(0);
+    let limit = in_range(q.limit.unwrap_or(1000), 1, READ_LIMIT_MAX as u64, "limit")? as usize;
+    let wait_ms = in_range(q.wait_ms.unwrap_or(30_000), 0, FOLLOW_WAIT_MAX.as_millis() as u64, "wait_ms")?;
+    let wait = if q.follow == Some(true) {
+        Duration::from_millis(wait_ms).min(state.request_timeout / 2)
+    } else {
+        Duration::ZERO
+    };
+    let s = state.get_ref().clone();
+    let records = state
+        .run_read(async move {
+            let got = if wait.is_zero() {
+                s.client.read_log(&name, from, limit).await
+            } else {
+                s.client.read_log_wait(&name, from, limit, wait).await
+            };
+            Ok(got?)
+        })
+        .await?;
+    let next = records.last().map_or(from, |r| r.offset + 1);
+    Ok(HttpResponse::Ok().json(records_json(&records, next)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TrimBody {
+    before: u64,
+}
+
+pub async fn log_trim(state: State, req: HttpRequest, payload: web::Payload) -> Result<HttpResponse, ApiError> {
+    let name = name_param(&req)?;
+    let b: TrimBody = json_body(&crate::api::read_body(&state, payload, 4096).await?)?;
+    let s = state.get_ref().clone();
+    let meta = state.run(async move { Ok(s.client.trim_log(&name, b.before).await?) }).await?;
+    Ok(HttpResponse::Ok().json(log_json(&meta)))
+}
+
+impl ApiError {
+    /// 409 NotOwner: another gateway writes this log (it holds its lease).
+    pub fn not_owner(log: &str, owner: &str) -> ApiError {
+        ApiError {
+            status: StatusCode::CONFLICT,
+            code: "NotOwner",
+            message: format!("log {log} is written by {owner}: append there (or once its lease lapses, here)"),
+        }
+    }
+}
