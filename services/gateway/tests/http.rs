@@ -1187,6 +1187,74 @@ fn a_log_is_appended_read_followed_trimmed_and_deleted_over_http() {
     assert_eq!((status, error_of(&v)), (404, "NoSuchLog"));
 }
 
+/// Two gateways, one log: appends go to its owner. The other gateway
+/// answers 409 NotOwner naming it for as long as the owner holds its
+/// lease (never taking turns); once the owner is gone and its lease lapsed,
+/// the other takes the log over: every record the first acknowledged keeps
+/// its offset, and the new owner's follow them.
+#[test]
+fn a_log_is_written_by_one_gateway_and_moves_only_when_its_lease_lapses() {
+    let mut g = start();
+    let certs = g.cluster.certs.clone();
+    let ca = quire_pki::CertAuthority::load(&certs).unwrap();
+    ca.issue(quire_proto::Role::Gateway, "2", &IssueOptions::default())
+        .unwrap()
+        .write(&certs, quire_proto::Role::Gateway, "2")
+        .unwrap();
+    let ready = g._dir.path().join("gateway-2-http.ready");
+    let ready_arg = ready.to_str().unwrap().to_string();
+    let mut second = g
+        .cluster
+        .start_service("quire-gateway", "2", &["--http-listen", "127.0.0.1:0", "--http-ready-file", &ready_arg])
+        .unwrap();
+    let other = second.wait_ready(&ready, Duration::from_secs(30)).unwrap();
+
+    let (status, v) = g.json("POST", "/v1/logs", r#"{"name":"shared"}"#);
+    assert_eq!(status, 201, "{v}");
+    for i in 0..3u64 {
+        let (status, b) = g.call("POST", "/v1/logs/shared/records", None, format!("a{i}").as_bytes());
+        assert_eq!((status, json(&b)["offset"].as_u64()), (200, Some(i)));
+    }
+    // The other gateway refuses, naming the owner, while the owner lives
+    // (longer than a lease: the owner renews it).
+    let deadline = std::time::Instant::now() + Duration::from_secs(12);
+    while std::time::Instant::now() < deadline {
+        let (status, b) = call(&other, "POST", "/v1/logs/shared/records", None, b"b");
+        let v = json(&b);
+        assert_eq!((status, error_of(&v)), (409, "NotOwner"), "{v}");
+        assert!(v["message"].as_str().unwrap().contains("gateway/1:"), "names the owner: {v}");
+        // Reads are anyone's.
+        let (status, _) = call(&other, "GET", "/v1/logs/shared/records?from=0", None, b"");
+        assert_eq!(status, 200);
+    }
+    // The owner stops; once its lease lapses the other takes the log over.
+    g._proc.kill().unwrap();
+    let offset = quire_testkit::wait_until(Duration::from_secs(30), "the second gateway to take the log over", || {
+        let (status, b) = call(&other, "POST", "/v1/logs/shared/records", None, b"b0");
+        (status == 200).then(|| json(&b)["offset"].as_u64().unwrap())
+    })
+    .unwrap();
+    assert_eq!(offset, 3, "offsets run on after the takeover");
+    let (_, v) = json_call(&other, "GET", "/v1/logs/shared");
+    assert_eq!(v["epoch"], 2, "{v}");
+    let mut got = Vec::new();
+    while got.len() < 4 {
+        let (status, v) =
+            json_call(&other, "GET", &format!("/v1/logs/shared/records?from={}&follow=true&wait_ms=5000", got.len()));
+        assert_eq!(status, 200, "{v}");
+        got.extend(v["records"].as_array().unwrap().clone());
+    }
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let data: Vec<String> =
+        got.iter().map(|r| String::from_utf8(b64.decode(r["data"].as_str().unwrap()).unwrap()).unwrap()).collect();
+    assert_eq!(data, ["a0", "a1", "a2", "b0"]);
+}
+
+fn json_call(http: &str, method: &str, path: &str) -> (u16, Value) {
+    let (status, b) = call(http, method, path, None, b"");
+    (status, json(&b))
+}
+
 #[test]
 fn a_new_ledger_with_no_entries_answers_like_any_other() {
     let g = start();
