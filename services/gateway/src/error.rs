@@ -119,7 +119,7 @@ impl From<ClientError> for ApiError {
             | ClientError::Backpressure(_)
             | ClientError::RecoveryFailed(..) => StatusCode::SERVICE_UNAVAILABLE,
             ClientError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
-            ClientError::NoSuchLog(_) => StatusCode::NOT_FOUND,
+            ClientError::NoSuchLog(_) | ClientError::NoSuchCursor { .. } => StatusCode::NOT_FOUND,
             ClientError::LogExists(_) | ClientError::LogFenced(_) | ClientError::SequenceTooOld { .. } => {
                 StatusCode::CONFLICT
             }

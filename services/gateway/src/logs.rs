@@ -397,6 +397,8 @@ pub async fn log_append_batch(state: State, req: HttpRequest, payload: web::Payl
 #[serde(deny_unknown_fields)]
 struct ReadQuery {
     from: Option<u64>,
+    /// Read from this cursor's position (not with from).
+    cursor: Option<String>,
     limit: Option<u64>,
     follow: Option<bool>,
     wait_ms: Option<u64>,
@@ -429,19 +431,29 @@ pub async fn log_read(state: State, req: HttpRequest) -> Result<HttpResponse, Ap
     } else {
         Duration::ZERO
     };
+    if q.cursor.is_some() && q.from.is_some() {
+        return Err(ApiError::bad_request("records are read from an offset or from a cursor, not both"));
+    }
+    if let Some(c) = &q.cursor {
+        quire_log::config::validate_name(c).map_err(|e| ApiError::bad_request(format!("cursor: {e}")))?;
+    }
     let s = state.get_ref().clone();
     let records = state
         .run_read(async move {
+            let from = match &q.cursor {
+                Some(c) => s.client.cursor(&name, c).await?.position,
+                None => from,
+            };
             let got = if wait.is_zero() {
                 s.client.read_log(&name, from, limit).await
             } else {
                 s.client.read_log_wait(&name, from, limit, wait).await
-            };
-            Ok(got?)
+            }?;
+            let next = got.last().map_or(from, |r| r.offset + 1);
+            Ok((next, got))
         })
         .await?;
-    let next = records.last().map_or(from, |r| r.offset + 1);
-    Ok(HttpResponse::Ok().json(records_json(&records, next)))
+    Ok(HttpResponse::Ok().json(records_json(&records.1, records.0)))
 }
 
 #[derive(Deserialize)]
@@ -467,4 +479,95 @@ impl ApiError {
             message: format!("log {log} is written by {owner}: append there (or once its lease lapses, here)"),
         }
     }
+}
+
+fn cursor_param(req: &HttpRequest) -> Result<String, ApiError> {
+    let raw = req.match_info().get("cursor").unwrap_or("");
+    quire_log::config::validate_name(raw).map_err(|e| ApiError::bad_request(format!("cursor: {e}")))?;
+    Ok(raw.to_string())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PutCursorBody {
+    /// "start" or "end" (absent with no position: start).
+    from: Option<String>,
+    /// An offset.
+    position: Option<u64>,
+    holds_retention: Option<bool>,
+}
+
+/// PUT: create the cursor (at `from` or `position`), or seek it there.
+pub async fn cursor_put(state: State, req: HttpRequest, payload: web::Payload) -> Result<HttpResponse, ApiError> {
+    let name = name_param(&req)?;
+    let cursor = cursor_param(&req)?;
+    let raw = crate::api::read_body(&state, payload, 4096).await?;
+    let b: PutCursorBody = if raw.iter().all(u8::is_ascii_whitespace) {
+        PutCursorBody { from: None, position: None, holds_retention: None }
+    } else {
+        json_body(&raw)?
+    };
+    let start = match (b.from.as_deref(), b.position) {
+        (Some(_), Some(_)) => return Err(ApiError::bad_request("a cursor starts at from or at position, not both")),
+        (None, Some(p)) => quire_client::CursorStart::At(p),
+        (None | Some("start"), None) => quire_client::CursorStart::Start,
+        (Some("end"), None) => quire_client::CursorStart::End,
+        (Some(other), None) => return Err(ApiError::bad_request(format!("from is start or end, not {other:?}"))),
+    };
+    let s = state.get_ref().clone();
+    let c = state
+        .run(async move {
+            match s.client.cursor(&name, &cursor).await {
+                Ok(existing) => {
+                    let position = match start {
+                        quire_client::CursorStart::At(p) => p,
+                        quire_client::CursorStart::Start => s.client.log_meta(&name).await?.record.trim_before,
+                        quire_client::CursorStart::End => s.client.log_end(&name).await?,
+                    };
+                    if b.holds_retention.is_some_and(|h| h != existing.holds_retention) {
+                        return Err(ApiError::bad_request("holds_retention is set when a cursor is created"));
+                    }
+                    Ok(s.client.move_cursor(&name, &cursor, position, true).await?)
+                }
+                Err(ClientError::NoSuchCursor { .. }) => {
+                    Ok(s.client.create_cursor(&name, &cursor, start, b.holds_retention.unwrap_or(false)).await?)
+                }
+                Err(e) => Err(e.into()),
+            }
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(c.to_json()))
+}
+
+pub async fn cursor_get(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let name = name_param(&req)?;
+    let cursor = cursor_param(&req)?;
+    let s = state.get_ref().clone();
+    let c = state.run_read(async move { Ok(s.client.cursor(&name, &cursor).await?) }).await?;
+    Ok(HttpResponse::Ok().json(c.to_json()))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AckBody {
+    /// Every record below this offset is acknowledged.
+    ack: u64,
+}
+
+/// POST: acknowledge (advance; a position at or below the cursor's leaves it).
+pub async fn cursor_ack(state: State, req: HttpRequest, payload: web::Payload) -> Result<HttpResponse, ApiError> {
+    let name = name_param(&req)?;
+    let cursor = cursor_param(&req)?;
+    let b: AckBody = json_body(&crate::api::read_body(&state, payload, 4096).await?)?;
+    let s = state.get_ref().clone();
+    let c = state.run(async move { Ok(s.client.move_cursor(&name, &cursor, b.ack, false).await?) }).await?;
+    Ok(HttpResponse::Ok().json(c.to_json()))
+}
+
+pub async fn cursor_delete(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let name = name_param(&req)?;
+    let cursor = cursor_param(&req)?;
+    let s = state.get_ref().clone();
+    state.run(async move { Ok(s.client.delete_cursor(&name, &cursor).await?) }).await?;
+    Ok(HttpResponse::NoContent().finish())
 }

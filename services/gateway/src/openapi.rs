@@ -239,6 +239,16 @@ pub fn schemas() -> Map<String, Value> {
             json!({ "logs": array_of(log_name()), "next": { "type": "string", "nullable": true } }),
         ),
     );
+    m.insert(
+        "Cursor".into(),
+        object(
+            &["name", "position", "holds_retention", "version", "updated_at_ms"],
+            json!({
+                "name": log_name(), "position": uint(), "holds_retention": { "type": "boolean" },
+                "version": uint(), "updated_at_ms": uint(),
+            }),
+        ),
+    );
     m.insert("LogAppended".into(), object(&["offset"], json!({ "offset": uint() })));
     m.insert(
         "LogAppendedBatch".into(),
@@ -357,6 +367,27 @@ fn request_body(kind: &str) -> Option<Value> {
                 },
             }),
         )),
+        "cursor_put" => Some(body(
+            false,
+            "application/json",
+            json!({
+                "type": "object", "additionalProperties": false,
+                "description": "from or position, not both (neither: start; null is absent); holds_retention only at creation",
+                "properties": {
+                    "from": { "type": "string", "enum": ["start", "end", null], "nullable": true },
+                    "position": { "type": "integer", "format": "uint64", "minimum": 0, "maximum": u64::MAX, "nullable": true },
+                    "holds_retention": { "type": "boolean", "nullable": true },
+                },
+            }),
+        )),
+        "cursor_ack" => Some(body(
+            true,
+            "application/json",
+            json!({
+                "type": "object", "required": ["ack"], "additionalProperties": false,
+                "properties": { "ack": uint() },
+            }),
+        )),
         "log_trim" => Some(body(
             true,
             "application/json",
@@ -411,6 +442,7 @@ fn query_params(method: &str, path: &str) -> Vec<Value> {
         ],
         ("get", "/v1/logs/{name}/records") => vec![
             q("from", uint(), "first offset (default 0; below the trim point: 410)"),
+            q("cursor", log_name(), "read from this cursor's position instead"),
             q(
                 "limit",
                 json!({ "type": "integer", "minimum": 1, "maximum": 10_000 }),
@@ -438,7 +470,7 @@ pub fn document(endpoints: &[Endpoint]) -> Value {
             .map(|name| {
                 let schema = match name {
                     "bookie" => bookie_id(),
-                    "name" => log_name(),
+                    "name" | "cursor" => log_name(),
                     _ => uint(),
                 };
                 json!({ "name": name, "in": "path", "required": true, "schema": schema })

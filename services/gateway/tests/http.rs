@@ -735,13 +735,14 @@ fn the_openapi_document_lists_every_route_and_each_one_answers() {
                 .replace("{id}", "999999")
                 .replace("{eid}", "0")
                 .replace("{bookie}", "nobody")
-                .replace("{name}", "nolog");
+                .replace("{name}", "nolog")
+                .replace("{cursor}", "c");
             let (_, body) = g.call(&method.to_uppercase(), &concrete, None, b"");
             let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             assert_ne!(v["error"], "NotFound", "{method} {path} is documented but not routed");
         }
     }
-    assert_eq!(ops, 26, "every route of the API v1 table");
+    assert_eq!(ops, 30, "every route of the API v1 table");
     // And an undocumented path is not routed.
     let (status, v) = g.json("GET", "/v1/undocumented", "");
     assert_eq!((status, error_of(&v)), (404, "NotFound"));
@@ -854,6 +855,15 @@ fn the_openapi_document_lists_every_route_and_each_one_answers() {
     );
     check("POST", "/v1/logs/{name}/records:batch", "/v1/logs/doc/records:batch", r#"{"records":[]}"#);
     check("GET", "/v1/logs/{name}/records", "/v1/logs/doc/records?from=0", "");
+    check("PUT", "/v1/logs/{name}/cursors/{cursor}", "/v1/logs/doc/cursors/c1", r#"{"from":"start"}"#);
+    check("PUT", "/v1/logs/{name}/cursors/{cursor}", "/v1/logs/doc/cursors/c1", r#"{"position":1}"#);
+    check("PUT", "/v1/logs/{name}/cursors/{cursor}", "/v1/logs/nolog/cursors/c1", "");
+    check("GET", "/v1/logs/{name}/cursors/{cursor}", "/v1/logs/doc/cursors/c1", "");
+    check("GET", "/v1/logs/{name}/cursors/{cursor}", "/v1/logs/doc/cursors/none", "");
+    check("POST", "/v1/logs/{name}/cursors/{cursor}", "/v1/logs/doc/cursors/c1", r#"{"ack":2}"#);
+    check("GET", "/v1/logs/{name}/records", "/v1/logs/doc/records?cursor=c1", "");
+    check("DELETE", "/v1/logs/{name}/cursors/{cursor}", "/v1/logs/doc/cursors/c1", "");
+    check("DELETE", "/v1/logs/{name}/cursors/{cursor}", "/v1/logs/doc/cursors/c1", "");
     check("POST", "/v1/logs/{name}/trim", "/v1/logs/doc/trim", r#"{"before":2}"#);
     check("GET", "/v1/logs/{name}/records", "/v1/logs/doc/records?from=0", "");
     check("POST", "/v1/logs/{name}/trim", "/v1/logs/doc/trim", r#"{"before":1}"#);
@@ -1155,6 +1165,22 @@ fn a_log_is_appended_read_followed_trimmed_and_deleted_over_http() {
     assert_eq!(status, 200);
     let (status, b) = follower.join().unwrap();
     assert_eq!((status, json(&b)["records"][0]["offset"].as_u64()), (200, Some(7)));
+    // A durable cursor: created at the start, read from, acknowledged; it
+    // holds retention, so a trim past it is refused until it moves.
+    let (status, v) = g.json("PUT", "/v1/logs/orders/cursors/billing", r#"{"from":"start","holds_retention":true}"#);
+    assert_eq!((status, v["position"].as_u64()), (200, Some(0)), "{v}");
+    let (status, v) = g.json("GET", "/v1/logs/orders/records?cursor=billing&limit=2", "");
+    assert_eq!((status, v["records"][0]["offset"].as_u64(), v["next"].as_u64()), (200, Some(0), Some(2)), "{v}");
+    let (status, v) = g.json("POST", "/v1/logs/orders/cursors/billing", r#"{"ack":2}"#);
+    assert_eq!((status, v["position"].as_u64()), (200, Some(2)), "{v}");
+    let (status, v) = g.json("POST", "/v1/logs/orders/trim", r#"{"before":3}"#);
+    assert_eq!(status, 400, "the cursor at 2 holds retention: {v}");
+    let (status, v) = g.json("POST", "/v1/logs/orders/cursors/billing", r#"{"ack":1}"#);
+    assert_eq!((status, v["position"].as_u64()), (200, Some(2)), "an ack never moves back: {v}");
+    let (status, v) = g.json("PUT", "/v1/logs/orders/cursors/billing", r#"{"position":3}"#);
+    assert_eq!((status, v["position"].as_u64()), (200, Some(3)), "a seek: {v}");
+    let (status, v) = g.json("GET", "/v1/logs/orders/cursors/billing", "");
+    assert_eq!((status, v["holds_retention"].as_bool()), (200, Some(true)));
     // Trim: whole ledgers below go; reads below are 410 with the trim point.
     let (status, v) = g.json("POST", "/v1/logs/orders/trim", r#"{"before":3}"#);
     assert_eq!((status, v["trim_before"].as_u64()), (200, Some(3)), "{v}");
@@ -1181,6 +1207,10 @@ fn a_log_is_appended_read_followed_trimmed_and_deleted_over_http() {
     }
     let (status, v) = g.json("GET", "/v1/logs", "");
     assert_eq!((status, v["logs"].clone()), (200, json!(["orders"])));
+    let (status, _) = g.call("DELETE", "/v1/logs/orders/cursors/billing", None, b"");
+    assert_eq!(status, 204);
+    let (status, v) = g.json("GET", "/v1/logs/orders/cursors/billing", "");
+    assert_eq!((status, error_of(&v)), (404, "NoSuchCursor"));
     let (status, _) = g.call("DELETE", "/v1/logs/orders", None, b"");
     assert_eq!(status, 204);
     let (status, v) = g.json("GET", "/v1/logs/orders", "");

@@ -149,6 +149,15 @@ impl MetaState {
         if quorums(&log) != quorums(stored) {
             return Err(Refusal::BadRequest(format!("log {name}: the ledger quorums are fixed at creation")));
         }
+        if log.record.trim_before > stored.record.trim_before {
+            if let Some((floor, cursor)) = quire_log::cursor::retention_floor(self.cursors_of(&name)) {
+                if log.record.trim_before > floor {
+                    return Err(Refusal::BadRequest(format!(
+                        "log {name}: cursor {cursor} at {floor} holds retention; the log is not trimmed past it"
+                    )));
+                }
+            }
+        }
         if log.producers.covers_before < stored.producers.covers_before {
             return Err(Refusal::BadRequest(format!("log {name}: the producer table went back")));
         }
@@ -224,7 +233,62 @@ impl MetaState {
             }
         }
         self.logs.remove(name);
+        let cursors: Vec<(String, String)> = self.cursors_of(name).map(|c| (c.log.clone(), c.name.clone())).collect();
+        for key in cursors {
+            self.cursors.remove(&key);
+            touched.push(Touched::Cursor(key.0, key.1));
+        }
         Ok((Outcome::Deleted, touched))
+    }
+
+    /// The cursors of log `name`.
+    pub fn cursors_of<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a quire_log::Cursor> + 'a {
+        use std::ops::Bound::{Excluded, Included};
+        let lo = (name.to_string(), String::new());
+        // Names are ASCII (validate_name): "\u{7f}" sorts after every one.
+        let hi = (name.to_string(), "\u{7f}".to_string());
+        self.cursors.range((Included(lo), Excluded(hi))).map(|(_, c)| c)
+    }
+
+    pub(crate) fn put_cursor(
+        &mut self,
+        mut cursor: quire_log::Cursor,
+        expected_version: u64,
+        seek: bool,
+        now_ms: u64,
+    ) -> Result<(Outcome, Vec<Touched>), Refusal> {
+        let log = self.logs.get(&cursor.log).ok_or_else(|| Refusal::NoSuchLog(cursor.log.clone()))?;
+        quire_log::config::validate_name(&cursor.name).map_err(|e| Refusal::BadRequest(format!("cursor: {e}")))?;
+        let key = (cursor.log.clone(), cursor.name.clone());
+        let old = self.cursors.get(&key);
+        match (old, expected_version) {
+            (None, 0) => {
+                if self.cursors_of(&cursor.log).count() >= quire_log::cursor::CURSORS_MAX {
+                    return Err(Refusal::BadRequest(format!(
+                        "log {} has {} cursors already",
+                        cursor.log,
+                        quire_log::cursor::CURSORS_MAX
+                    )));
+                }
+            }
+            (None, _) => return Err(Refusal::NotFound(format!("no cursor {} on log {}", cursor.name, cursor.log))),
+            (Some(o), v) if o.version != v => return Err(Refusal::VersionConflict { actual: o.version }),
+            (Some(_), _) => {}
+        }
+        let how = if seek || old.is_none() { quire_log::cursor::Move::Seek } else { quire_log::cursor::Move::Ack };
+        quire_log::cursor::check_move(old, cursor.position, how, &log.record).map_err(Refusal::BadRequest)?;
+        cursor.version = old.map_or(0, |o| o.version) + 1;
+        cursor.updated_at_ms = now_ms;
+        self.cursors.insert(key.clone(), cursor.clone());
+        Ok((Outcome::Cursor(cursor), vec![Touched::Cursor(key.0, key.1)]))
+    }
+
+    pub(crate) fn delete_cursor(&mut self, log: &str, name: &str) -> Result<(Outcome, Vec<Touched>), Refusal> {
+        let key = (log.to_string(), name.to_string());
+        if self.cursors.remove(&key).is_none() {
+            return Err(Refusal::NotFound(format!("no cursor {name} on log {log}")));
+        }
+        Ok((Outcome::Deleted, vec![Touched::Cursor(key.0, key.1)]))
     }
 
     /// Log names after `start_after`, at most `limit`, and the next to ask from.
@@ -478,5 +542,69 @@ mod tests {
             .0;
         assert!(matches!(o, Outcome::Refused(Refusal::AlreadyExists(_))));
         assert_eq!(s.list_logs("", 10), (vec!["l".to_string()], None));
+    }
+
+    fn put(s: &mut MetaState, name: &str, position: u64, holds: bool, expected_version: u64, seek: bool) -> Outcome {
+        let cursor = quire_log::Cursor {
+            log: "l".into(),
+            name: name.into(),
+            position,
+            holds_retention: holds,
+            version: 0,
+            updated_at_ms: 0,
+        };
+        s.apply(Command::PutCursor { cursor, expected_version, seek, now_ms: 7 }).0
+    }
+
+    /// Cursors: created once, acknowledged forward by CAS, sought anywhere
+    /// the log holds; a holding cursor stops a trim past it; they go with
+    /// their log.
+    #[test]
+    fn cursors_move_by_cas_and_hold_retention() {
+        let mut s = MetaState::default();
+        let l1 = ledger(&mut s, "gateway/1");
+        let log = stored(
+            s.apply(Command::CreateLog { log: meta(LogRecord::new("l", "o", l1.ledger_id)), caller: gw(), now_ms: 0 })
+                .0,
+        );
+        let l2 = ledger(&mut s, "gateway/1");
+        let log =
+            stored(update(&mut s, &log, log.record.roll(1, 9, l2.ledger_id).unwrap(), vec![closed(&l1, 9)], &gw()));
+        let c = match put(&mut s, "reader", 0, true, 0, false) {
+            Outcome::Cursor(c) => c,
+            o => panic!("{o:?}"),
+        };
+        assert_eq!((c.version, c.position, c.updated_at_ms), (1, 0, 7));
+        assert!(matches!(
+            put(&mut s, "reader", 0, true, 0, false),
+            Outcome::Refused(Refusal::VersionConflict { actual: 1 })
+        ));
+        assert!(matches!(put(&mut s, "reader", 4, true, 1, false), Outcome::Cursor(_)));
+        assert!(
+            matches!(put(&mut s, "reader", 2, true, 2, false), Outcome::Refused(Refusal::BadRequest(_))),
+            "an ack never moves back"
+        );
+        assert!(matches!(put(&mut s, "reader", 2, true, 2, true), Outcome::Cursor(_)), "a seek may");
+        // The holding cursor at 2 stops a trim to 10; a cursor that does not hold, nothing.
+        assert!(matches!(put(&mut s, "other", 0, false, 0, false), Outcome::Cursor(_)));
+        let (trimmed, _) = log.record.trim(10).unwrap();
+        let out = update(&mut s, &log, trimmed.clone(), vec![], &gw());
+        assert!(matches!(&out, Outcome::Refused(Refusal::BadRequest(m)) if m.contains("reader")), "{out:?}");
+        assert!(matches!(put(&mut s, "reader", 10, true, 3, false), Outcome::Cursor(_)));
+        let log = stored(update(&mut s, &log, trimmed, vec![], &gw()));
+        assert_eq!(log.record.trim_before, 10);
+        assert!(
+            matches!(put(&mut s, "other", 5, false, 1, true), Outcome::Refused(Refusal::BadRequest(_))),
+            "below the trim point"
+        );
+        assert!(matches!(put(&mut s, "x/y", 0, false, 0, false), Outcome::Refused(Refusal::BadRequest(_))));
+        assert_eq!(s.cursors_of("l").count(), 2);
+        assert_eq!(s.apply(Command::DeleteCursor { log: "l".into(), name: "other".into() }).0, Outcome::Deleted);
+        assert!(matches!(
+            s.apply(Command::DeleteCursor { log: "l".into(), name: "other".into() }).0,
+            Outcome::Refused(Refusal::NotFound(_))
+        ));
+        s.apply(Command::DeleteLog { name: "l".into(), caller: gw() });
+        assert!(s.cursors.is_empty(), "cursors go with their log");
     }
 }

@@ -150,6 +150,7 @@ fn refusal(r: Refusal) -> ServiceError {
         Refusal::Decommissioned(m) => (ErrorCode::BookieDecommissioned, m),
         Refusal::PermissionDenied(m) => (ErrorCode::PermissionDenied, m),
         Refusal::NoSuchLog(name) => (ErrorCode::NoSuchLog, format!("no log {name}")),
+        Refusal::NotFound(m) => (ErrorCode::NotFound, m),
     };
     ServiceError::new(code, msg)
 }
@@ -526,7 +527,9 @@ impl quire_rpc::Service for MetaService {
                     read_barrier(&raft, g.stale_ok).await?;
                     let st = shared.state.read().expect("state lock");
                     let l = st.logs.get(&g.name).ok_or_else(|| refusal(Refusal::NoSuchLog(g.name.clone())))?;
-                    Ok(v1::GetLogResponse { log: Some(l.to_wire()) }.into())
+                    let mut wire = l.to_wire();
+                    wire.cursors = st.cursors_of(&g.name).map(quire_log::Cursor::to_wire).collect();
+                    Ok(v1::GetLogResponse { log: Some(wire) }.into())
                 }
                 Req::UpdateLog(u) => {
                     let wire = u.log.ok_or_else(|| ServiceError::bad_request("update without a log"))?;
@@ -581,6 +584,25 @@ impl quire_rpc::Service for MetaService {
                         None => (shared.state.read().expect("state lock").logs.get(&name).map(Log::to_wire), false),
                     };
                     Ok(v1::WatchLogResponse { log, timed_out, deleted }.into())
+                }
+                Req::PutCursor(p) => {
+                    let wire =
+                        p.cursor.ok_or_else(|| ServiceError::bad_request("a cursor request without a cursor"))?;
+                    let cursor = quire_log::Cursor::from_wire(&wire);
+                    let cmd = Command::PutCursor {
+                        cursor,
+                        expected_version: p.expected_version,
+                        seek: p.seek,
+                        now_ms: now_ms(),
+                    };
+                    match proposer.propose(cmd).await? {
+                        Outcome::Cursor(c) => Ok(v1::PutCursorResponse { cursor: Some(c.to_wire()) }.into()),
+                        other => Err(ServiceError::internal(format!("unexpected outcome {other:?}"))),
+                    }
+                }
+                Req::DeleteCursor(d) => {
+                    proposer.propose(Command::DeleteCursor { log: d.log, name: d.name }).await?;
+                    Ok(v1::DeleteCursorResponse {}.into())
                 }
                 Req::ChangeMembership(c) => change_membership(&raft, c).await,
                 Req::MetadataStatus(_) => {

@@ -335,6 +335,11 @@ pub enum Command {
     UpdateLog { log: Log, expected_version: u64, ledgers: Vec<(Ledger, u64)>, caller: Caller },
     /// Delete a log and the ledgers it lists.
     DeleteLog { name: String, caller: Caller },
+    /// Create a cursor (expected_version 0) or move one by CAS: an
+    /// acknowledgement (forward only) or a seek (logs.rs).
+    PutCursor { cursor: quire_log::Cursor, expected_version: u64, seek: bool, now_ms: u64 },
+    /// Delete a cursor.
+    DeleteCursor { log: String, name: String },
 }
 
 /// A log (issue #23): its chain of ledgers, settings and producer table.
@@ -482,6 +487,8 @@ pub enum Refusal {
     PermissionDenied(String),
     /// No log of that name.
     NoSuchLog(String),
+    /// No such record (a cursor).
+    NotFound(String),
 }
 
 /// A command's result, returned to the proposer.
@@ -519,6 +526,8 @@ pub enum Outcome {
     Revocations(u64),
     /// A log as stored, and the ledgers its update changed.
     Log(Box<Log>, Vec<Ledger>),
+    /// A cursor as stored.
+    Cursor(quire_log::Cursor),
 }
 
 /// Limits that keep one record bounded.
@@ -568,6 +577,9 @@ pub struct MetaState {
     /// Logs by name (issue #23); carried after the deny list in snapshots.
     #[serde(skip)]
     pub logs: BTreeMap<String, Log>,
+    /// Logs' cursors by (log, cursor); carried with the logs.
+    #[serde(skip)]
+    pub cursors: BTreeMap<(String, String), quire_log::Cursor>,
 }
 
 /// Request ids of creations remembered, at most.
@@ -601,6 +613,8 @@ pub enum Touched {
     Revoked(String),
     /// A log (absent now if deleted).
     Log(String),
+    /// A cursor (log, name; absent now if deleted).
+    Cursor(String, String),
 }
 
 fn validate_custom(custom: &BTreeMap<String, Vec<u8>>) -> Result<(), Refusal> {
@@ -966,6 +980,10 @@ impl MetaState {
                 self.update_log(log, expected_version, ledgers, &caller)
             }
             Command::DeleteLog { name, caller } => self.delete_log(&name, &caller),
+            Command::PutCursor { cursor, expected_version, seek, now_ms } => {
+                self.put_cursor(cursor, expected_version, seek, now_ms)
+            }
+            Command::DeleteCursor { log, name } => self.delete_cursor(&log, &name),
             Command::DeleteLedgerAs { ledger_id, caller } => {
                 let stored = self.ledgers.get(&ledger_id).ok_or(Refusal::NoSuchLedger(ledger_id))?;
                 ledger_right(stored, None, &caller)?;

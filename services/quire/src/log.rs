@@ -5,7 +5,8 @@
 //! - `append`: records (from --records or stdin lines), printing each
 //!   offset; it takes the log over (recovering the last ledger, fencing the
 //!   writer that held it: a gateway retakes it at its next append);
-//! - `read`, `tail` (follow from an offset), `trim`, `info`, `list`, `delete`.
+//! - `read`, `tail` (follow from an offset), `trim`, `info`, `list`, `delete`;
+//! - `cursor`: print, create, acknowledge, seek or delete a durable cursor.
 
 use std::io::BufRead;
 use std::sync::Arc;
@@ -117,6 +118,28 @@ enum LogCmd {
     Delete {
         /// The log.
         name: String,
+    },
+    /// A durable cursor: print it, or create, acknowledge, seek or delete it.
+    Cursor {
+        /// The log.
+        name: String,
+        /// The cursor.
+        cursor: String,
+        /// Create it at "start", "end" or an offset.
+        #[arg(long, conflicts_with_all = ["ack", "seek", "delete"])]
+        create: Option<String>,
+        /// With --create: the log is not trimmed past it.
+        #[arg(long, requires = "create")]
+        holds_retention: bool,
+        /// Acknowledge every record below this offset (forward only).
+        #[arg(long, conflicts_with_all = ["seek", "delete"])]
+        ack: Option<u64>,
+        /// Move it to this offset, back or forward.
+        #[arg(long, conflicts_with = "delete")]
+        seek: Option<u64>,
+        /// Delete it.
+        #[arg(long)]
+        delete: bool,
     },
 }
 
@@ -232,6 +255,27 @@ async fn run_cmd(client: &Client, cmd: LogCmd) -> anyhow::Result<()> {
         LogCmd::Delete { name } => {
             client.delete_log(&name).await?;
             eprintln!("log {name} deleted");
+        }
+        LogCmd::Cursor { name, cursor, create, holds_retention, ack, seek, delete } => {
+            let c = if let Some(at) = create {
+                let start = match at.as_str() {
+                    "start" => quire_client::CursorStart::Start,
+                    "end" => quire_client::CursorStart::End,
+                    n => quire_client::CursorStart::At(n.parse().context("--create is start, end or an offset")?),
+                };
+                client.create_cursor(&name, &cursor, start, holds_retention).await?
+            } else if let Some(p) = ack {
+                client.move_cursor(&name, &cursor, p, false).await?
+            } else if let Some(p) = seek {
+                client.move_cursor(&name, &cursor, p, true).await?
+            } else if delete {
+                client.delete_cursor(&name, &cursor).await?;
+                eprintln!("cursor {cursor} of log {name} deleted");
+                return Ok(());
+            } else {
+                client.cursor(&name, &cursor).await?
+            };
+            println!("{}", c.to_json());
         }
     }
     Ok(())

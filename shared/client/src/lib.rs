@@ -36,6 +36,6 @@ pub mod sim;
 pub mod writer;
 
 pub use shell::{
-    Added, Client, ClientError, ClientOptions, CreateLedger, LedgerReader, LedgerWriter, LogEntry, LogWriter,
-    PendingAdd, Recovered, Repair, Tail, TailEvent, Throttle,
+    Added, Client, ClientError, ClientOptions, CreateLedger, CursorStart, LedgerReader, LedgerWriter, LogCursor,
+    LogEntry, LogWriter, PendingAdd, Recovered, Repair, Tail, TailEvent, Throttle,
 };

@@ -231,3 +231,49 @@ async fn an_append_the_ledger_refused_moves_no_later_offset() {
     unique.dedup();
     assert_eq!(unique.len(), offsets.len(), "no offset acknowledged twice: {offsets:?}");
 }
+
+/// Durable cursors: created at the start, the end or an offset; a reader
+/// at a cursor reads on from it; acknowledgements are written by CAS, at
+/// most once per interval (flush writes now); a holding cursor stops a
+/// trim past it; seek moves it back; it goes when deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cursor_remembers_where_its_reader_stands_and_holds_retention() {
+    let s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let client = s.client();
+    let w = client.create_log("feed", config(4), "owner").await.unwrap();
+    for i in 0..10 {
+        assert_eq!(w.append(record(i)).await.unwrap(), i);
+    }
+    read(&client, "feed", 0, 10).await;
+    let c = client.create_cursor("feed", "billing", quire_client::CursorStart::Start, true).await.unwrap();
+    assert_eq!((c.position, c.version), (0, 1));
+    let end = client.create_cursor("feed", "live", quire_client::CursorStart::End, false).await.unwrap();
+    assert_eq!(end.position, 10, "one past the last record committed");
+    assert!(client.create_cursor("feed", "billing", quire_client::CursorStart::Start, true).await.is_err(), "exists");
+
+    let cursor = quire_client::LogCursor::open(&client, "feed", "billing", Duration::from_secs(3600)).await.unwrap();
+    let got = cursor.next(3, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(got.iter().map(|e| e.offset).collect::<Vec<_>>(), vec![0, 1, 2]);
+    cursor.ack(3).await.unwrap();
+    assert_eq!(client.cursor("feed", "billing").await.unwrap().position, 3, "the first ack is written");
+    let got = cursor.next(3, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(got[0].offset, 3, "reads on from where it stood");
+    cursor.ack(6).await.unwrap();
+    assert_eq!(client.cursor("feed", "billing").await.unwrap().position, 3, "held back by the interval");
+    assert_eq!(cursor.flush().await.unwrap().position, 6);
+    // A reopened cursor (a reader restarted) starts at the written position.
+    let again = quire_client::LogCursor::open(&client, "feed", "billing", Duration::ZERO).await.unwrap();
+    assert_eq!(again.next(1, Duration::from_secs(5)).await.unwrap()[0].offset, 6);
+
+    // The holding cursor at 6 stops a trim to 8; the one that holds nothing does not count.
+    assert!(matches!(client.trim_log("feed", 8).await, Err(ClientError::BadRequest(m)) if m.contains("billing")));
+    assert_eq!(client.trim_log("feed", 4).await.unwrap().record.trim_before, 4);
+    assert!(client.move_cursor("feed", "billing", 2, true).await.is_err(), "not below the trim point");
+    assert_eq!(client.move_cursor("feed", "billing", 5, true).await.unwrap().position, 5, "a seek moves it back");
+    assert_eq!(client.move_cursor("feed", "billing", 4, false).await.unwrap().position, 5, "an ack never does");
+    client.delete_cursor("feed", "billing").await.unwrap();
+    assert!(matches!(client.cursor("feed", "billing").await, Err(ClientError::NoSuchCursor { .. })));
+    assert_eq!(client.trim_log("feed", 8).await.unwrap().record.trim_before, 8, "nothing holds it now");
+    assert_eq!(client.cursors("feed").await.unwrap().len(), 1);
+}

@@ -8,16 +8,19 @@
 //!   [`chain::check_edit`], what a stored record may become.
 //! - [`envelope`]: a record's bytes in its entry (producer id, sequence).
 //! - [`producers`]: the de-duplication table of idempotent appends.
+//! - [`cursor`]: durable named cursors: acknowledge, seek, retention holds.
 //! - [`config`]: ledger shape, rollover and retention settings; names.
 //! - [`meta`]: a log as the metadata service stores it, and on the wire.
 
 pub mod chain;
 pub mod config;
+pub mod cursor;
 pub mod envelope;
 pub mod meta;
 pub mod producers;
 
 pub use chain::{check_edit, ChainError, Edit, Located, LogRecord, LogSegment};
 pub use config::{LogConfig, Retention, Rollover};
+pub use cursor::Cursor;
 pub use meta::LogMeta;
 pub use producers::{Producers, Seen};

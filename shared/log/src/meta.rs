@@ -94,6 +94,7 @@ impl LogMeta {
             created_at_ms: self.created_at_ms,
             version: self.version,
             creator: self.creator.clone(),
+            cursors: Vec::new(),
         }
     }
 

@@ -120,6 +120,8 @@ methods! {
     DeleteLog => DeleteLogRequest, DeleteLogResponse, "delete_log";
     ListLogs => ListLogsRequest, ListLogsResponse, "list_logs";
     WatchLog => WatchLogRequest, WatchLogResponse, "watch_log";
+    PutCursor => PutCursorRequest, PutCursorResponse, "put_cursor";
+    DeleteCursor => DeleteCursorRequest, DeleteCursorResponse, "delete_cursor";
 }
 
 /// The service a method belongs to; a server hosts the control service plus one other.
@@ -145,7 +147,9 @@ impl Method {
             | RenewLease | ListBookies | WatchBookies | MarkUnderReplicated | ListUnderReplicated
             | ClearUnderReplicated | AcquireLock | RenewLock | ReleaseLock | GetLock | ChangeMembership
             | MetadataStatus | Raft | SetBookieState | GetBookie | PutAuditReport | RevokeCertificate | ListRevoked
-            | CreateLog | GetLog | UpdateLog | DeleteLog | ListLogs | WatchLog => ServiceKind::Metadata,
+            | CreateLog | GetLog | UpdateLog | DeleteLog | ListLogs | WatchLog | PutCursor | DeleteCursor => {
+                ServiceKind::Metadata
+            }
         }
     }
 }

@@ -156,7 +156,7 @@ pub fn allowed(role: Role, method: Method) -> bool {
         ListRevoked => true,
         // Logs are the applications' (and the operator's); the retention
         // service beside the auditor trims them; anything may read one.
-        CreateLog | DeleteLog => matches!(role, Gateway | Client | Admin),
+        CreateLog | DeleteLog | PutCursor | DeleteCursor => matches!(role, Gateway | Client | Admin),
         UpdateLog => matches!(role, Gateway | Client | Admin | Auditor),
         GetLog | ListLogs | WatchLog => !matches!(role, Metadata | Bookie),
     }

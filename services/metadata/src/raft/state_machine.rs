@@ -62,6 +62,7 @@ struct SnapshotExtras {
 #[derive(Serialize, Deserialize, Default)]
 struct SnapshotLogs {
     logs: Vec<crate::state::Log>,
+    cursors: Vec<quire_log::Cursor>,
 }
 
 /// A snapshot's bytes: the state, then its extras, then the logs.
@@ -70,7 +71,11 @@ pub(crate) fn encode_snapshot(state: &MetaState) -> Result<Vec<u8>, postcard::Er
     let extras =
         SnapshotExtras { revoked: state.revoked.values().cloned().collect(), revoked_version: state.revoked_version };
     data.extend(postcard::to_stdvec(&extras)?);
-    data.extend(postcard::to_stdvec(&SnapshotLogs { logs: state.logs.values().cloned().collect() })?);
+    let logs = SnapshotLogs {
+        logs: state.logs.values().cloned().collect(),
+        cursors: state.cursors.values().cloned().collect(),
+    };
+    data.extend(postcard::to_stdvec(&logs)?);
     Ok(data)
 }
 
@@ -83,6 +88,7 @@ pub(crate) fn decode_snapshot(data: &[u8]) -> Result<MetaState, postcard::Error>
     state.revoked = extras.revoked.into_iter().map(|r| (r.serial.clone(), r)).collect();
     state.revoked_version = extras.revoked_version;
     state.logs = logs.logs.into_iter().map(|l| (l.record.name.clone(), l)).collect();
+    state.cursors = logs.cursors.into_iter().map(|c| ((c.log.clone(), c.name.clone()), c)).collect();
     Ok(state)
 }
 
@@ -138,6 +144,10 @@ fn key_log(name: &str) -> Vec<u8> {
     [b"g/".as_slice(), name.as_bytes()].concat()
 }
 
+fn key_cursor(log: &str, name: &str) -> Vec<u8> {
+    [b"n/".as_slice(), log.as_bytes(), b"\0", name.as_bytes()].concat()
+}
+
 fn key_lock(name: &str) -> Vec<u8> {
     [b"k/".as_slice(), name.as_bytes()].concat()
 }
@@ -190,6 +200,10 @@ impl StateMachineStore {
                 Some(b"g/") => {
                     let l: crate::state::Log = unjson(&v)?;
                     state.logs.insert(l.record.name.clone(), l);
+                }
+                Some(b"n/") => {
+                    let c: quire_log::Cursor = unjson(&v)?;
+                    state.cursors.insert((c.log.clone(), c.name.clone()), c);
                 }
                 Some(b"q/") => {
                     let id = String::from_utf8_lossy(&k[2..]).into_owned();
@@ -269,6 +283,10 @@ impl StateMachineStore {
                 Touched::Log(name) => match state.logs.get(name) {
                     Some(l) => batch.insert(key_log(name), json(l)?),
                     None => batch.remove(key_log(name)),
+                },
+                Touched::Cursor(log, name) => match state.cursors.get(&(log.clone(), name.clone())) {
+                    Some(c) => batch.insert(key_cursor(log, name), json(c)?),
+                    None => batch.remove(key_cursor(log, name)),
                 },
                 Touched::AuditReport => batch.insert(b"m/audit".to_vec(), state.audit_report.clone()),
                 Touched::Counters => batch.insert(
@@ -401,6 +419,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         touched.extend(new_state.creates.keys().cloned().map(Touched::Create));
         touched.extend(new_state.revoked.keys().cloned().map(Touched::Revoked));
         touched.extend(new_state.logs.keys().cloned().map(Touched::Log));
+        touched.extend(new_state.cursors.keys().cloned().map(|(l, c)| Touched::Cursor(l, c)));
         touched.push(Touched::AuditReport);
         touched.push(Touched::Counters);
         self.persist(&new_state, &touched, &mut batch)?;

@@ -60,6 +60,14 @@ pub enum ClientError {
     /// No log of that name.
     #[error("no such log {0}")]
     NoSuchLog(String),
+    /// The log has no cursor of that name.
+    #[error("log {log} has no cursor {cursor}")]
+    NoSuchCursor {
+        /// The log.
+        log: String,
+        /// The cursor.
+        cursor: String,
+    },
     /// A log of that name exists already.
     #[error("log {0} exists")]
     LogExists(String),
@@ -133,6 +141,7 @@ impl ClientError {
             ClientError::PermissionDenied(_) => "Forbidden",
             ClientError::NoSuchLog(_) => "NoSuchLog",
             ClientError::LogExists(_) => "LogExists",
+            ClientError::NoSuchCursor { .. } => "NoSuchCursor",
             ClientError::LogFenced(_) => "LogFenced",
             ClientError::Trimmed { .. } => "Trimmed",
             ClientError::SequenceTooOld { .. } => "SequenceTooOld",

@@ -4,6 +4,7 @@
 
 pub mod bookies;
 pub mod client;
+pub mod cursor;
 pub mod ensemble;
 pub mod error;
 pub mod ledger_writer;
@@ -16,6 +17,7 @@ pub mod tail;
 pub mod throttle;
 
 pub use client::{Client, ClientOptions, CreateLedger};
+pub use cursor::{CursorStart, LogCursor};
 pub use error::ClientError;
 pub use ledger_writer::{Added, Closer, LedgerWriter, PendingAdd};
 pub use log::{LogEntry, LogWriter};
