@@ -82,7 +82,13 @@ while IFS= read -r line; do
     O=*) [ -n "$O" ] || { echo "readme-check: line $n gave no ledger id" >&2; exit 1; } ;;
     H=*) [ -n "$H" ] || { echo "readme-check: line $n gave no ledger id" >&2; exit 1; } ;;
     *"entries/0"*) [ "$(cat out.txt)" = hello ] || { echo "readme-check: line $n read back '$(cat out.txt)', not hello" >&2; exit 1; } ;;
-    *"follow=true"*) [[ "$(cat out.txt)" == *'{"closed":true,"last_entry_id":4}'* ]] || { echo "readme-check: line $n did not follow ledger $L to its close" >&2; exit 1; } ;;
+    *"/v1/ledgers/"*"follow=true"*) [[ "$(cat out.txt)" == *'{"closed":true,"last_entry_id":4}'* ]] || { echo "readme-check: line $n did not follow ledger $L to its close" >&2; exit 1; } ;;
+    # Logs: the five records at offsets 0..4 (read from 2 across the rollover),
+    # an idempotent retry answered with its first offset, a follow answered.
+    *" log "*" append orders"*) [ "$(tr '\n' ' ' < out.txt)" = "0 1 2 3 4 " ] || { echo "readme-check: line $n printed offsets '$(cat out.txt)', not 0..4" >&2; exit 1; } ;;
+    *" log "*" read orders --from 2"*) [ "$(cut -f1 out.txt | tr '\n' ' ')" = "2 3 4 " ] || { echo "readme-check: line $n read offsets '$(cut -f1 out.txt)', not 2 3 4" >&2; exit 1; } ;;
+    *"/v1/logs/events/records?producer_id"*) [ "$(cat out.txt)" = '{"offset":0}' ] || { echo "readme-check: line $n answered '$(cat out.txt)', not offset 0" >&2; exit 1; } ;;
+    *"/v1/logs/events/records?from=0&follow=true"*) [[ "$(cat out.txt)" == *'"offset":0'* ]] || { echo "readme-check: line $n did not read the log's record" >&2; exit 1; } ;;
     *" tail --ledger"*) [[ "$out" == *"closed at entry 4"* ]] || { echo "readme-check: line $n did not follow ledger $L to its close" >&2; exit 1; } ;;
     *"recover --ledger"*) [[ "$out" == *'"state":"closed"'* ]] || { echo "readme-check: line $n did not close the ledger" >&2; exit 1; } ;;
   esac
