@@ -69,6 +69,8 @@ pub struct AuditorStats {
     pub entries_missing_total: u64,
     pub entries_corrupt_total: u64,
     pub bookies_retired_total: u64,
+    /// Log trims retention made.
+    pub logs_trimmed_total: u64,
 }
 
 impl AuditorStats {
@@ -84,6 +86,13 @@ impl AuditorStats {
             u8::from(self.active),
         );
         metric(&mut s, "quire_auditor_passes_total", "counter", "Audit passes run.", self.passes_total);
+        metric(
+            &mut s,
+            "quire_auditor_logs_trimmed_total",
+            "counter",
+            "Log trims retention made (whole ledgers past a log's age or size limit).",
+            self.logs_trimmed_total,
+        );
         metric(
             &mut s,
             "quire_auditor_ledgers_checked",
@@ -262,7 +271,10 @@ pub async fn run(client: Client, cfg: AuditorConfig, stats: Arc<Mutex<AuditorSta
         stats.lock().expect("stats lock").active = held.is_some();
         if let Some(h) = &held {
             let scope = check.plan(now(started));
-            match pass(&client, &cfg, &mut lost, scope.as_ref(), &h.alive).await {
+            let mut logs_trimmed = 0;
+            let result = pass(&client, &cfg, &mut lost, scope.as_ref(), &h.alive, &mut logs_trimmed).await;
+            stats.lock().expect("stats lock").logs_trimmed_total += logs_trimmed;
+            match result {
                 Ok((mut report, under_replicated, unreached)) => {
                     if scope.is_some() {
                         if !unreached.is_empty() {
@@ -377,6 +389,7 @@ async fn pass(
     lost: &mut LostBookies,
     replica_check: Option<&CheckScope>,
     held: &AtomicBool,
+    logs_trimmed: &mut u64,
 ) -> Result<(v1::AuditReport, u64, BTreeSet<String>), ClientError> {
     let lost_lock = || ClientError::MetadataUnavailable("the auditor lock was lost during the pass".into());
     // Through the directory, so that the probes and checks below go to the
@@ -482,6 +495,13 @@ async fn pass(
                 }
             }
         }
+    }
+    if !held.load(Ordering::SeqCst) {
+        return Err(lost_lock());
+    }
+    match crate::retention::trim_logs(client, &ledgers, now_ms()).await {
+        Ok(n) => *logs_trimmed += n,
+        Err(e) => tracing::warn!(error = %e, "log retention failed this pass"),
     }
     report.at_ms = now_ms();
     let under_replicated = marks(client).await.map_or(existing.len(), |m| m.len()) as u64;

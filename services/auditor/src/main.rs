@@ -10,6 +10,7 @@ static ALLOC: quire_runtime::Allocator = quire_runtime::Allocator;
 
 mod audit;
 mod auditor;
+mod retention;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -129,6 +129,7 @@ impl MetaState {
         expected_version: u64,
         ledgers: Vec<(Ledger, u64)>,
         caller: &Caller,
+        now_ms: u64,
     ) -> Result<(Outcome, Vec<Touched>), Refusal> {
         let name = log.record.name.clone();
         let stored = self.logs.get(&name).ok_or_else(|| Refusal::NoSuchLog(name.clone()))?.clone();
@@ -212,6 +213,15 @@ impl MetaState {
                 self.marks.remove(id);
                 touched.extend([Touched::Ledger(*id), Touched::Mark(*id)]);
             }
+        }
+        // Seal times are this service's: kept for the segments it had
+        // sealed, stamped now for those this edit seals.
+        for seg in &mut log.record.segments {
+            seg.sealed_at_ms = match stored.record.segments.iter().find(|s| s.ledger_id == seg.ledger_id) {
+                Some(old) if old.end_offset.is_some() => old.sealed_at_ms,
+                _ if seg.end_offset.is_some() => now_ms,
+                _ => 0,
+            };
         }
         log.creator = stored.creator.clone();
         log.created_at_ms = stored.created_at_ms;
@@ -377,7 +387,14 @@ mod tests {
         caller: &Caller,
     ) -> Outcome {
         let new = Log { record, ..log.clone() };
-        s.apply(Command::UpdateLog { log: new, expected_version: log.version, ledgers, caller: caller.clone() }).0
+        s.apply(Command::UpdateLog {
+            log: new,
+            expected_version: log.version,
+            ledgers,
+            caller: caller.clone(),
+            now_ms: 99,
+        })
+        .0
     }
 
     /// Rollover closes the old ledger and lists the next in one command;
@@ -400,6 +417,11 @@ mod tests {
         let rolled = log.record.roll(1, 9, l2.ledger_id).unwrap();
         let log = stored(update(&mut s, &log, rolled, vec![closed(&l1, 9)], &gw()));
         assert_eq!(s.ledgers[&l1.ledger_id].state, LedgerState::Closed);
+        assert_eq!(
+            log.record.segments.iter().map(|s| s.sealed_at_ms).collect::<Vec<_>>(),
+            vec![99, 0],
+            "sealed now, by this service's clock"
+        );
         // Another gateway replica takes over: l2 recovered at entry 4 (closed by the recovery).
         let l3 = ledger(&mut s, "gateway/2");
         let (c2, _) = closed(&l2, 4);

@@ -548,6 +548,7 @@ impl quire_rpc::Service for MetaService {
                         expected_version: u.expected_version,
                         ledgers,
                         caller: caller_of(&ctx.peer),
+                        now_ms: now_ms(),
                     };
                     let (log, ledgers) = log_outcome(proposer.propose(cmd).await?)?;
                     Ok(v1::UpdateLogResponse { log: Some(log), ledgers }.into())

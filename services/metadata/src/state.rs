@@ -332,7 +332,7 @@ pub enum Command {
     CreateLog { log: Log, caller: Caller, now_ms: u64 },
     /// Compare-and-set a log's record with the ledger updates beside it,
     /// as one change or none (logs.rs).
-    UpdateLog { log: Log, expected_version: u64, ledgers: Vec<(Ledger, u64)>, caller: Caller },
+    UpdateLog { log: Log, expected_version: u64, ledgers: Vec<(Ledger, u64)>, caller: Caller, now_ms: u64 },
     /// Delete a log and the ledgers it lists.
     DeleteLog { name: String, caller: Caller },
     /// Create a cursor (expected_version 0) or move one by CAS: an
@@ -976,8 +976,8 @@ impl MetaState {
                 Ok((Outcome::Revocations(self.revoked_version), vec![Touched::Revoked(serial), Touched::Counters]))
             }
             Command::CreateLog { log, caller, now_ms } => self.create_log(log, &caller, now_ms),
-            Command::UpdateLog { log, expected_version, ledgers, caller } => {
-                self.update_log(log, expected_version, ledgers, &caller)
+            Command::UpdateLog { log, expected_version, ledgers, caller, now_ms } => {
+                self.update_log(log, expected_version, ledgers, &caller, now_ms)
             }
             Command::DeleteLog { name, caller } => self.delete_log(&name, &caller),
             Command::PutCursor { cursor, expected_version, seek, now_ms } => {

@@ -277,3 +277,48 @@ async fn a_cursor_remembers_where_its_reader_stands_and_holds_retention() {
     assert_eq!(client.trim_log("feed", 8).await.unwrap().record.trim_before, 8, "nothing holds it now");
     assert_eq!(client.cursors("feed").await.unwrap().len(), 1);
 }
+
+/// Retention without an operator: the active auditor trims whole ledgers
+/// past a log's age limit, never the open one, and never past the slowest
+/// cursor that holds retention (it waits for the cursor to move).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_auditor_trims_old_ledgers_but_not_past_a_holding_cursor() {
+    let s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let client = s.client();
+    let c = LogConfig { retention: Retention { max_age_ms: 1, max_bytes: 0 }, ..config(3) };
+    let w = client.create_log("aged", c, "owner").await.unwrap();
+    for i in 0..10 {
+        w.append(record(i)).await.unwrap();
+    }
+    // Ledgers 0..3, 3..6, 6..9 sealed; 9.. open. A cursor at 4 holds them from 3 on.
+    client.create_cursor("aged", "slow", quire_client::CursorStart::At(4), true).await.unwrap();
+    let _auditor = s.cluster.start_service("quire-auditor", "1", &["--audit-interval-ms", "200"]).unwrap();
+    let trimmed_to = |at: u64| {
+        let client = client.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                let m = client.log_meta("aged").await.unwrap();
+                if m.record.trim_before >= at || tokio::time::Instant::now() > deadline {
+                    return m;
+                }
+                // The auditor's next pass, seen as the record's next version.
+                let req = quire_proto::v1::WatchLogRequest {
+                    name: "aged".into(),
+                    after_version: m.version,
+                    timeout_ms: 2000,
+                };
+                let _ = client.meta().call_waiting(req, Duration::from_secs(3)).await;
+            }
+        }
+    };
+    let m = trimmed_to(4).await;
+    assert_eq!(m.record.trim_before, 4, "to the holding cursor, not past it");
+    assert_eq!(m.record.segments[0].first_offset, 3, "the ledger below it went");
+    client.move_cursor("aged", "slow", 10, false).await.unwrap();
+    let m = trimmed_to(9).await;
+    assert_eq!(m.record.trim_before, 9, "every sealed ledger, never the open one");
+    assert_eq!(m.record.segments.len(), 1);
+    assert_eq!(w.append(record(10)).await.unwrap(), 10, "the writer goes on");
+}

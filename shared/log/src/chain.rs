@@ -30,6 +30,10 @@ pub struct LogSegment {
     /// One past its last record's offset, once fixed (`None`: the open
     /// segment, whose ledger is still written).
     pub end_offset: Option<u64>,
+    /// When its end was fixed, by the metadata leader's clock (0: open, or
+    /// unknown): retention by age counts from it. The metadata service
+    /// sets it; what a writer sends is ignored.
+    pub sealed_at_ms: u64,
 }
 
 impl LogSegment {
@@ -122,7 +126,7 @@ impl LogRecord {
             name: name.into(),
             epoch: 1,
             owner: owner.into(),
-            segments: vec![LogSegment { ledger_id: first_ledger, first_offset: 0, end_offset: None }],
+            segments: vec![LogSegment { ledger_id: first_ledger, first_offset: 0, end_offset: None, sealed_at_ms: 0 }],
             trim_before: 0,
         }
     }
@@ -186,7 +190,7 @@ impl LogRecord {
             return Err(ChainError::LedgerListed(ledger_id));
         }
         let first_offset = self.fixed_end();
-        self.segments.push(LogSegment { ledger_id, first_offset, end_offset: None });
+        self.segments.push(LogSegment { ledger_id, first_offset, end_offset: None, sealed_at_ms: 0 });
         Ok(())
     }
 
@@ -499,13 +503,13 @@ mod tests {
         let (empty, _) =
             LogRecord::new("l", "o", 1).roll(1, 4, 2).unwrap().take_over("p", -1, 3).unwrap().trim(5).unwrap();
         let mut again = empty.clone();
-        again.segments = vec![LogSegment { ledger_id: 9, first_offset: 0, end_offset: None }];
+        again.segments = vec![LogSegment { ledger_id: 9, first_offset: 0, end_offset: None, sealed_at_ms: 0 }];
         again.trim_before = 5;
         assert!(check_edit(&empty, &again).is_err(), "{:?}", check_edit(&empty, &again));
         // A ledger added with records in it is refused.
         let mut stuffed = b.clone();
         stuffed.segments[1].end_offset = Some(8);
-        stuffed.segments.push(LogSegment { ledger_id: 10, first_offset: 8, end_offset: None });
+        stuffed.segments.push(LogSegment { ledger_id: 10, first_offset: 8, end_offset: None, sealed_at_ms: 0 });
         stuffed.segments[1].ledger_id = 9;
         assert!(stuffed.check().is_ok() && check_edit(&a, &stuffed).is_err());
     }

@@ -9,6 +9,7 @@
 //! - [`envelope`]: a record's bytes in its entry (producer id, sequence).
 //! - [`producers`]: the de-duplication table of idempotent appends.
 //! - [`cursor`]: durable named cursors: acknowledge, seek, retention holds.
+//! - [`retention`]: how far retention trims a log (age, size, holding cursors).
 //! - [`config`]: ledger shape, rollover and retention settings; names.
 //! - [`meta`]: a log as the metadata service stores it, and on the wire.
 
@@ -18,6 +19,7 @@ pub mod cursor;
 pub mod envelope;
 pub mod meta;
 pub mod producers;
+pub mod retention;
 
 pub use chain::{check_edit, ChainError, Edit, Located, LogRecord, LogSegment};
 pub use config::{LogConfig, Retention, Rollover};

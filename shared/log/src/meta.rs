@@ -37,6 +37,7 @@ impl LogMeta {
             "trim_before": r.trim_before,
             "ledgers": r.segments.iter().map(|s| serde_json::json!({
                 "ledger_id": s.ledger_id, "first_offset": s.first_offset, "end_offset": s.end_offset,
+                "sealed_at_ms": s.sealed_at_ms,
             })).collect::<Vec<_>>(),
             "ensemble": c.ensemble_size,
             "write_quorum": c.write_quorum,
@@ -67,6 +68,7 @@ impl LogMeta {
                     ledger_id: s.ledger_id,
                     first_offset: s.first_offset,
                     end_offset: s.end_offset,
+                    sealed_at_ms: s.sealed_at_ms,
                 })
                 .collect(),
             trim_before: r.trim_before,
@@ -130,6 +132,7 @@ impl LogMeta {
                         ledger_id: s.ledger_id,
                         first_offset: s.first_offset,
                         end_offset: s.end_offset,
+                        sealed_at_ms: s.sealed_at_ms,
                     })
                     .collect(),
                 trim_before: m.trim_before,

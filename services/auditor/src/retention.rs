@@ -1,0 +1,48 @@
+//! Retention of logs (issue #23 item 5), run by the active auditor at each
+//! pass: a log whose settings say so is trimmed by whole ledgers past its
+//! age or size limit (quire-log's `retention::trim_point`), never past its
+//! slowest holding cursor. The metadata service lets the auditor move a
+//! trim point and nothing else, and refuses a trim past a holding cursor
+//! whatever the auditor computed.
+
+use std::collections::BTreeMap;
+
+use quire_client::meta::LedgerMeta;
+use quire_client::{Client, ClientError};
+
+/// Logs looked at per pass, at most (the rest wait for the next pass).
+const LOGS_PER_PASS: u32 = 1000;
+
+/// Trims every log past its retention; returns how many it trimmed.
+pub async fn trim_logs(client: &Client, ledgers: &[LedgerMeta], now_ms: u64) -> Result<u64, ClientError> {
+    let lengths: BTreeMap<u64, u64> = ledgers.iter().map(|l| (l.ledger_id, l.length)).collect();
+    let (names, _) = client.list_logs("", LOGS_PER_PASS).await?;
+    let mut trimmed = 0;
+    for name in names {
+        let meta = match client.log_meta(&name).await {
+            Ok(m) => m,
+            Err(ClientError::NoSuchLog(_)) => continue, // deleted meanwhile
+            Err(e) => return Err(e),
+        };
+        let cursors = client.cursors(&name).await.unwrap_or_default();
+        let floor = quire_log::cursor::retention_floor(&cursors).map(|(p, _)| p);
+        let retention = meta.config.retention;
+        let Some(to) =
+            quire_log::retention::trim_point(&meta.record, &retention, now_ms, floor, |id| lengths.get(&id).copied())
+        else {
+            continue;
+        };
+        match client.trim_log(&name, to).await {
+            Ok(t) => {
+                tracing::info!(log = %name, trim_before = t.record.trim_before, "retention trimmed a log");
+                trimmed += 1;
+            }
+            // A cursor created meanwhile, a deletion: the next pass sees it.
+            Err(e @ (ClientError::BadRequest(_) | ClientError::NoSuchLog(_))) => {
+                tracing::debug!(log = %name, error = %e, "retention left a log as it is")
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(trimmed)
+}
