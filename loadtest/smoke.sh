@@ -18,7 +18,7 @@ fail() { echo "loadtest smoke: $*" >&2; exit 1; }
 
 # 1. the scenarios, on a cluster of their own (ports offset from the defaults).
 start_standalone "$WORK/cluster" "$HTTP" 300
-for sc in tailread catchup mixed; do
+for sc in tailread catchup mixed logs; do
   QUIRE_REPORT_JSON="$WORK/$sc.json" QUIRE_CATCHUP_ENTRIES=300 QUIRE_LEDGER_ENTRIES=50 \
     "$GOOSE" --host "http://$HTTP" --scenarios "$sc" --users 4 --increase-rate 4 --run-time 3s --quiet --no-print-metrics \
     > "$WORK/$sc.txt" 2>&1 || { cat "$WORK/$sc.txt"; fail "goose $sc exited non-zero"; }
@@ -30,7 +30,8 @@ assert t["failures"] == 0, t["first_failures"]
 assert t["appended_entries"] > 0, t
 assert t["read_entries"] > 0, t
 ops = s["operations"]
-want = {"tailread": ["GET follow"], "catchup": ["GET read_range"], "mixed": ["POST append", "GET read_one"]}[sc]
+want = {"tailread": ["GET follow"], "catchup": ["GET read_range"], "mixed": ["POST append", "GET read_one"],
+        "logs": ["POST log_append", "GET log_read"]}[sc]
 for op in want:
     assert ops.get(op, {}).get("requests", 0) > 0 and ops[op]["p99_ms"] > 0, (op, ops)
 if sc == "mixed":

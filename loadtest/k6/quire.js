@@ -2,7 +2,7 @@
 //
 //   k6 run -e BASE=http://127.0.0.1:8080 -e SCENARIO=appendheavy -e VUS=16 -e DURATION=30s loadtest/k6/quire.js
 //
-// SCENARIO: appendheavy | tailread | catchup | mixed. Knobs as in goose:
+// SCENARIO: appendheavy | tailread | catchup | mixed | logs. Knobs as in goose:
 // ENTRY_BYTES (1024), ENSEMBLE/WRITE_QUORUM/ACK_QUORUM (3/3/2), APPEND_BATCH (1),
 // TAIL_BATCH (10), CATCHUP_ENTRIES (2000), READ_RANGE (100), LEDGER_ENTRIES (1000),
 // KEEP_LEDGERS (0). k6 prints p50/p90/p99/p99.9 per
@@ -26,11 +26,12 @@ const READ_RANGE = Math.max(1, num('READ_RANGE', 100));
 const LEDGER_ENTRIES = Math.max(1, num('LEDGER_ENTRIES', 1000));
 const KEEP = num('KEEP_LEDGERS', 0) === 1;
 
-if (!['appendheavy', 'tailread', 'catchup', 'mixed'].includes(SCENARIO)) {
+if (!['appendheavy', 'tailread', 'catchup', 'mixed', 'logs'].includes(SCENARIO)) {
   throw new Error(`unknown SCENARIO ${SCENARIO}`);
 }
 
-const OPS = ['create', 'append', 'append_batch', 'fill_batch', 'lac_poll', 'follow', 'read_range', 'read_one', 'close', 'delete'];
+const OPS = ['create', 'append', 'append_batch', 'fill_batch', 'lac_poll', 'follow', 'read_range', 'read_one', 'close', 'delete',
+  'log_create', 'log_append', 'log_read', 'log_delete'];
 const thresholds = { wrong_replies: ['count==0'] };
 // A threshold on each operation's sub-metric makes k6 keep and print it.
 for (const op of OPS) thresholds[`http_req_duration{op:${op}}`] = ['max>=0'];
@@ -178,7 +179,53 @@ function abandon() {
   ledger = null;
 }
 
+// A log per VU (issue #23): this VU is its one writer, so offsets are dense;
+// each append is idempotent (producer = the log, sequence = the offset), so
+// a retry after a failure answers the offset it got rather than a second copy.
+let log = null, logKey = 0;
+const LOG_ROLLOVER = 200;
+
+function logCreate() {
+  logKey = Math.floor(Math.random() * 2 ** 40);
+  const name = `k6-${__VU}-${logKey.toString(16)}`;
+  const body = JSON.stringify(Object.assign({ name, rollover: { max_entries: LOG_ROLLOVER } }, QUORUMS));
+  const res = post('/v1/logs', body, 'log_create', 'application/json');
+  return ok(res, 'log_create') ? name : null;
+}
+
+function logAppend(name, offset) {
+  const path = `/v1/logs/${name}/records?producer_id=${name}&sequence=${offset}`;
+  const res = post(path, entry(logKey, offset).buffer, 'log_append', 'application/octet-stream');
+  if (!ok(res, 'log_append')) return false;
+  if (res.json('offset') !== offset) { wrong(`append to log ${name}: offset ${res.json('offset')}, expected ${offset}`); return false; }
+  appendedEntries.add(1); appendedBytes.add(ENTRY_BYTES);
+  return true;
+}
+
+function logRead(name, from) {
+  const res = http.get(`${BASE}/v1/logs/${name}/records?from=${from}&limit=100&follow=true&wait_ms=1000`, { tags: { op: 'log_read' } });
+  if (!ok(res, 'log_read')) return null;
+  const records = res.json('records');
+  for (let i = 0; i < records.length; i++) {
+    const r = records[i];
+    if (r.offset !== from + i) { wrong(`log ${name}: record ${i} at offset ${r.offset}, expected ${from + i}`); return null; }
+    const got = new Uint8Array(encoding.b64decode(r.data, 'std'));
+    if (!sameBytes(got, entry(logKey, from + i))) { wrong(`log ${name} offset ${from + i}: bytes differ`); return null; }
+  }
+  readEntries.add(records.length); readBytes.add(records.length * ENTRY_BYTES);
+  return records.length;
+}
+
 const scenarios = {
+  logs() {
+    if (log === null) { log = logCreate(); next = 0; readNext = 0; if (log === null) return; }
+    for (let i = 0; i < 4; i++) {
+      if (!logAppend(log, next)) return; // asked again at the next iteration, idempotently
+      next += 1;
+    }
+    const n = logRead(log, readNext);
+    if (n !== null) readNext += n;
+  },
   appendheavy() {
     if (ensureLedger() === null) return;
     const okay = APPEND_BATCH === 1 ? append(ledger, next) : appendBatch(ledger, next, APPEND_BATCH, 'append_batch');

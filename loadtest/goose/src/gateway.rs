@@ -250,3 +250,79 @@ pub async fn delete(user: &mut GooseUser, ledger: u64) -> Res<()> {
     let path = format!("/v1/ledgers/{ledger}");
     call(user, GooseMethod::Delete, &path, "delete", None).await.map(|_| ())
 }
+
+// ---- logs (issue #23) -----------------------------------------------------
+
+/// Creates log `name` (rolled every `rollover` records); its first ledger's id.
+pub async fn create_log(user: &mut GooseUser, name: &str, rollover: u64) -> Res<()> {
+    let s = crate::settings::Settings::get();
+    let body = serde_json::json!({
+        "name": name, "ensemble": s.ensemble, "write_quorum": s.write_quorum, "ack_quorum": s.ack_quorum,
+        "rollover": { "max_entries": rollover },
+    });
+    let (mut req, bytes) = call(
+        user,
+        GooseMethod::Post,
+        "/v1/logs",
+        "log_create",
+        Some((body.to_string().into_bytes(), "application/json")),
+    )
+    .await?;
+    let v = json(user, &mut req, "log_create", &bytes)?;
+    if v["name"] != name {
+        return Err(wrong(user, &mut req, &format!("log create answered {v}")));
+    }
+    Ok(())
+}
+
+/// Appends record `offset` of log `name` (its payload names `key` and the
+/// offset) idempotently as producer `name` with sequence `offset`; fails
+/// unless the gateway gave it that offset (the user is the log's one
+/// writer: offsets are dense). A retry answers the same offset.
+pub async fn log_append(user: &mut GooseUser, name: &str, key: u64, offset: u64) -> Res<()> {
+    let len = crate::settings::Settings::get().entry_bytes;
+    let path = format!("/v1/logs/{name}/records?producer_id={name}&sequence={offset}");
+    let body = payload::entry(key, offset, len);
+    let (mut req, bytes) =
+        call(user, GooseMethod::Post, &path, "log_append", Some((body, "application/octet-stream"))).await?;
+    let v = json(user, &mut req, "log_append", &bytes)?;
+    let got = field_u64(user, &mut req, &v, "offset")?;
+    if got != offset {
+        return Err(wrong(user, &mut req, &format!("append to log {name}: got offset {got}, expected {offset}")));
+    }
+    tally::appended(1, len);
+    Ok(())
+}
+
+/// Reads records `from..` of log `name` (at most `limit`, following for up
+/// to a second when none is committed yet), checking each one's bytes; how
+/// many came.
+pub async fn log_read(user: &mut GooseUser, name: &str, key: u64, from: u64, limit: u64) -> Res<u64> {
+    let len = crate::settings::Settings::get().entry_bytes;
+    let path = format!("/v1/logs/{name}/records?from={from}&limit={limit}&follow=true&wait_ms=1000");
+    let (mut req, bytes) = call(user, GooseMethod::Get, &path, "log_read", None).await?;
+    let v = json(user, &mut req, "log_read", &bytes)?;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let records = v["records"].as_array().cloned().unwrap_or_default();
+    for (i, r) in records.iter().enumerate() {
+        let expected = from + i as u64;
+        let offset = r["offset"].as_u64();
+        let data = r["data"].as_str().and_then(|d| b64.decode(d).ok());
+        let verdict = match (offset, data) {
+            (Some(o), _) if o != expected => Err(format!("log {name}: record {i} has offset {o}, expected {expected}")),
+            (Some(_), Some(data)) => payload::check(key, expected, len, &data),
+            _ => Err(format!("log {name}: a record without an offset or base64 data: {r}")),
+        };
+        if let Err(why) = verdict {
+            return Err(wrong(user, &mut req, &why));
+        }
+    }
+    tally::read(records.len() as u64, len);
+    Ok(records.len() as u64)
+}
+
+/// Deletes log `name`.
+pub async fn delete_log(user: &mut GooseUser, name: &str) -> Res<()> {
+    call(user, GooseMethod::Delete, &format!("/v1/logs/{name}"), "log_delete", None).await?;
+    Ok(())
+}

@@ -1,5 +1,6 @@
-//! The four load shapes (loadtest/README.md): append-heavy, tail-read,
-//! catch-up read and mixed. Every user owns its session; a user whose
+//! The load shapes (loadtest/README.md): append-heavy, tail-read,
+//! catch-up read, mixed, and logs (appends with offsets and reads across
+//! rollovers of a log per user, issue #23). Every user owns its session; a user whose
 //! ledger went wrong (an append that failed may or may not have landed)
 //! drops it and starts a fresh one rather than guess the next entry id.
 
@@ -275,6 +276,75 @@ async fn mixed_stop(user: &mut GooseUser) -> TransactionResult {
     Ok(())
 }
 
+// ---- logs -----------------------------------------------------------------
+
+/// A log user's state: its own log (one writer, so offsets are dense), the
+/// next offset to append and to read.
+#[derive(Debug, Default, Clone)]
+struct LogSession {
+    name: String,
+    /// Names the log in its records' payloads.
+    key: u64,
+    next: u64,
+    read_next: u64,
+}
+
+fn log_session(user: &mut GooseUser) -> &mut LogSession {
+    if user.get_session_data::<LogSession>().is_none() {
+        user.set_session_data(LogSession::default());
+    }
+    user.get_session_data_mut::<LogSession>().expect("set just above")
+}
+
+/// Records per ledger of a log user's log: it rolls over often under load.
+const LOG_ROLLOVER: u64 = 200;
+
+async fn log_start(user: &mut GooseUser) -> TransactionResult {
+    let key: u64 = rand::thread_rng().gen();
+    let name = format!("goose-{}-{key:x}", user.weighted_users_index);
+    gateway::create_log(user, &name, LOG_ROLLOVER).await?;
+    let s = log_session(user);
+    *s = LogSession { name, key, next: 0, read_next: 0 };
+    Ok(())
+}
+
+async fn log_append(user: &mut GooseUser) -> TransactionResult {
+    let (name, key, next) = {
+        let s = log_session(user);
+        (s.name.clone(), s.key, s.next)
+    };
+    if name.is_empty() {
+        return log_start(user).await;
+    }
+    // An append that failed may have landed: its retry (same producer and
+    // sequence) answers the offset it got, so this user simply asks again.
+    gateway::log_append(user, &name, key, next).await?;
+    log_session(user).next += 1;
+    Ok(())
+}
+
+/// Reads on from where this user's reader stands, across rollovers.
+async fn log_read(user: &mut GooseUser) -> TransactionResult {
+    let (name, key, from, next) = {
+        let s = log_session(user);
+        (s.name.clone(), s.key, s.read_next, s.next)
+    };
+    if name.is_empty() || from >= next {
+        return Ok(());
+    }
+    let n = gateway::log_read(user, &name, key, from, 100).await?;
+    log_session(user).read_next += n;
+    Ok(())
+}
+
+async fn log_stop(user: &mut GooseUser) -> TransactionResult {
+    let name = std::mem::take(&mut log_session(user).name);
+    if !name.is_empty() && !Settings::get().keep_ledgers {
+        gateway::delete_log(user, &name).await?;
+    }
+    Ok(())
+}
+
 /// Every scenario, by the name `--scenarios` selects it with.
 pub fn all() -> Result<Vec<Scenario>, GooseError> {
     Ok(vec![
@@ -295,5 +365,10 @@ pub fn all() -> Result<Vec<Scenario>, GooseError> {
             .register_transaction(transaction!(mixed_read).set_weight(2)?.set_name("read"))
             .register_transaction(transaction!(mixed_roll).set_name("roll"))
             .register_transaction(transaction!(mixed_stop).set_on_stop().set_name("stop")),
+        scenario!("logs")
+            .register_transaction(transaction!(log_start).set_on_start().set_name("start"))
+            .register_transaction(transaction!(log_append).set_weight(4)?.set_name("append"))
+            .register_transaction(transaction!(log_read).set_name("read"))
+            .register_transaction(transaction!(log_stop).set_on_stop().set_name("stop")),
     ])
 }
