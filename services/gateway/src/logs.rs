@@ -149,8 +149,12 @@ impl GatewayState {
     }
 
     /// Holds `writer` for `name` under lock grant `lock_id`, renewing the
-    /// lease until it cannot (then the writer is let go: another gateway
-    /// may take the log over, and would fence it).
+    /// lease every third of it. A renewal that fails for a moment (a
+    /// metadata election) is tried again until the lease would have run
+    /// out; a lease another took, or one that ran out, lets the writer go
+    /// (another gateway may then take the log over, fencing it). A writer
+    /// that stopped (fenced by a newer owner, or broken) gives its lease
+    /// up at once, so the log is not held by nobody's writer.
     fn hold_log(self: &Arc<Self>, name: &str, writer: LogWriter, lock_id: u64) {
         self.logs.lock().expect("logs lock").insert(name.to_string(), writer.clone());
         let s = self.clone();
@@ -158,20 +162,37 @@ impl GatewayState {
         self.rt.spawn(async move {
             let mut tick = tokio::time::interval(OWNER_LEASE / 3);
             tick.tick().await;
+            let mut renewed = tokio::time::Instant::now();
+            let let_go = |why: &str| {
+                tracing::warn!(log = %name, why, "letting a log's writer go");
+                let mut logs = s.logs.lock().expect("logs lock");
+                if logs.get(&name).is_some_and(|w| w.same(&writer)) {
+                    logs.remove(&name);
+                }
+            };
             loop {
                 tick.tick().await;
-                let held = s.log_writer(&name).is_some_and(|w| w.same(&writer));
-                if !held {
+                if !s.log_writer(&name).is_some_and(|w| w.same(&writer)) {
+                    s.release_lock(&name, lock_id).await;
+                    return;
+                }
+                if writer.broken().is_some() {
+                    let_go("it stopped");
+                    s.release_lock(&name, lock_id).await;
                     return;
                 }
                 let req = v1::RenewLockRequest { name: lock_name(&name), lock_id };
-                if let Err(e) = s.client.meta().call(req).await {
-                    tracing::warn!(log = %name, error = %e, "lost the ownership lease of a log; letting its writer go");
-                    let mut logs = s.logs.lock().expect("logs lock");
-                    if logs.get(&name).is_some_and(|w| w.same(&writer)) {
-                        logs.remove(&name);
+                match s.client.meta().call(req).await {
+                    Ok(_) => renewed = tokio::time::Instant::now(),
+                    Err(e) => {
+                        let lost =
+                            matches!(e.code(), Some(v1::ErrorCode::LeaseExpired | v1::ErrorCode::PermissionDenied));
+                        if lost || renewed.elapsed() >= OWNER_LEASE {
+                            let_go(&format!("its ownership lease is lost: {e}"));
+                            return;
+                        }
+                        tracing::debug!(log = %name, error = %e, "renewing a log's lease failed; again");
                     }
-                    return;
                 }
             }
         });
@@ -258,6 +279,13 @@ pub async fn log_create(state: State, payload: web::Payload) -> Result<HttpRespo
     let meta = state
         .run(async move {
             let name = b.name;
+            // LogExists before the lock: taking it again (this gateway may
+            // own the log) would change its grant under the renewer.
+            match s.client.log_meta(&name).await {
+                Ok(_) => return Err(ClientError::LogExists(name).into()),
+                Err(ClientError::NoSuchLog(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
             let lock_id = s.take_lock(&name).await?;
             match s.client.create_log(&name, config, &s.owner).await {
                 Ok(w) => {
@@ -507,6 +535,7 @@ pub async fn cursor_put(state: State, req: HttpRequest, payload: web::Payload) -
     } else {
         json_body(&raw)?
     };
+    let moves = b.from.is_some() || b.position.is_some();
     let start = match (b.from.as_deref(), b.position) {
         (Some(_), Some(_)) => return Err(ApiError::bad_request("a cursor starts at from or at position, not both")),
         (None, Some(p)) => quire_client::CursorStart::At(p),
@@ -518,6 +547,13 @@ pub async fn cursor_put(state: State, req: HttpRequest, payload: web::Payload) -
     let c = state
         .run(async move {
             match s.client.cursor(&name, &cursor).await {
+                Ok(existing) if !moves => {
+                    // "Make sure it exists": as it stands, not rewound.
+                    if b.holds_retention.is_some_and(|h| h != existing.holds_retention) {
+                        return Err(ApiError::bad_request("holds_retention is set when a cursor is created"));
+                    }
+                    Ok(existing)
+                }
                 Ok(existing) => {
                     let position = match start {
                         quire_client::CursorStart::At(p) => p,

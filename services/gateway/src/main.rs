@@ -165,7 +165,10 @@ fn main() -> anyhow::Result<()> {
             writers: Mutex::new(HashMap::new()),
             logs: Mutex::new(HashMap::new()),
             claiming: tokio::sync::Mutex::new(()),
-            owner: format!("{}@{}", std::process::id(), args.http_listen),
+            // The boot's own instance id: two processes of one certificate
+            // (a scaled service, a pod still stopping) never share a label,
+            // so never share a lock grant.
+            owner: format!("{}@{}", new_instance_id(), args.http_listen),
             rt: tokio::runtime::Handle::current(),
             max_entry_bytes: args.max_entry_bytes,
             max_range_entries: args.max_range_entries.max(1),

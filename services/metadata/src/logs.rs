@@ -243,6 +243,12 @@ impl MetaState {
             }
         }
         self.logs.remove(name);
+        // Its ownership lock goes too: a writer's renewals then fail, and a
+        // log made again under the name is nobody's until taken.
+        let lock = format!("log/{name}");
+        if self.locks.remove(&lock).is_some() {
+            touched.push(Touched::Lock(lock));
+        }
         let cursors: Vec<(String, String)> = self.cursors_of(name).map(|c| (c.log.clone(), c.name.clone())).collect();
         for key in cursors {
             self.cursors.remove(&key);
@@ -266,11 +272,21 @@ impl MetaState {
         expected_version: u64,
         seek: bool,
         now_ms: u64,
+        caller: &Caller,
     ) -> Result<(Outcome, Vec<Touched>), Refusal> {
         let log = self.logs.get(&cursor.log).ok_or_else(|| Refusal::NoSuchLog(cursor.log.clone()))?;
         quire_log::config::validate_name(&cursor.name).map_err(|e| Refusal::BadRequest(format!("cursor: {e}")))?;
         let key = (cursor.log.clone(), cursor.name.clone());
         let old = self.cursors.get(&key);
+        // A cursor that holds retention holds the log's space: only who may
+        // change the log may make one, move one or let one go. Any reader
+        // may keep a cursor that holds nothing.
+        if cursor.holds_retention || old.is_some_and(|o| o.holds_retention) {
+            log_right(log, caller)?;
+        }
+        if old.is_some_and(|o| o.holds_retention != cursor.holds_retention) {
+            return Err(Refusal::BadRequest(format!("cursor {}: holds_retention is set at creation", cursor.name)));
+        }
         match (old, expected_version) {
             (None, 0) => {
                 if self.cursors_of(&cursor.log).count() >= quire_log::cursor::CURSORS_MAX {
@@ -293,11 +309,20 @@ impl MetaState {
         Ok((Outcome::Cursor(cursor), vec![Touched::Cursor(key.0, key.1)]))
     }
 
-    pub(crate) fn delete_cursor(&mut self, log: &str, name: &str) -> Result<(Outcome, Vec<Touched>), Refusal> {
+    pub(crate) fn delete_cursor(
+        &mut self,
+        log: &str,
+        name: &str,
+        caller: &Caller,
+    ) -> Result<(Outcome, Vec<Touched>), Refusal> {
         let key = (log.to_string(), name.to_string());
-        if self.cursors.remove(&key).is_none() {
-            return Err(Refusal::NotFound(format!("no cursor {name} on log {log}")));
+        let c = self.cursors.get(&key).ok_or_else(|| Refusal::NotFound(format!("no cursor {name} on log {log}")))?;
+        if c.holds_retention {
+            if let Some(l) = self.logs.get(log) {
+                log_right(l, caller)?;
+            }
         }
+        self.cursors.remove(&key);
         Ok((Outcome::Deleted, vec![Touched::Cursor(key.0, key.1)]))
     }
 
@@ -575,7 +600,7 @@ mod tests {
             version: 0,
             updated_at_ms: 0,
         };
-        s.apply(Command::PutCursor { cursor, expected_version, seek, now_ms: 7 }).0
+        s.apply(Command::PutCursor { cursor, expected_version, seek, now_ms: 7, caller: gw() }).0
     }
 
     /// Cursors: created once, acknowledged forward by CAS, sought anywhere
@@ -621,12 +646,41 @@ mod tests {
         );
         assert!(matches!(put(&mut s, "x/y", 0, false, 0, false), Outcome::Refused(Refusal::BadRequest(_))));
         assert_eq!(s.cursors_of("l").count(), 2);
-        assert_eq!(s.apply(Command::DeleteCursor { log: "l".into(), name: "other".into() }).0, Outcome::Deleted);
-        assert!(matches!(
-            s.apply(Command::DeleteCursor { log: "l".into(), name: "other".into() }).0,
-            Outcome::Refused(Refusal::NotFound(_))
-        ));
+        // Only who may change the log may hold its retention.
+        let intruder = Caller { role: "client".into(), id: "x".into() };
+        let c = quire_log::Cursor {
+            log: "l".into(),
+            name: "hog".into(),
+            position: 10,
+            holds_retention: true,
+            version: 0,
+            updated_at_ms: 0,
+        };
+        let o = s
+            .apply(Command::PutCursor {
+                cursor: c,
+                expected_version: 0,
+                seek: false,
+                now_ms: 7,
+                caller: intruder.clone(),
+            })
+            .0;
+        assert!(matches!(o, Outcome::Refused(Refusal::PermissionDenied(_))), "{o:?}");
+        let o = s.apply(Command::DeleteCursor { log: "l".into(), name: "reader".into(), caller: intruder.clone() }).0;
+        assert!(matches!(o, Outcome::Refused(Refusal::PermissionDenied(_))), "{o:?}");
+        let del = |name: &str| Command::DeleteCursor { log: "l".into(), name: name.into(), caller: intruder.clone() };
+        assert_eq!(s.apply(del("other")).0, Outcome::Deleted, "a cursor that holds nothing is any reader's");
+        assert!(matches!(s.apply(del("other")).0, Outcome::Refused(Refusal::NotFound(_))));
+        // The ownership lock goes with the log.
+        s.apply(Command::AcquireLock {
+            name: "log/l".into(),
+            owner: "gateway/1:a".into(),
+            lease_ms: 10_000,
+            now_ms: 7,
+        });
+        assert!(s.locks.contains_key("log/l"));
         s.apply(Command::DeleteLog { name: "l".into(), caller: gw() });
         assert!(s.cursors.is_empty(), "cursors go with their log");
+        assert!(!s.locks.contains_key("log/l"), "and its ownership lock");
     }
 }

@@ -595,6 +595,7 @@ impl quire_rpc::Service for MetaService {
                         expected_version: p.expected_version,
                         seek: p.seek,
                         now_ms: now_ms(),
+                        caller: caller_of(&ctx.peer),
                     };
                     match proposer.propose(cmd).await? {
                         Outcome::Cursor(c) => Ok(v1::PutCursorResponse { cursor: Some(c.to_wire()) }.into()),
@@ -602,7 +603,8 @@ impl quire_rpc::Service for MetaService {
                     }
                 }
                 Req::DeleteCursor(d) => {
-                    proposer.propose(Command::DeleteCursor { log: d.log, name: d.name }).await?;
+                    let cmd = Command::DeleteCursor { log: d.log, name: d.name, caller: caller_of(&ctx.peer) };
+                    proposer.propose(cmd).await?;
                     Ok(v1::DeleteCursorResponse {}.into())
                 }
                 Req::ChangeMembership(c) => change_membership(&raft, c).await,

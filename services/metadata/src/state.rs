@@ -337,9 +337,9 @@ pub enum Command {
     DeleteLog { name: String, caller: Caller },
     /// Create a cursor (expected_version 0) or move one by CAS: an
     /// acknowledgement (forward only) or a seek (logs.rs).
-    PutCursor { cursor: quire_log::Cursor, expected_version: u64, seek: bool, now_ms: u64 },
+    PutCursor { cursor: quire_log::Cursor, expected_version: u64, seek: bool, now_ms: u64, caller: Caller },
     /// Delete a cursor.
-    DeleteCursor { log: String, name: String },
+    DeleteCursor { log: String, name: String, caller: Caller },
 }
 
 /// A log (issue #23): its chain of ledgers, settings and producer table.
@@ -980,10 +980,10 @@ impl MetaState {
                 self.update_log(log, expected_version, ledgers, &caller, now_ms)
             }
             Command::DeleteLog { name, caller } => self.delete_log(&name, &caller),
-            Command::PutCursor { cursor, expected_version, seek, now_ms } => {
-                self.put_cursor(cursor, expected_version, seek, now_ms)
+            Command::PutCursor { cursor, expected_version, seek, now_ms, caller } => {
+                self.put_cursor(cursor, expected_version, seek, now_ms, &caller)
             }
-            Command::DeleteCursor { log, name } => self.delete_cursor(&log, &name),
+            Command::DeleteCursor { log, name, caller } => self.delete_cursor(&log, &name, &caller),
             Command::DeleteLedgerAs { ledger_id, caller } => {
                 let stored = self.ledgers.get(&ledger_id).ok_or(Refusal::NoSuchLedger(ledger_id))?;
                 ledger_right(stored, None, &caller)?;

@@ -38,6 +38,10 @@ pub enum Mode {
     Write,
     /// Fills ledgers with --fill-mb, closes them, reads them back from entry 0.
     CatchUp,
+    /// Appends to --ledgers logs (issue #23) for --duration-secs, --window
+    /// appends in flight on each (closed loop only), rolling every
+    /// --log-rollover-entries records.
+    Log,
 }
 
 #[derive(Debug, Args)]
@@ -88,6 +92,9 @@ pub struct BenchArgs {
     /// Keep the ledgers (default: deleted at the end).
     #[arg(long)]
     pub(crate) keep: bool,
+    /// Log mode: records per ledger of each log (the default rollover's).
+    #[arg(long, default_value_t = quire_log::Rollover::default().max_entries)]
+    pub(crate) log_rollover_entries: u64,
     /// The client's async worker threads (default: one per core).
     #[arg(long)]
     pub(crate) worker_threads: Option<usize>,
@@ -202,6 +209,20 @@ async fn drive(
     }
 }
 
+/// One of a log's `window` appenders until `until` (a log writer orders
+/// appends as it takes them: `window` of these keep that many in flight).
+async fn drive_log(w: quire_client::LogWriter, payload: Bytes, until: Instant, rec: Arc<Mutex<Recorder>>) {
+    while Instant::now() < until {
+        let sent = Instant::now();
+        let r = w.append(payload.clone()).await;
+        let failed = r.is_err();
+        rec.lock().expect("recorder lock").record(r.map(|_| sent.elapsed()).map_err(|e| e.to_string()));
+        if failed {
+            return;
+        }
+    }
+}
+
 fn q(h: &Histogram<u64>, p: f64) -> f64 {
     h.value_at_quantile(p) as f64 / 1000.0
 }
@@ -238,9 +259,23 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             rpc.close(Duration::from_millis(200)).await;
             return r;
         }
+        anyhow::ensure!(a.mode != Mode::Log || a.rate == 0, "--mode log runs a closed loop only (--rate 0)");
         let mut writers = Vec::new();
-        for _ in 0..a.ledgers {
-            writers.push(client.create(spec.clone()).await.context("create a ledger")?);
+        let mut logs = Vec::new();
+        for i in 0..a.ledgers {
+            if a.mode == Mode::Log {
+                let config = quire_log::LogConfig {
+                    ensemble_size: a.ensemble as u32,
+                    write_quorum: a.write_quorum as u32,
+                    ack_quorum: a.ack_quorum as u32,
+                    rollover: quire_log::Rollover { max_entries: a.log_rollover_entries, ..Default::default() },
+                    retention: Default::default(),
+                };
+                let name = format!("bench-{}-{i}", std::process::id());
+                logs.push(client.create_log(&name, config, "bench").await.context("create a log")?);
+            } else {
+                writers.push(client.create(spec.clone()).await.context("create a ledger")?);
+            }
         }
         let payload = Bytes::from(vec![0x71u8; a.entry_bytes]);
         let rec = Arc::new(Mutex::new(Recorder { second: hist(), total: hist(), failed: 0 }));
@@ -250,6 +285,11 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         let mut tasks = tokio::task::JoinSet::new();
         for w in &writers {
             tasks.spawn(drive(w.clone(), payload.clone(), rate_per_ledger, a.window, until, rec.clone()));
+        }
+        for l in &logs {
+            for _ in 0..a.window.max(1) {
+                tasks.spawn(drive_log(l.clone(), payload.clone(), until, rec.clone()));
+            }
         }
         let mut seconds: Vec<(u64, u64, f64, f64)> = Vec::new(); // (second, adds, p50 ms, p99 ms)
         if a.format == Format::Csv {
@@ -292,7 +332,12 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         match a.format {
             Format::Text => {
                 let mode = if a.rate > 0 { format!("open loop at {} adds/s", a.rate) } else { format!("closed loop, {} in flight per ledger", a.window) };
-                println!("ledgers {} (E={} Qw={} Qa={}), {} B entries, {mode}", a.ledgers, a.ensemble, a.write_quorum, a.ack_quorum, a.entry_bytes);
+                let what = if a.mode == Mode::Log {
+                    format!("logs {} (rolled every {} records)", a.ledgers, a.log_rollover_entries)
+                } else {
+                    format!("ledgers {}", a.ledgers)
+                };
+                println!("{what} (E={} Qw={} Qa={}), {} B entries, {mode}", a.ensemble, a.write_quorum, a.ack_quorum, a.entry_bytes);
                 println!("adds      {adds} in {secs:.1} s: {per_s:.0}/s, {mb_s:.1} MB/s ({failed} failed)");
                 println!(
                     "latency   p50 {:.2} ms  p95 {:.2} ms  p99 {:.2} ms  p99.9 {:.2} ms  max {:.2} ms",
@@ -315,6 +360,11 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             ),
         }
         let _ = std::io::stdout().flush();
+        for l in logs {
+            if !a.keep {
+                let _ = client.delete_log(l.name()).await;
+            }
+        }
         for w in writers {
             let id = w.ledger_id();
             let _ = w.close().await;

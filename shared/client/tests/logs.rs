@@ -102,6 +102,9 @@ async fn a_log_rolls_over_reads_across_ledgers_and_trims_whole_ledgers() {
     let left: Vec<u64> = client.log_meta("orders").await.unwrap().record.segments.iter().map(|s| s.ledger_id).collect();
     client.delete_log("orders").await.unwrap();
     assert!(matches!(client.log_meta("orders").await, Err(ClientError::NoSuchLog(_))));
+    // Its writer was fenced by the deletion: nothing is acknowledged into a
+    // deleted ledger (a review found a live writer kept acknowledging).
+    assert!(matches!(w.append(record(99)).await, Err(ClientError::LogFenced(_))));
     for id in left {
         assert!(matches!(client.metadata(id).await, Err(ClientError::NoSuchLedger(_))), "ledger {id} deleted");
     }

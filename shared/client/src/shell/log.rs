@@ -104,7 +104,16 @@ impl Client {
     }
 
     /// Deletes a log and every ledger it lists (bookies reclaim them by GC).
+    /// Its open ledger is recovered first, which fences the writer that
+    /// holds it: no append is acknowledged into a deleted ledger.
     pub async fn delete_log(&self, name: &str) -> Result<(), ClientError> {
+        let meta = self.log_meta(name).await?;
+        if let Some(open) = meta.record.open_segment() {
+            match self.recover(open.ledger_id).await {
+                Ok(_) | Err(ClientError::NoSuchLedger(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
         self.meta().call(v1::DeleteLogRequest { name: name.to_string() }).await.map_err(|e| log_error(e, name))?;
         Ok(())
     }
