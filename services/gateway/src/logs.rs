@@ -157,6 +157,7 @@ impl GatewayState {
     /// up at once, so the log is not held by nobody's writer.
     fn hold_log(self: &Arc<Self>, name: &str, writer: LogWriter, lock_id: u64) {
         self.logs.lock().expect("logs lock").insert(name.to_string(), writer.clone());
+        self.leases.lock().expect("leases lock").insert(name.to_string(), lock_id);
         let s = self.clone();
         let name = name.to_string();
         self.rt.spawn(async move {
@@ -224,7 +225,23 @@ impl GatewayState {
     }
 
     async fn release_lock(&self, name: &str, lock_id: u64) {
+        {
+            let mut leases = self.leases.lock().expect("leases lock");
+            if leases.get(name) == Some(&lock_id) {
+                leases.remove(name);
+            }
+        }
         let _ = self.client.meta().call(v1::ReleaseLockRequest { name: lock_name(name), lock_id }).await;
+    }
+
+    /// At shutdown: lets every log's writer go and gives its lease up.
+    pub async fn release_logs(&self) {
+        self.logs.lock().expect("logs lock").clear();
+        let leases: Vec<(String, u64)> = self.leases.lock().expect("leases lock").drain().collect();
+        for (name, lock_id) in leases {
+            let _ = self.client.meta().call(v1::ReleaseLockRequest { name: lock_name(&name), lock_id }).await;
+            tracing::info!(log = %name, "gave up a log's ownership lease at shutdown");
+        }
     }
 
     /// Forgets the writer of `name` once it stopped (fenced by a newer

@@ -164,6 +164,7 @@ fn main() -> anyhow::Result<()> {
             client: Client::new(rpc.clone(), meta, opts),
             writers: Mutex::new(HashMap::new()),
             logs: Mutex::new(HashMap::new()),
+            leases: Mutex::new(HashMap::new()),
             claiming: tokio::sync::Mutex::new(()),
             // The boot's own instance id: two processes of one certificate
             // (a scaled service, a pod still stopping) never share a label,
@@ -195,6 +196,7 @@ fn main() -> anyhow::Result<()> {
     let metrics = web::Data::new(api::Metrics::default());
     let tokens_for_reload = tokens.clone();
     let result = actix_web::rt::System::new().block_on(async move {
+        let for_stop = state.clone();
         let data = web::Data::new(state);
         let m = metrics.clone();
         let server = HttpServer::new(move || {
@@ -306,11 +308,19 @@ fn main() -> anyhow::Result<()> {
         tracing::info!(quic = %svc.server.local_addr(), http = %addr, scheme, "quire-gateway ready");
         let server = server.run();
         let handle = server.handle();
+        let (released_tx, released_rx) = tokio::sync::oneshot::channel::<()>();
         rt_handle.spawn(async move {
             let _ = svc.run_until_signal().await;
             handle.stop(true).await;
+            // Give up the logs' ownership leases (after the last request):
+            // another gateway, or this one restarted, takes a log over at
+            // once rather than after a lease.
+            for_stop.release_logs().await;
+            let _ = released_tx.send(());
         });
-        server.await.context("HTTP server")
+        let served = server.await.context("HTTP server");
+        let _ = tokio::time::timeout(Duration::from_secs(5), released_rx).await;
+        served
     });
     drop(rt);
     telemetry.shutdown();

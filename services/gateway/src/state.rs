@@ -26,6 +26,8 @@ pub struct GatewayState {
     pub writers: Mutex<HashMap<u64, Held>>,
     /// Writers of the logs this gateway owns (holds the lease of), by name.
     pub logs: Mutex<HashMap<String, quire_client::LogWriter>>,
+    /// The lock grant of each log this gateway owns, by name.
+    pub leases: Mutex<HashMap<String, u64>>,
     /// One takeover at a time in this gateway.
     pub claiming: tokio::sync::Mutex<()>,
     /// This process's label in a log's owner and its lock (`pid@http address`).

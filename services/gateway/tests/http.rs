@@ -1280,6 +1280,35 @@ fn a_log_is_written_by_one_gateway_and_moves_only_when_its_lease_lapses() {
     assert_eq!(data, ["a0", "a1", "a2", "b0"]);
 }
 
+/// A gateway that stops cleanly gives its logs' leases up: another
+/// gateway takes a log over at its first append, not a lease later.
+#[test]
+fn a_gateway_that_stops_gives_its_logs_up_at_once() {
+    let mut g = start();
+    let certs = g.cluster.certs.clone();
+    let ca = quire_pki::CertAuthority::load(&certs).unwrap();
+    ca.issue(quire_proto::Role::Gateway, "2", &IssueOptions::default())
+        .unwrap()
+        .write(&certs, quire_proto::Role::Gateway, "2")
+        .unwrap();
+    let ready = g._dir.path().join("gateway-2b-http.ready");
+    let ready_arg = ready.to_str().unwrap().to_string();
+    let mut second = g
+        .cluster
+        .start_service("quire-gateway", "2", &["--http-listen", "127.0.0.1:0", "--http-ready-file", &ready_arg])
+        .unwrap();
+    let other = second.wait_ready(&ready, Duration::from_secs(30)).unwrap();
+    let (status, v) = g.json("POST", "/v1/logs", r#"{"name":"handover"}"#);
+    assert_eq!(status, 201, "{v}");
+    let (status, _) = g.call("POST", "/v1/logs/handover/records", None, b"a0");
+    assert_eq!(status, 200);
+    let (status, _) = call(&other, "POST", "/v1/logs/handover/records", None, b"b");
+    assert_eq!(status, 409, "owned by the first");
+    g._proc.terminate(Duration::from_secs(30)).unwrap();
+    let (status, b) = call(&other, "POST", "/v1/logs/handover/records", None, b"b0");
+    assert_eq!((status, json(&b)["offset"].as_u64()), (200, Some(1)), "{}", String::from_utf8_lossy(&b));
+}
+
 fn json_call(http: &str, method: &str, path: &str) -> (u16, Value) {
     let (status, b) = call(http, method, path, None, b"");
     (status, json(&b))
