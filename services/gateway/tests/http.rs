@@ -1225,19 +1225,7 @@ fn a_log_is_appended_read_followed_trimmed_and_deleted_over_http() {
 #[test]
 fn a_log_is_written_by_one_gateway_and_moves_only_when_its_lease_lapses() {
     let mut g = start();
-    let certs = g.cluster.certs.clone();
-    let ca = quire_pki::CertAuthority::load(&certs).unwrap();
-    ca.issue(quire_proto::Role::Gateway, "2", &IssueOptions::default())
-        .unwrap()
-        .write(&certs, quire_proto::Role::Gateway, "2")
-        .unwrap();
-    let ready = g._dir.path().join("gateway-2-http.ready");
-    let ready_arg = ready.to_str().unwrap().to_string();
-    let mut second = g
-        .cluster
-        .start_service("quire-gateway", "2", &["--http-listen", "127.0.0.1:0", "--http-ready-file", &ready_arg])
-        .unwrap();
-    let other = second.wait_ready(&ready, Duration::from_secs(30)).unwrap();
+    let (_second, other) = second_gateway(&g);
 
     let (status, v) = g.json("POST", "/v1/logs", r#"{"name":"shared"}"#);
     assert_eq!(status, 201, "{v}");
@@ -1285,19 +1273,7 @@ fn a_log_is_written_by_one_gateway_and_moves_only_when_its_lease_lapses() {
 #[test]
 fn a_gateway_that_stops_gives_its_logs_up_at_once() {
     let mut g = start();
-    let certs = g.cluster.certs.clone();
-    let ca = quire_pki::CertAuthority::load(&certs).unwrap();
-    ca.issue(quire_proto::Role::Gateway, "2", &IssueOptions::default())
-        .unwrap()
-        .write(&certs, quire_proto::Role::Gateway, "2")
-        .unwrap();
-    let ready = g._dir.path().join("gateway-2b-http.ready");
-    let ready_arg = ready.to_str().unwrap().to_string();
-    let mut second = g
-        .cluster
-        .start_service("quire-gateway", "2", &["--http-listen", "127.0.0.1:0", "--http-ready-file", &ready_arg])
-        .unwrap();
-    let other = second.wait_ready(&ready, Duration::from_secs(30)).unwrap();
+    let (_second, other) = second_gateway(&g);
     let (status, v) = g.json("POST", "/v1/logs", r#"{"name":"handover"}"#);
     assert_eq!(status, 201, "{v}");
     let (status, _) = g.call("POST", "/v1/logs/handover/records", None, b"a0");
@@ -1307,6 +1283,25 @@ fn a_gateway_that_stops_gives_its_logs_up_at_once() {
     g._proc.terminate(Duration::from_secs(30)).unwrap();
     let (status, b) = call(&other, "POST", "/v1/logs/handover/records", None, b"b0");
     assert_eq!((status, json(&b)["offset"].as_u64()), (200, Some(1)), "{}", String::from_utf8_lossy(&b));
+}
+
+/// Another gateway (certificate gateway/2) on `g`'s cluster: its process
+/// and HTTP address.
+fn second_gateway(g: &Gateway) -> (Process, String) {
+    let certs = g.cluster.certs.clone();
+    let ca = quire_pki::CertAuthority::load(&certs).unwrap();
+    ca.issue(quire_proto::Role::Gateway, "2", &IssueOptions::default())
+        .unwrap()
+        .write(&certs, quire_proto::Role::Gateway, "2")
+        .unwrap();
+    let ready = g._dir.path().join("gateway-2-http.ready");
+    let ready_arg = ready.to_str().unwrap().to_string();
+    let mut p = g
+        .cluster
+        .start_service("quire-gateway", "2", &["--http-listen", "127.0.0.1:0", "--http-ready-file", &ready_arg])
+        .unwrap();
+    let http = p.wait_ready(&ready, Duration::from_secs(30)).unwrap();
+    (p, http)
 }
 
 fn json_call(http: &str, method: &str, path: &str) -> (u16, Value) {

@@ -397,6 +397,13 @@ mod tests {
         }
     }
 
+    /// Log `name` created by gateway 1 over `ledger_id`, as stored.
+    fn create(s: &mut MetaState, name: &str, ledger_id: u64) -> Log {
+        stored(
+            s.apply(Command::CreateLog { log: meta(LogRecord::new(name, "o", ledger_id)), caller: gw(), now_ms: 0 }).0,
+        )
+    }
+
     fn stored(o: Outcome) -> Log {
         match o {
             Outcome::Log(l, _) => *l,
@@ -476,10 +483,7 @@ mod tests {
     fn a_seal_must_match_its_closed_ledger_or_nothing_changes() {
         let mut s = MetaState::default();
         let l1 = ledger(&mut s, "gateway/1");
-        let log = stored(
-            s.apply(Command::CreateLog { log: meta(LogRecord::new("l", "o", l1.ledger_id)), caller: gw(), now_ms: 0 })
-                .0,
-        );
+        let log = create(&mut s, "l", l1.ledger_id);
         let l2 = ledger(&mut s, "gateway/1");
         // Sealed at 10 records, ledger closed at 12: refused, ledger still open.
         let rolled = log.record.roll(1, 9, l2.ledger_id).unwrap();
@@ -490,10 +494,7 @@ mod tests {
         // Sealed while the ledger is still open: refused.
         assert!(matches!(update(&mut s, &log, rolled.clone(), vec![], &gw()), Outcome::Refused(_)));
         // A ledger another log lists cannot join.
-        let other = stored(
-            s.apply(Command::CreateLog { log: meta(LogRecord::new("m", "o", l2.ledger_id)), caller: gw(), now_ms: 0 })
-                .0,
-        );
+        let other = create(&mut s, "m", l2.ledger_id);
         assert!(matches!(update(&mut s, &log, rolled, vec![closed(&l1, 9)], &gw()), Outcome::Refused(_)));
         assert_eq!(s.ledgers[&l1.ledger_id], l1);
         // A stale version conflicts.
@@ -521,10 +522,7 @@ mod tests {
     fn a_stale_edit_is_a_conflict_before_anything_else() {
         let mut s = MetaState::default();
         let l1 = ledger(&mut s, "gateway/1");
-        let log = stored(
-            s.apply(Command::CreateLog { log: meta(LogRecord::new("l", "o", l1.ledger_id)), caller: gw(), now_ms: 0 })
-                .0,
-        );
+        let log = create(&mut s, "l", l1.ledger_id);
         let l2 = ledger(&mut s, "gateway/1");
         let log2 =
             stored(update(&mut s, &log, log.record.roll(1, 9, l2.ledger_id).unwrap(), vec![closed(&l1, 9)], &gw()));
@@ -610,10 +608,7 @@ mod tests {
     fn cursors_move_by_cas_and_hold_retention() {
         let mut s = MetaState::default();
         let l1 = ledger(&mut s, "gateway/1");
-        let log = stored(
-            s.apply(Command::CreateLog { log: meta(LogRecord::new("l", "o", l1.ledger_id)), caller: gw(), now_ms: 0 })
-                .0,
-        );
+        let log = create(&mut s, "l", l1.ledger_id);
         let l2 = ledger(&mut s, "gateway/1");
         let log =
             stored(update(&mut s, &log, log.record.roll(1, 9, l2.ledger_id).unwrap(), vec![closed(&l1, 9)], &gw()));

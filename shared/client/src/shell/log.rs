@@ -314,15 +314,7 @@ impl Client {
     /// ledgers, up to its committed end (empty at the end). Below the trim
     /// point: [`ClientError::Trimmed`].
     pub async fn read_log(&self, name: &str, from: u64, max: usize) -> Result<Vec<LogEntry>, ClientError> {
-        let meta = self.log_meta(name).await?;
-        if from < meta.record.trim_before {
-            return Err(ClientError::Trimmed {
-                log: name.to_string(),
-                offset: from,
-                trim_before: meta.record.trim_before,
-            });
-        }
-        self.read_log_range(&meta.record, from, u64::MAX, max.max(1)).await
+        self.read_log_wait(name, from, max, std::time::Duration::ZERO).await
     }
 
     /// As [`Client::read_log`], waiting up to `wait` when nothing is
@@ -340,13 +332,7 @@ impl Client {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let meta = self.log_meta(name).await?;
-            if from < meta.record.trim_before {
-                return Err(ClientError::Trimmed {
-                    log: name.to_string(),
-                    offset: from,
-                    trim_before: meta.record.trim_before,
-                });
-            }
+            // (Below the trim point, read_log_range answers Trimmed.)
             let got = self.read_log_range(&meta.record, from, u64::MAX, max.max(1)).await?;
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if !got.is_empty() || left.is_zero() {
