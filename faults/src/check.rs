@@ -10,6 +10,7 @@
 //! | 3. no acknowledgement after fencing | no add invoked after a recovery's fence took hold (its completion when the moment is unknown) is acknowledged ([`Violation::AckAfterFence`]); none beyond the recovered end ([`Violation::AckBeyondRecovery`]); no add invoked after the ledger was seen closed in the metadata, by anyone, a worker's recovery included, is acknowledged ([`Violation::AckAfterClose`]), none past the closed end ([`Violation::AckBeyondClose`]) |
 //! | 4. recovery never truncates acknowledged entries | the recovered end is at or past every acknowledged entry ([`Violation::AckBeyondRecovery`]); every recovery of a ledger, concurrent ones too, and its final read agree on its end ([`Violation::RecoveriesDisagree`]) |
 //! | 6. autorecovery restores Qw copies | no entry short of copies after healing ([`Violation::UnderReplicated`]) |
+//! | 9. a log keeps every acknowledged record once, densely, under one owner | [`crate::logs`] ([`Violation::Log`]) |
 //!
 //! A read that returned bytes is "dirty" when those bytes are not the final
 //! ledger's: either the entry is past the recovered end (it was read past the
@@ -19,6 +20,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::history::{Event, Op, Outcome};
+use crate::logs::{check_logs, LogCounts, LogViolation};
 
 /// One broken guarantee, with what shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +57,8 @@ pub enum Violation {
     RecoveriesDisagree { ledger: u64, ends: Vec<i64> },
     /// After healing, entries with fewer than Qw good copies.
     UnderReplicated { ledger: u64, write_quorum: u32, short: Vec<(u64, u32)> },
+    /// A log guarantee broke (see [`crate::logs`]).
+    Log(LogViolation),
 }
 
 /// What was checked and what broke.
@@ -75,6 +79,8 @@ pub struct Report {
     /// Ledgers seen closed in the metadata while their writer still wrote.
     pub closes_seen: usize,
     pub ledgers_final: usize,
+    /// What the log rules counted.
+    pub logs: LogCounts,
 }
 
 impl Report {
@@ -267,6 +273,9 @@ pub fn check(events: &[Event]) -> Report {
             }
         }
     }
+    let (counts, log_violations) = check_logs(events);
+    r.logs = counts;
+    r.violations.extend(log_violations.into_iter().map(Violation::Log));
     r.violations.sort_by_key(|v| format!("{v:?}"));
     r.violations.dedup();
     r

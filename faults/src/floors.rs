@@ -24,6 +24,13 @@ pub struct Floors {
     /// the fence only for these.
     pub fence_times: usize,
     pub ledgers_final: usize,
+    /// Log takeovers (each fences the previous owner).
+    pub log_takeovers: usize,
+    pub log_appends: usize,
+    /// Log records read by cursor readers.
+    pub log_records_read: usize,
+    /// Logs read back whole at the finale (every log of the run).
+    pub logs_final: usize,
 }
 
 impl Floors {
@@ -37,6 +44,10 @@ impl Floors {
             recoveries: 3 * minutes,
             fence_times: 2 * minutes,
             ledgers_final: 10 * minutes,
+            log_takeovers: 4 * minutes,
+            log_appends: 500 * minutes,
+            log_records_read: 200 * minutes,
+            logs_final: 1,
         }
     }
 }
@@ -50,6 +61,10 @@ pub fn shortfalls(report: &Report, floors: &Floors) -> Vec<String> {
         ("recoveries completed", report.recoveries, floors.recoveries),
         ("recoveries that said when their fence held", report.fence_times, floors.fence_times),
         ("ledgers read back at the finale", report.ledgers_final, floors.ledgers_final),
+        ("log takeovers", report.logs.takeovers, floors.log_takeovers),
+        ("acknowledged log appends", report.logs.acked_appends, floors.log_appends),
+        ("log records read at cursors", report.logs.records_read, floors.log_records_read),
+        ("logs read back at the finale", report.logs.logs_final, floors.logs_final),
     ]
     .into_iter()
     .filter(|(_, got, floor)| got < floor)
@@ -77,6 +92,13 @@ mod tests {
             recoveries: 30,
             fence_times: 20,
             ledgers_final: 100,
+            logs: crate::logs::LogCounts {
+                takeovers: 20,
+                acked_appends: 5_000,
+                records_read: 3_000,
+                logs_final: 1,
+                ..Default::default()
+            },
             ..Report::default()
         }
     }
@@ -96,7 +118,7 @@ mod tests {
         assert_eq!(s.len(), 2, "{s:?}");
         assert!(s[0].contains("3 reads answered"), "{s:?}");
         assert!(s[1].contains("0 recoveries completed"), "{s:?}");
-        assert_eq!(shortfalls(&Report::default(), &floors).len(), 6);
+        assert_eq!(shortfalls(&Report::default(), &floors).len(), 10);
     }
 
     #[test]

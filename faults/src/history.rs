@@ -66,6 +66,21 @@ pub enum Op {
     /// After the faults healed: entries of the ledger with fewer than
     /// `write_quorum` good copies on their ensemble, as (entry, copies).
     Replicas { ledger: u64, write_quorum: u32, short: Vec<(u64, u32)> },
+    /// A takeover of log `log` (opened for writing): the owner epoch it got
+    /// once it landed.
+    LogOpen { log: String, epoch: Option<u64> },
+    /// An idempotent append to `log` by the writer of owner epoch `epoch`:
+    /// the offset it was given once acknowledged. A retry of one record
+    /// (the same producer and sequence) is another event with the same digest.
+    LogAppend { log: String, epoch: u64, offset: Option<u64>, digest: u64 },
+    /// A read of `log` from offset `from` (a cursor's position): what came
+    /// back, as (offset, digest) in the order read.
+    LogRead { log: String, from: u64, records: Vec<(u64, u64)> },
+    /// A trim of `log` below `before`.
+    LogTrim { log: String, before: u64 },
+    /// After the faults healed and a last takeover fenced every writer:
+    /// the whole log from its trim point, as (offset, digest).
+    LogFinal { log: String, trim_before: u64, records: Vec<(u64, u64)> },
 }
 
 impl Op {
@@ -79,6 +94,12 @@ impl Op {
             | Op::Closed { ledger, .. }
             | Op::Final { ledger, .. }
             | Op::Replicas { ledger, .. } => Some(*ledger),
+            // A log's records span ledgers: they are judged per log.
+            Op::LogOpen { .. }
+            | Op::LogAppend { .. }
+            | Op::LogRead { .. }
+            | Op::LogTrim { .. }
+            | Op::LogFinal { .. } => None,
         }
     }
 }

@@ -9,9 +9,11 @@ pub mod check;
 pub mod floors;
 pub mod history;
 pub mod lab;
+pub mod logs;
 pub mod schedule;
 
 pub use check::{check, Report, Violation};
 pub use floors::{shortfalls, unapplied_kinds, Floors};
 pub use history::{Event, History, HistoryError, Op, Outcome};
+pub use logs::{check_logs, LogCounts, LogViolation};
 pub use schedule::{schedule, Fault, FileKind, Step, Target, Timing, Topology};

@@ -21,7 +21,7 @@
 use serde::{Deserialize, Serialize};
 
 /// One ledger of a log and the offsets it holds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct LogSegment {
     /// The ledger.
     pub ledger_id: u64,
@@ -45,7 +45,7 @@ impl LogSegment {
 }
 
 /// A log's record in the metadata service.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct LogRecord {
     /// The log's name.
     pub name: String,

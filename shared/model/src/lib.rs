@@ -19,11 +19,13 @@
 //! reachable here; the simulator covers outages), corruption, or the
 //! auditor and re-replication.
 
+pub mod chaining;
 pub mod config;
 pub mod model;
 pub mod properties;
 pub mod state;
 
+pub use chaining::{check_chain, ChainBug, ChainConfig, ChainModel, ChainReport};
 pub use config::Config;
 pub use model::{Action, LedgerModel, Move};
 

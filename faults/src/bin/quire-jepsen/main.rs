@@ -4,7 +4,8 @@
 //! 1. The cluster: 3 metadata replicas, 5 bookies, an auditor, 2
 //!    replication workers and a gateway, each its own process in its own
 //!    network namespace (needs root).
-//! 2. Clients (library writers, an HTTP writer, readers, a recoverer) run
+//! 2. Clients (library writers, an HTTP writer, readers, a recoverer; two
+//!    log writers racing for one log, a cursor reader and a trimmer) run
 //!    for the duration while the nemesis applies the schedule of `--seed`.
 //! 3. The finale: every fault undone, every ledger recovered and read back,
 //!    copies counted until autorecovery restored Qw of each entry.
@@ -19,6 +20,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod cluster;
 mod finale;
 mod http;
+mod logs;
 mod nemesis;
 mod workload;
 
@@ -172,6 +174,16 @@ fn main() -> anyhow::Result<()> {
     let recoverers = [c.clone(), second];
     tasks.push(rt.spawn(workload::recoverer(200, recoverers, http_addr, sh.clone(), args.seed.wrapping_add(300))));
     tasks.push(rt.spawn(workload::seal_watcher(300, c.clone(), sh.clone())));
+    // The log workload: two writers racing for one log, a cursor reader,
+    // a trimmer.
+    rt.block_on(logs::setup(399, &c, &sh, Duration::from_secs(60)))?;
+    for w in 0..2u32 {
+        let pace = Duration::from_millis(args.add_interval_ms);
+        let seed = args.seed.wrapping_add(400 + u64::from(w));
+        tasks.push(rt.spawn(logs::writer(400 + w, c.clone(), sh.clone(), seed, pace)));
+    }
+    tasks.push(rt.spawn(logs::reader(410, c.clone(), sh.clone())));
+    tasks.push(rt.spawn(logs::trimmer(420, c.clone(), sh.clone(), args.seed.wrapping_add(420))));
 
     // The nemesis on its own thread, with its own metadata client.
     let nem_rpc = RpcClient::new(
@@ -237,6 +249,8 @@ fn main() -> anyhow::Result<()> {
         unrecovered.len()
     );
     let copies = rt.block_on(finale::replicas(&c, &sh, &ledgers, finale));
+    let log_final = rt.block_on(logs::read_back(430, &c, &sh, finale));
+    eprintln!("[{:>7.1}s] finale: log {}: {:?} records read back", t0.elapsed().as_secs_f64(), logs::LOG, log_final);
     let short = copies.short;
     progress.abort();
 
@@ -247,6 +261,9 @@ fn main() -> anyhow::Result<()> {
     // at least its floors of each operation.
     for (id, e) in &unrecovered {
         failures.push(format!("ledger {id} never recovered and read back: {e}"));
+    }
+    if let Err(e) = &log_final {
+        failures.push(format!("log {} never read back: {e}", logs::LOG));
     }
     for (id, e) in &copies.uncounted {
         failures.push(format!("ledger {id}'s copies were never counted: {e}"));
@@ -273,6 +290,16 @@ fn main() -> anyhow::Result<()> {
         report.ledgers_final,
         unrecovered.len(),
         short
+    ));
+    summary.push_str(&format!(
+        "  log {}: {} takeovers, {} acknowledged appends ({} unknown), {} records read at the cursor, {} trims, {} records read back\n",
+        logs::LOG,
+        report.logs.takeovers,
+        report.logs.acked_appends,
+        report.logs.unknown_appends,
+        report.logs.records_read,
+        report.logs.trims,
+        report.logs.records_final
     ));
     let applied: Vec<String> = nem.applied.iter().map(|(k, n)| format!("{k} {n}")).collect();
     summary.push_str(&format!("  faults applied: {}\n", applied.join(", ")));

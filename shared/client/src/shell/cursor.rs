@@ -214,6 +214,11 @@ impl LogCursor {
         Ok(c)
     }
 
+    /// Where the next read starts.
+    pub fn read_at(&self) -> u64 {
+        self.state.lock().expect("acks lock").read_at
+    }
+
     /// The position acknowledged (in memory).
     pub fn acked(&self) -> u64 {
         self.state.lock().expect("acks lock").acked
