@@ -155,7 +155,7 @@ jepsen-seeds: build
 # Fuzz every decoder for FUZZ_SECS seconds each (installs cargo-fuzz if missing).
 fuzz:
 	@command -v cargo-fuzz >/dev/null 2>&1 || $(CARGO) install cargo-fuzz --locked
-	cd fuzz && for t in decode_stream decode_frame; do \
+	cd fuzz && for t in decode_stream decode_frame log_entry log_metadata; do \
 		mkdir -p corpus/$$t && cp -n corpus-seed/$$t/* corpus/$$t/ 2>/dev/null; \
 		RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t corpus/$$t -- -max_total_time=$(FUZZ_SECS) || exit 1; \
 	done

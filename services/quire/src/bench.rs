@@ -5,7 +5,8 @@
 //! counts against every add it delays). Prints progress every second and
 //! percentiles at the end; `--format json|csv` for machines.
 //! `--mode catch-up` measures reading closed ledgers back instead
-//! (bench_catchup.rs).
+//! (bench_catchup.rs); `--mode log-takeover` and `--mode log-catch-up` a
+//! log's takeover under load and its catch-up read (bench_log.rs).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
@@ -42,6 +43,12 @@ pub enum Mode {
     /// appends in flight on each (closed loop only), rolling every
     /// --log-rollover-entries records.
     Log,
+    /// --ledgers logs under load while one more log is taken over every
+    /// --takeover-interval-ms by alternating owners: takeover time and
+    /// write gap, p50/p99 (bench_log.rs).
+    LogTakeover,
+    /// Fills one log with --fill-mb, reads it back from offset 0: MB/s.
+    LogCatchUp,
 }
 
 #[derive(Debug, Args)]
@@ -85,7 +92,7 @@ pub struct BenchArgs {
     pub(crate) window: usize,
     /// Seconds of measured load.
     #[arg(long, default_value_t = 10)]
-    duration_secs: u64,
+    pub(crate) duration_secs: u64,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub(crate) format: Format,
@@ -95,6 +102,14 @@ pub struct BenchArgs {
     /// Log mode: records per ledger of each log (the default rollover's).
     #[arg(long, default_value_t = quire_log::Rollover::default().max_entries)]
     pub(crate) log_rollover_entries: u64,
+    /// Write mode, closed loop: drive each ledger as --mode log drives a
+    /// log, --window tasks each awaiting its own add (default: one task
+    /// per ledger keeps the window full): the like-for-like comparison.
+    #[arg(long)]
+    pub(crate) tasks: bool,
+    /// Log takeover: the pause between takeovers.
+    #[arg(long, default_value_t = 500)]
+    pub(crate) takeover_interval_ms: u64,
     /// The client's async worker threads (default: one per core).
     #[arg(long)]
     pub(crate) worker_threads: Option<usize>,
@@ -209,6 +224,22 @@ async fn drive(
     }
 }
 
+/// One of a ledger's `window` appenders until `until` (`--tasks`).
+async fn drive_task(w: quire_client::LedgerWriter, payload: Bytes, until: Instant, rec: Arc<Mutex<Recorder>>) {
+    while Instant::now() < until {
+        let sent = Instant::now();
+        let r = match w.submit(payload.clone()).await {
+            Ok(p) => p.await,
+            Err(e) => Err(e),
+        };
+        let failed = r.is_err();
+        rec.lock().expect("recorder lock").record(r.map(|_| sent.elapsed()).map_err(|e| e.to_string()));
+        if failed {
+            return;
+        }
+    }
+}
+
 /// One of a log's `window` appenders until `until` (a log writer orders
 /// appends as it takes them: `window` of these keep that many in flight).
 async fn drive_log(w: quire_client::LogWriter, payload: Bytes, until: Instant, rec: Arc<Mutex<Recorder>>) {
@@ -259,6 +290,15 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             rpc.close(Duration::from_millis(200)).await;
             return r;
         }
+        if matches!(a.mode, Mode::LogTakeover | Mode::LogCatchUp) {
+            let r = if a.mode == Mode::LogTakeover {
+                crate::bench_log::takeover(&client, &a).await
+            } else {
+                crate::bench_log::catch_up(&client, &a).await
+            };
+            rpc.close(Duration::from_millis(200)).await;
+            return r;
+        }
         anyhow::ensure!(a.mode != Mode::Log || a.rate == 0, "--mode log runs a closed loop only (--rate 0)");
         let mut writers = Vec::new();
         let mut logs = Vec::new();
@@ -284,7 +324,13 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         let rate_per_ledger = a.rate as f64 / a.ledgers as f64;
         let mut tasks = tokio::task::JoinSet::new();
         for w in &writers {
-            tasks.spawn(drive(w.clone(), payload.clone(), rate_per_ledger, a.window, until, rec.clone()));
+            if a.tasks && a.rate == 0 {
+                for _ in 0..a.window.max(1) {
+                    tasks.spawn(drive_task(w.clone(), payload.clone(), until, rec.clone()));
+                }
+            } else {
+                tasks.spawn(drive(w.clone(), payload.clone(), rate_per_ledger, a.window, until, rec.clone()));
+            }
         }
         for l in &logs {
             for _ in 0..a.window.max(1) {

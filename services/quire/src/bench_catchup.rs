@@ -105,7 +105,7 @@ async fn read_back(client: Client, id: u64, entries: u64, len: usize, range: u64
 }
 
 /// Flushes dirty pages and empties the page cache, so reads reach the disk.
-fn drop_caches() -> anyhow::Result<()> {
+pub(crate) fn drop_caches() -> anyhow::Result<()> {
     let status = std::process::Command::new("sync").status().context("run sync")?;
     anyhow::ensure!(status.success(), "sync failed");
     std::fs::write("/proc/sys/vm/drop_caches", "3\n").context("write /proc/sys/vm/drop_caches (needs root)")?;

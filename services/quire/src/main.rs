@@ -13,6 +13,7 @@ static ALLOC: quire_runtime::Allocator = quire_runtime::Allocator;
 mod admin;
 mod bench;
 mod bench_catchup;
+mod bench_log;
 mod bookie;
 mod bookies;
 mod certs;

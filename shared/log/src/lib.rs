@@ -12,11 +12,13 @@
 //! - [`retention`]: how far retention trims a log (age, size, holding cursors).
 //! - [`config`]: ledger shape, rollover and retention settings; names.
 //! - [`meta`]: a log as the metadata service stores it, and on the wire.
+//! - [`fuzzing`]: the decoder workloads of the fuzz targets and proptests.
 
 pub mod chain;
 pub mod config;
 pub mod cursor;
 pub mod envelope;
+pub mod fuzzing;
 pub mod meta;
 pub mod producers;
 pub mod retention;
