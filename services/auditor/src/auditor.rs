@@ -254,7 +254,14 @@ pub async fn run(client: Client, cfg: AuditorConfig, stats: Arc<Mutex<AuditorSta
             held = None;
         }
         if held.is_none() {
-            match meta.call(v1::AcquireLockRequest { name: "auditor".into(), owner: cfg.owner.clone(), lease_ms }).await
+            match meta
+                .call(v1::AcquireLockRequest {
+                    name: "auditor".into(),
+                    owner: cfg.owner.clone(),
+                    lease_ms,
+                    take_over: false,
+                })
+                .await
             {
                 Ok(r) => {
                     if let Some(l) = r.lock {

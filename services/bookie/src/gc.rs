@@ -236,7 +236,10 @@ impl Collector {
             }
             let name = format!("replicate/{ledger_id}");
             let owner = format!("bookie/{}:gc", self.me);
-            let lock = match meta.call(v1::AcquireLockRequest { name: name.clone(), owner, lease_ms: 30_000 }).await {
+            let lock = match meta
+                .call(v1::AcquireLockRequest { name: name.clone(), owner, lease_ms: 30_000, take_over: false })
+                .await
+            {
                 Ok(r) => match r.lock {
                     Some(l) => l,
                     None => continue,

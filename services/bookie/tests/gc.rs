@@ -283,7 +283,12 @@ async fn copies_of_a_closed_ledger_moved_off_a_bookie_are_dropped_there_but_not_
     // While a repair of the ledger holds its lock, the copies stay.
     let lock = client
         .meta()
-        .call(v1::AcquireLockRequest { name: format!("replicate/{id}"), owner: "test".into(), lease_ms: 60_000 })
+        .call(v1::AcquireLockRequest {
+            name: format!("replicate/{id}"),
+            owner: "test".into(),
+            lease_ms: 60_000,
+            take_over: false,
+        })
         .await
         .unwrap()
         .lock

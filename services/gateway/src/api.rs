@@ -24,7 +24,7 @@ use serde::Deserialize;
 use crate::error::ApiError;
 use crate::logs::{
     cursor_ack, cursor_delete, cursor_get, cursor_put, log_append, log_append_batch, log_create, log_delete, log_get,
-    log_list, log_read, log_trim,
+    log_list, log_read, log_take_over, log_trim,
 };
 use crate::state::{GatewayState, Held};
 
@@ -130,10 +130,11 @@ endpoints! {
     post "/v1/logs/{name}/records" => log_append, "Append one record (raw body); producer_id and sequence make it idempotent", "raw", "LogAppended", [200, 400, 403, 404, 408, 409, 413, 503, 504];
     post "/v1/logs/{name}/records:batch" => log_append_batch, "Append several records (base64); producer_id and sequence (the first's) make them idempotent", "log_batch", "LogAppendedBatch", [200, 400, 403, 404, 408, 409, 413, 503, 504];
     get "/v1/logs/{name}/records" => log_read, "Records from an offset across ledgers, up to the committed end; with follow=true a long poll for the next ones", "", "LogRecords", [200, 400, 404, 410, 503, 504];
-    put "/v1/logs/{name}/cursors/{cursor}" => cursor_put, "Create a durable cursor (from start or end, or at a position), or seek it", "cursor_put", "Cursor", [200, 400, 404, 408, 409, 413, 503];
+    put "/v1/logs/{name}/cursors/{cursor}" => cursor_put, "Create a durable cursor (from start or end, or at a position), or seek it; one that holds retention is the log's principal's", "cursor_put", "Cursor", [200, 400, 403, 404, 408, 409, 413, 503];
     get "/v1/logs/{name}/cursors/{cursor}" => cursor_get, "A cursor's position", "", "Cursor", [200, 400, 404];
-    post "/v1/logs/{name}/cursors/{cursor}" => cursor_ack, "Acknowledge: every record below ack is done (forward only)", "cursor_ack", "Cursor", [200, 400, 404, 408, 409, 413, 503];
-    delete "/v1/logs/{name}/cursors/{cursor}" => cursor_delete, "Delete a cursor", "", "", [204, 400, 404];
+    post "/v1/logs/{name}/cursors/{cursor}" => cursor_ack, "Acknowledge: every record below ack is done (forward only)", "cursor_ack", "Cursor", [200, 400, 403, 404, 408, 409, 413, 503];
+    delete "/v1/logs/{name}/cursors/{cursor}" => cursor_delete, "Delete a cursor", "", "", [204, 400, 403, 404];
+    post "/v1/logs/{name}/takeover" => log_take_over, "Take the log over: this gateway writes it from now on, fencing the earlier owner and taking its lease", "", "Log", [200, 400, 403, 404, 503, 504];
     post "/v1/logs/{name}/trim" => log_trim, "Move the trim point; ledgers wholly below it are deleted", "log_trim", "Log", [200, 400, 403, 404, 408, 409, 413, 503];
 }
 

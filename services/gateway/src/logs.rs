@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::http::StatusCode;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 use base64::Engine;
 use bytes::Bytes;
 use quire_client::{ClientError, LogEntry, LogWriter};
@@ -21,8 +21,9 @@ use quire_log::{LogConfig, LogMeta, Retention, Rollover};
 use quire_proto::v1;
 use serde::Deserialize;
 
+use crate::auth::Principal;
 use crate::error::ApiError;
-use crate::state::GatewayState;
+use crate::state::{GatewayState, HeldLog};
 
 type State = web::Data<Arc<GatewayState>>;
 
@@ -118,18 +119,71 @@ struct CreateBody {
     retention: Option<serde_json::Value>,
 }
 
+/// Milliseconds since this process started: the clock of a held log's
+/// last use (monotonic; only differences matter).
+fn uptime_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_millis() as u64
+}
+
+/// Whether `who` may change log `name` through a gateway: the principal
+/// it was created for, when it records one (403 otherwise). A log without
+/// one (made by the CLI or a library, or before principals were recorded)
+/// is left to the metadata service's rule on the gateway's certificate.
+fn log_principal_may(name: &str, recorded: &str, who: &Principal) -> Result<(), ApiError> {
+    if recorded.is_empty() || recorded == who.0 {
+        return Ok(());
+    }
+    Err(ApiError::forbidden(format!("log {name} is {recorded}'s; {} may read it, not change it", who.0)))
+}
+
+/// Who the request was authenticated as (the token guard put it there).
+fn principal(req: &HttpRequest) -> Principal {
+    req.extensions().get::<Principal>().cloned().unwrap_or_else(Principal::anonymous)
+}
+
+/// A log's claim in this gateway, held while it is taken over: a second
+/// takeover of the same log waits for the first (and then finds its
+/// writer), while other logs' takeovers go on. The entry goes with the
+/// last claim.
+struct Claim {
+    state: Arc<GatewayState>,
+    name: String,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.guard.take();
+        let mut claiming = self.state.claiming.lock().expect("claiming lock");
+        // Only the map's reference left: nobody holds or waits for it.
+        if claiming.get(&self.name).is_some_and(|c| Arc::strong_count(c) == 1) {
+            claiming.remove(&self.name);
+        }
+    }
+}
+
 impl GatewayState {
     /// The writer of `name` if this gateway holds it.
-    fn log_writer(&self, name: &str) -> Option<LogWriter> {
+    fn held_log(&self, name: &str) -> Option<HeldLog> {
         self.logs.lock().expect("logs lock").get(name).cloned()
     }
 
-    /// Takes the ownership lock of `name`, or says who holds it.
-    async fn take_lock(self: &Arc<Self>, name: &str) -> Result<u64, ApiError> {
+    /// Waits for, then holds, the claim of `name`.
+    async fn claim(self: &Arc<Self>, name: &str) -> Claim {
+        let lock = self.claiming.lock().expect("claiming lock").entry(name.to_string()).or_default().clone();
+        let guard = lock.lock_owned().await;
+        Claim { state: self.clone(), name: name.to_string(), guard: Some(guard) }
+    }
+
+    /// Takes the ownership lock of `name`, or says who holds it. With
+    /// `take_over`, takes it from its holder (an explicit takeover).
+    async fn take_lock(self: &Arc<Self>, name: &str, take_over: bool) -> Result<u64, ApiError> {
         let req = v1::AcquireLockRequest {
             name: lock_name(name),
             owner: self.owner.clone(),
             lease_ms: OWNER_LEASE.as_millis() as u32,
+            take_over,
         };
         match self.client.meta().call(req).await {
             Ok(r) => Ok(r.lock.map_or(0, |l| l.lock_id)),
@@ -154,26 +208,30 @@ impl GatewayState {
     /// out; a lease another took, or one that ran out, lets the writer go
     /// (another gateway may then take the log over, fencing it). A writer
     /// that stopped (fenced by a newer owner, or broken) gives its lease
-    /// up at once, so the log is not held by nobody's writer.
-    fn hold_log(self: &Arc<Self>, name: &str, writer: LogWriter, lock_id: u64) {
-        self.logs.lock().expect("logs lock").insert(name.to_string(), writer.clone());
+    /// up at once, so the log is not held by nobody's writer; so does one
+    /// unused for [`GatewayState::log_idle`], so that a gateway does not
+    /// hold every log it ever wrote.
+    fn hold_log(self: &Arc<Self>, name: &str, writer: LogWriter, principal: String, lock_id: u64) {
+        let used_ms = Arc::new(std::sync::atomic::AtomicU64::new(uptime_ms()));
+        let held = HeldLog { writer: writer.clone(), principal, used_ms: used_ms.clone() };
+        self.logs.lock().expect("logs lock").insert(name.to_string(), held);
         self.leases.lock().expect("leases lock").insert(name.to_string(), lock_id);
         let s = self.clone();
         let name = name.to_string();
         self.rt.spawn(async move {
-            let mut tick = tokio::time::interval(OWNER_LEASE / 3);
+            let mut tick = tokio::time::interval((OWNER_LEASE / 3).min(s.log_idle / 2));
             tick.tick().await;
             let mut renewed = tokio::time::Instant::now();
             let let_go = |why: &str| {
                 tracing::warn!(log = %name, why, "letting a log's writer go");
                 let mut logs = s.logs.lock().expect("logs lock");
-                if logs.get(&name).is_some_and(|w| w.same(&writer)) {
+                if logs.get(&name).is_some_and(|h| h.writer.same(&writer)) {
                     logs.remove(&name);
                 }
             };
             loop {
                 tick.tick().await;
-                if !s.log_writer(&name).is_some_and(|w| w.same(&writer)) {
+                if !s.held_log(&name).is_some_and(|h| h.writer.same(&writer)) {
                     s.release_lock(&name, lock_id).await;
                     return;
                 }
@@ -181,6 +239,24 @@ impl GatewayState {
                     let_go("it stopped");
                     s.release_lock(&name, lock_id).await;
                     return;
+                }
+                let idle_ms = uptime_ms().saturating_sub(used_ms.load(std::sync::atomic::Ordering::Relaxed));
+                if idle_ms >= s.log_idle.as_millis() as u64 {
+                    // Under the claim: an append taking it now waits, then
+                    // takes the log over (or finds it held elsewhere).
+                    let _claim = s.claim(&name).await;
+                    let idle_ms = uptime_ms().saturating_sub(used_ms.load(std::sync::atomic::Ordering::Relaxed));
+                    if idle_ms >= s.log_idle.as_millis() as u64 {
+                        tracing::info!(log = %name, idle_ms, "letting an idle log's writer go");
+                        {
+                            let mut logs = s.logs.lock().expect("logs lock");
+                            if logs.get(&name).is_some_and(|h| h.writer.same(&writer)) {
+                                logs.remove(&name);
+                            }
+                        }
+                        s.release_lock(&name, lock_id).await;
+                        return;
+                    }
                 }
                 let req = v1::RenewLockRequest { name: lock_name(&name), lock_id };
                 match s.client.meta().call(req).await {
@@ -199,22 +275,34 @@ impl GatewayState {
         });
     }
 
-    /// The writer of `name`: held here, or taken over now when its owner's
-    /// lease lapsed (NotOwner when another gateway holds it).
-    async fn writer_for(self: &Arc<Self>, name: &str) -> Result<LogWriter, ApiError> {
-        if let Some(w) = self.log_writer(name) {
-            return Ok(w);
+    /// The writer of `name` for `who`: held here, or taken over now when
+    /// its owner's lease lapsed (NotOwner when another gateway holds it,
+    /// Forbidden when the log is another principal's).
+    async fn writer_for(self: &Arc<Self>, name: &str, who: &Principal) -> Result<LogWriter, ApiError> {
+        let use_held = |h: HeldLog| {
+            log_principal_may(name, &h.principal, who)?;
+            h.used_ms.store(uptime_ms(), std::sync::atomic::Ordering::Relaxed);
+            Ok::<_, ApiError>(h.writer)
+        };
+        if let Some(h) = self.held_log(name) {
+            return use_held(h);
         }
-        let _one = self.claiming.lock().await;
-        if let Some(w) = self.log_writer(name) {
-            return Ok(w);
+        let _claim = self.claim(name).await;
+        if let Some(h) = self.held_log(name) {
+            return use_held(h);
         }
-        // Say NoSuchLog before taking a lock for a log that does not exist.
-        self.client.log_meta(name).await?;
-        let lock_id = self.take_lock(name).await?;
+        // NoSuchLog and Forbidden before taking a lock.
+        let meta = self.client.log_meta(name).await?;
+        log_principal_may(name, &meta.principal, who)?;
+        let lock_id = self.take_lock(name, false).await?;
+        self.open_held(name, meta.principal, lock_id).await
+    }
+
+    /// Takes log `name` over under lock grant `lock_id` and holds its writer.
+    async fn open_held(self: &Arc<Self>, name: &str, principal: String, lock_id: u64) -> Result<LogWriter, ApiError> {
         match self.client.open_log_writer(name, &self.owner).await {
             Ok(w) => {
-                self.hold_log(name, w.clone(), lock_id);
+                self.hold_log(name, w.clone(), principal, lock_id);
                 Ok(w)
             }
             Err(e) => {
@@ -222,6 +310,28 @@ impl GatewayState {
                 Err(e.into())
             }
         }
+    }
+
+    /// An explicit takeover: this gateway becomes the log's writer now,
+    /// taking its ownership lock from whoever holds it and fencing the
+    /// earlier owner (its next append fails with LogFenced, and its lease
+    /// renewal finds the lock gone). A writer this gateway holds and that
+    /// still works is kept as it is.
+    async fn take_over(self: &Arc<Self>, name: &str, who: &Principal) -> Result<LogMeta, ApiError> {
+        let _claim = self.claim(name).await;
+        let meta = self.client.log_meta(name).await?;
+        log_principal_may(name, &meta.principal, who)?;
+        if let Some(h) = self.held_log(name) {
+            if h.writer.broken().is_none() {
+                h.used_ms.store(uptime_ms(), std::sync::atomic::Ordering::Relaxed);
+                return Ok(h.writer.metadata().await);
+            }
+            self.drop_if_broken(name, &h.writer).await;
+        }
+        let lock_id = self.take_lock(name, true).await?;
+        tracing::info!(log = name, "taking a log over on request");
+        let w = self.open_held(name, meta.principal, lock_id).await?;
+        Ok(w.metadata().await)
     }
 
     async fn release_lock(&self, name: &str, lock_id: u64) {
@@ -254,7 +364,7 @@ impl GatewayState {
         }
         let gone = {
             let mut logs = self.logs.lock().expect("logs lock");
-            let ours = logs.get(name).is_some_and(|h| h.same(w));
+            let ours = logs.get(name).is_some_and(|h| h.writer.same(w));
             if ours {
                 logs.remove(name);
             }
@@ -264,9 +374,17 @@ impl GatewayState {
             tracing::warn!(log = name, "let a stopped log writer go");
         }
     }
+
+    /// Log `name`'s record, if `who` may change it.
+    async fn log_for(&self, name: &str, who: &Principal) -> Result<LogMeta, ApiError> {
+        let meta = self.client.log_meta(name).await?;
+        log_principal_may(name, &meta.principal, who)?;
+        Ok(meta)
+    }
 }
 
-pub async fn log_create(state: State, payload: web::Payload) -> Result<HttpResponse, ApiError> {
+pub async fn log_create(state: State, req: HttpRequest, payload: web::Payload) -> Result<HttpResponse, ApiError> {
+    let who = principal(&req);
     let raw = crate::api::read_body(&state, payload, 64 * 1024).await?;
     let b: CreateBody = json_body(&raw)?;
     quire_log::config::validate_name(&b.name).map_err(ApiError::bad_request)?;
@@ -303,11 +421,11 @@ pub async fn log_create(state: State, payload: web::Payload) -> Result<HttpRespo
                 Err(ClientError::NoSuchLog(_)) => {}
                 Err(e) => return Err(e.into()),
             }
-            let lock_id = s.take_lock(&name).await?;
-            match s.client.create_log(&name, config, &s.owner).await {
+            let lock_id = s.take_lock(&name, false).await?;
+            match s.client.create_log_for(&name, config, &s.owner, &who.0).await {
                 Ok(w) => {
                     let meta = w.metadata().await;
-                    s.hold_log(&name, w, lock_id);
+                    s.hold_log(&name, w, who.0, lock_id);
                     Ok(meta)
                 }
                 Err(e) => {
@@ -348,9 +466,11 @@ pub async fn log_get(state: State, req: HttpRequest) -> Result<HttpResponse, Api
 
 pub async fn log_delete(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let name = name_param(&req)?;
+    let who = principal(&req);
     let s = state.get_ref().clone();
     state
         .run(async move {
+            s.log_for(&name, &who).await?;
             s.client.delete_log(&name).await?;
             s.logs.lock().expect("logs lock").remove(&name);
             Ok(())
@@ -379,6 +499,7 @@ fn producer_of(producer_id: Option<String>, sequence: Option<u64>) -> Result<Opt
 
 async fn append_records(
     state: &State,
+    who: Principal,
     name: String,
     records: Vec<Bytes>,
     producer: Option<(String, u64)>,
@@ -386,7 +507,7 @@ async fn append_records(
     let s = state.get_ref().clone();
     state
         .run(async move {
-            let w = s.writer_for(&name).await?;
+            let w = s.writer_for(&name, &who).await?;
             let got = w.append_batch(records, producer.as_ref().map(|(p, q)| (p.as_str(), *q))).await;
             if got.is_err() {
                 s.drop_if_broken(&name, &w).await;
@@ -401,7 +522,7 @@ pub async fn log_append(state: State, req: HttpRequest, payload: web::Payload) -
     let q: AppendQuery = query(&req)?;
     let producer = producer_of(q.producer_id, q.sequence)?;
     let data = crate::api::read_entry_body(&state, payload).await?;
-    let offsets = append_records(&state, name, vec![data], producer).await?;
+    let offsets = append_records(&state, principal(&req), name, vec![data], producer).await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({ "offset": offsets[0] })))
 }
 
@@ -430,7 +551,7 @@ pub async fn log_append_batch(state: State, req: HttpRequest, payload: web::Payl
         }
         data.push(Bytes::from(bytes));
     }
-    let offsets = append_records(&state, name, data, producer).await?;
+    let offsets = append_records(&state, principal(&req), name, data, producer).await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({
         "first_offset": offsets[0],
         "last_offset": offsets[offsets.len() - 1],
@@ -510,8 +631,24 @@ struct TrimBody {
 pub async fn log_trim(state: State, req: HttpRequest, payload: web::Payload) -> Result<HttpResponse, ApiError> {
     let name = name_param(&req)?;
     let b: TrimBody = json_body(&crate::api::read_body(&state, payload, 4096).await?)?;
+    let who = principal(&req);
     let s = state.get_ref().clone();
-    let meta = state.run(async move { Ok(s.client.trim_log(&name, b.before).await?) }).await?;
+    let meta = state
+        .run(async move {
+            s.log_for(&name, &who).await?;
+            Ok(s.client.trim_log(&name, b.before).await?)
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(log_json(&meta)))
+}
+
+/// POST takeover: this gateway becomes the log's writer now, whoever holds
+/// it (an explicit takeover: the earlier owner is fenced, its lease taken).
+pub async fn log_take_over(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let name = name_param(&req)?;
+    let who = principal(&req);
+    let s = state.get_ref().clone();
+    let meta = state.run(async move { s.take_over(&name, &who).await }).await?;
     Ok(HttpResponse::Ok().json(log_json(&meta)))
 }
 
@@ -560,10 +697,21 @@ pub async fn cursor_put(state: State, req: HttpRequest, payload: web::Payload) -
         (Some("end"), None) => quire_client::CursorStart::End,
         (Some(other), None) => return Err(ApiError::bad_request(format!("from is start or end, not {other:?}"))),
     };
+    let who = principal(&req);
     let s = state.get_ref().clone();
     let c = state
         .run(async move {
-            match s.client.cursor(&name, &cursor).await {
+            let existing = s.client.cursor(&name, &cursor).await;
+            // A cursor that holds retention holds the log's space: only
+            // who may change the log makes one or moves one.
+            let holds = match &existing {
+                Ok(c) => c.holds_retention && moves,
+                Err(_) => b.holds_retention == Some(true),
+            };
+            if holds {
+                s.log_for(&name, &who).await?;
+            }
+            match existing {
                 Ok(existing) if !moves => {
                     // "Make sure it exists": as it stands, not rewound.
                     if b.holds_retention.is_some_and(|h| h != existing.holds_retention) {
@@ -612,15 +760,31 @@ pub async fn cursor_ack(state: State, req: HttpRequest, payload: web::Payload) -
     let name = name_param(&req)?;
     let cursor = cursor_param(&req)?;
     let b: AckBody = json_body(&crate::api::read_body(&state, payload, 4096).await?)?;
+    let who = principal(&req);
     let s = state.get_ref().clone();
-    let c = state.run(async move { Ok(s.client.move_cursor(&name, &cursor, b.ack, false).await?) }).await?;
+    let c = state
+        .run(async move {
+            if s.client.cursor(&name, &cursor).await?.holds_retention {
+                s.log_for(&name, &who).await?;
+            }
+            Ok(s.client.move_cursor(&name, &cursor, b.ack, false).await?)
+        })
+        .await?;
     Ok(HttpResponse::Ok().json(c.to_json()))
 }
 
 pub async fn cursor_delete(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let name = name_param(&req)?;
     let cursor = cursor_param(&req)?;
+    let who = principal(&req);
     let s = state.get_ref().clone();
-    state.run(async move { Ok(s.client.delete_cursor(&name, &cursor).await?) }).await?;
+    state
+        .run(async move {
+            if s.client.cursor(&name, &cursor).await?.holds_retention {
+                s.log_for(&name, &who).await?;
+            }
+            Ok(s.client.delete_cursor(&name, &cursor).await?)
+        })
+        .await?;
     Ok(HttpResponse::NoContent().finish())
 }

@@ -115,6 +115,12 @@ struct Args {
     /// of its ledger's ensemble); past it, 503 Overloaded.
     #[arg(long, env = "QUIRE_MAX_FOLLOWS", default_value_t = 1_024)]
     max_follows: usize,
+
+    /// A log this gateway writes and that saw no append for this long, in
+    /// milliseconds, is let go with its ownership lease (its next append,
+    /// here or at another gateway, takes it over). At least 1000.
+    #[arg(long, env = "QUIRE_LOG_IDLE_MS", default_value_t = 300_000)]
+    log_idle_ms: u64,
 }
 
 /// The HTTP listener: TCP_USER_TIMEOUT set on it is inherited by every
@@ -165,7 +171,8 @@ fn main() -> anyhow::Result<()> {
             writers: Mutex::new(HashMap::new()),
             logs: Mutex::new(HashMap::new()),
             leases: Mutex::new(HashMap::new()),
-            claiming: tokio::sync::Mutex::new(()),
+            claiming: Mutex::new(HashMap::new()),
+            log_idle: Duration::from_millis(args.log_idle_ms.max(1000)),
             // The boot's own instance id: two processes of one certificate
             // (a scaled service, a pod still stopping) never share a label,
             // so never share a lock grant.

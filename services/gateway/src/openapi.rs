@@ -229,6 +229,10 @@ pub fn schemas() -> Map<String, Value> {
                 "retention": object(&["max_age_ms", "max_bytes"], json!({ "max_age_ms": uint(), "max_bytes": uint() })),
                 "version": uint(),
                 "created_at_ms": uint(),
+                "principal": {
+                    "type": "string", "nullable": true,
+                    "description": "the HTTP principal the log was created for: only it may append, trim, take over, hold retention or delete through a gateway (null: none recorded)",
+                },
             }),
         ),
     );

@@ -18,6 +18,17 @@ pub struct Held {
     pub principal: Bytes,
 }
 
+/// The writer of a log this gateway owns, and who may write through it.
+#[derive(Clone)]
+pub struct HeldLog {
+    pub writer: quire_client::LogWriter,
+    /// The log's HTTP principal (empty: none recorded).
+    pub principal: String,
+    /// When it was last used, in ms since the gateway's start (idle logs
+    /// are let go).
+    pub used_ms: Arc<std::sync::atomic::AtomicU64>,
+}
+
 /// Shared by every HTTP worker.
 pub struct GatewayState {
     /// The client library.
@@ -25,11 +36,14 @@ pub struct GatewayState {
     /// Writers of the ledgers this gateway created, by ledger id.
     pub writers: Mutex<HashMap<u64, Held>>,
     /// Writers of the logs this gateway owns (holds the lease of), by name.
-    pub logs: Mutex<HashMap<String, quire_client::LogWriter>>,
+    pub logs: Mutex<HashMap<String, HeldLog>>,
     /// The lock grant of each log this gateway owns, by name.
     pub leases: Mutex<HashMap<String, u64>>,
-    /// One takeover at a time in this gateway.
-    pub claiming: tokio::sync::Mutex<()>,
+    /// One takeover at a time per log (a takeover of one log never waits
+    /// on another's): the claim of each log being taken over now.
+    pub claiming: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// A log's writer unused this long is let go, with its lease.
+    pub log_idle: std::time::Duration,
     /// This process's label in a log's owner and its lock (`pid@http address`).
     pub owner: String,
     /// The runtime the client lives on (quinn, writer actors): handlers run

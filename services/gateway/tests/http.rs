@@ -742,7 +742,7 @@ fn the_openapi_document_lists_every_route_and_each_one_answers() {
             assert_ne!(v["error"], "NotFound", "{method} {path} is documented but not routed");
         }
     }
-    assert_eq!(ops, 30, "every route of the API v1 table");
+    assert_eq!(ops, 31, "every route of the API v1 table");
     // And an undocumented path is not routed.
     let (status, v) = g.json("GET", "/v1/undocumented", "");
     assert_eq!((status, error_of(&v)), (404, "NotFound"));
@@ -864,6 +864,8 @@ fn the_openapi_document_lists_every_route_and_each_one_answers() {
     check("GET", "/v1/logs/{name}/records", "/v1/logs/doc/records?cursor=c1", "");
     check("DELETE", "/v1/logs/{name}/cursors/{cursor}", "/v1/logs/doc/cursors/c1", "");
     check("DELETE", "/v1/logs/{name}/cursors/{cursor}", "/v1/logs/doc/cursors/c1", "");
+    check("POST", "/v1/logs/{name}/takeover", "/v1/logs/doc/takeover", "");
+    check("POST", "/v1/logs/{name}/takeover", "/v1/logs/nolog/takeover", "");
     check("POST", "/v1/logs/{name}/trim", "/v1/logs/doc/trim", r#"{"before":2}"#);
     check("GET", "/v1/logs/{name}/records", "/v1/logs/doc/records?from=0", "");
     check("POST", "/v1/logs/{name}/trim", "/v1/logs/doc/trim", r#"{"before":1}"#);
@@ -1199,6 +1201,9 @@ fn a_log_is_appended_read_followed_trimmed_and_deleted_over_http() {
         ("POST", "/v1/logs/orders/records:batch", r#"{"records":["%%%"]}"#, 400),
         ("POST", "/v1/logs/orders/trim", r#"{"before":"x"}"#, 400),
         ("POST", "/v1/logs/orders/trim", r#"{"before":99}"#, 400),
+        ("POST", "/v1/logs/orders/cursors/billing", r#"{"ack":99}"#, 400),
+        ("PUT", "/v1/logs/orders/cursors/billing", r#"{"position":99}"#, 400),
+        ("PUT", "/v1/logs/orders/cursors/ahead", r#"{"position":99}"#, 400),
         ("POST", "/v1/logs", r#"{"name":"q","ensemble":2,"write_quorum":3}"#, 400),
     ] {
         let (status, v) = g.json(method, path, body);
@@ -1283,6 +1288,131 @@ fn a_gateway_that_stops_gives_its_logs_up_at_once() {
     g._proc.terminate(Duration::from_secs(30)).unwrap();
     let (status, b) = call(&other, "POST", "/v1/logs/handover/records", None, b"b0");
     assert_eq!((status, json(&b)["offset"].as_u64()), (200, Some(1)), "{}", String::from_utf8_lossy(&b));
+}
+
+/// An explicit takeover moves a log between gateways at once: the one
+/// asked takes the lock from the owner and fences it; the earlier owner's
+/// next append is refused (LogFenced, then NotOwner naming the new one),
+/// never acknowledged; offsets run on. Asked of the owner, it changes
+/// nothing.
+#[test]
+fn an_explicit_takeover_moves_a_log_to_the_gateway_asked_and_fences_the_owner() {
+    let g = start();
+    let (_second, other) = second_gateway(&g);
+    let (status, v) = g.json("POST", "/v1/logs", r#"{"name":"moved"}"#);
+    assert_eq!(status, 201, "{v}");
+    for i in 0..3u64 {
+        let (status, b) = g.call("POST", "/v1/logs/moved/records", None, format!("a{i}").as_bytes());
+        assert_eq!((status, json(&b)["offset"].as_u64()), (200, Some(i)));
+    }
+    let (status, v) = g.json("POST", "/v1/logs/moved/takeover", "");
+    assert_eq!((status, v["epoch"].as_u64()), (200, Some(1)), "the owner asked: nothing moves: {v}");
+    let (status, v) = json_call(&other, "POST", "/v1/logs/missing/takeover");
+    assert_eq!((status, error_of(&v)), (404, "NoSuchLog"), "{v}");
+    let (status, v) = json_call(&other, "POST", "/v1/logs/moved/takeover");
+    assert_eq!((status, v["epoch"].as_u64()), (200, Some(2)), "{v}");
+    assert!(v["owner"].as_str().unwrap().contains('@'), "{v}");
+    let (status, b) = call(&other, "POST", "/v1/logs/moved/records", None, b"b0");
+    assert_eq!((status, json(&b)["offset"].as_u64()), (200, Some(3)), "{}", String::from_utf8_lossy(&b));
+    // The earlier owner acknowledges nothing more: its writer is fenced
+    // (LogFenced), or already let go when its lease renewal found the
+    // lock taken (NotOwner); then it names the new owner.
+    let (status, v) = g.json("POST", "/v1/logs/moved/records", "x");
+    assert!(status == 409 && ["LogFenced", "NotOwner"].contains(&error_of(&v)), "{v}");
+    let (status, v) = g.json("POST", "/v1/logs/moved/records", "x");
+    assert_eq!((status, error_of(&v)), (409, "NotOwner"), "{v}");
+    assert!(v["message"].as_str().unwrap().contains("gateway/2:"), "{v}");
+    let mut got = Vec::new();
+    while got.len() < 4 {
+        let path = format!("/v1/logs/moved/records?from={}&follow=true&wait_ms=5000", got.len());
+        let (status, v) = g.json("GET", &path, "");
+        assert_eq!(status, 200, "{v}");
+        got.extend(v["records"].as_array().unwrap().clone());
+    }
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let data: Vec<String> =
+        got.iter().map(|r| String::from_utf8(b64.decode(r["data"].as_str().unwrap()).unwrap()).unwrap()).collect();
+    assert_eq!(data, ["a0", "a1", "a2", "b0"]);
+}
+
+/// A gateway lets a log it no longer writes go (--log-idle-ms), with its
+/// lease: another gateway then takes it over at its first append, without
+/// waiting for the first to stop. While appends keep coming, the owner
+/// keeps it.
+#[test]
+fn a_gateway_lets_an_idle_log_go() {
+    let g = start_args(None, 3, false, &["--log-idle-ms", "1500"]);
+    let (_second, other) = second_gateway(&g);
+    let (status, v) = g.json("POST", "/v1/logs", r#"{"name":"quiet"}"#);
+    assert_eq!(status, 201, "{v}");
+    // Busy for longer than the idle limit: held all along.
+    let busy_until = std::time::Instant::now() + Duration::from_secs(3);
+    let mut n = 0;
+    while std::time::Instant::now() < busy_until {
+        let (status, _) = g.call("POST", "/v1/logs/quiet/records", None, b"a");
+        assert_eq!(status, 200);
+        n += 1;
+        let (status, v) = json_call(&other, "POST", "/v1/logs/quiet/records");
+        assert_eq!((status, error_of(&v)), (409, "NotOwner"), "{v}");
+    }
+    // Then idle: let go, well within a lease's renewals.
+    let offset = quire_testkit::wait_until(Duration::from_secs(8), "the idle log to be let go", || {
+        let (status, b) = call(&other, "POST", "/v1/logs/quiet/records", None, b"b");
+        (status == 200).then(|| json(&b)["offset"].as_u64().unwrap())
+    })
+    .unwrap();
+    assert_eq!(offset, n, "offsets run on");
+    assert!(g._proc.log().contains("letting an idle log's writer go"), "the first let it go (not a lapse)");
+}
+
+/// A log created over HTTP is its principal's to append to, trim, take
+/// over, hold the retention of and delete; another principal may read it
+/// and keep a cursor of its own, nothing more.
+#[test]
+fn a_log_created_over_http_is_its_principals_to_change() {
+    let g = start_with_token(Some("s3cret"));
+    let (a, b) = ([("Authorization", "Bearer s3cret")], [("Authorization", "Bearer other-token")]);
+    let j = Some("application/json");
+    let (status, _, body) = call_with(&g.http, "POST", "/v1/logs", j, &a, br#"{"name":"mine"}"#);
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+    let principal = json(&body)["principal"].as_str().unwrap().to_string();
+    assert!(principal.starts_with("token-") && !principal.contains("s3cret"), "{principal}");
+    for i in 0..2 {
+        let (status, _, body) =
+            call_with(&g.http, "POST", "/v1/logs/mine/records", None, &a, format!("a{i}").as_bytes());
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    }
+    for (method, path, body) in [
+        ("POST", "/v1/logs/mine/records", &b"x"[..]),
+        ("POST", "/v1/logs/mine/records:batch", &br#"{"records":["eA=="]}"#[..]),
+        ("POST", "/v1/logs/mine/trim", &br#"{"before":1}"#[..]),
+        ("POST", "/v1/logs/mine/takeover", &b""[..]),
+        ("PUT", "/v1/logs/mine/cursors/hog", &br#"{"holds_retention":true}"#[..]),
+        ("DELETE", "/v1/logs/mine", &b""[..]),
+    ] {
+        let (status, _, got) = call_with(&g.http, method, path, j, &b, body);
+        assert_eq!((status, error_of(&json(&got))), (403, "Forbidden"), "{method} {path}");
+    }
+    // Reads, and a cursor that holds nothing, are anyone's.
+    let path = "/v1/logs/mine/records?from=1&follow=true&wait_ms=5000";
+    let (status, _, got) = call_with(&g.http, "GET", path, None, &b, b"");
+    assert_eq!((status, json(&got)["next"].as_u64()), (200, Some(2)));
+    let (status, _, got) = call_with(&g.http, "PUT", "/v1/logs/mine/cursors/reader", j, &b, b"");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&got));
+    let (status, _, got) = call_with(&g.http, "POST", "/v1/logs/mine/cursors/reader", j, &b, br#"{"ack":2}"#);
+    assert_eq!((status, json(&got)["position"].as_u64()), (200, Some(2)));
+    // The owner's holding cursor is the owner's to move.
+    let (status, _, _) = call_with(&g.http, "PUT", "/v1/logs/mine/cursors/hold", j, &a, br#"{"holds_retention":true}"#);
+    assert_eq!(status, 200);
+    for (method, body) in [("POST", &br#"{"ack":1}"#[..]), ("PUT", &br#"{"position":2}"#[..]), ("DELETE", &b""[..])] {
+        let (status, _, got) = call_with(&g.http, method, "/v1/logs/mine/cursors/hold", j, &b, body);
+        assert_eq!((status, error_of(&json(&got))), (403, "Forbidden"), "{method}");
+    }
+    let (status, _, got) = call_with(&g.http, "GET", "/v1/logs/mine/cursors/hold", None, &b, b"");
+    assert_eq!((status, json(&got)["position"].as_u64()), (200, Some(0)), "unmoved");
+    let (status, _, _) = call_with(&g.http, "POST", "/v1/logs/mine/takeover", None, &a, b"");
+    assert_eq!(status, 200);
+    assert_eq!(call_with(&g.http, "DELETE", "/v1/logs/mine", None, &a, b"").0, 204);
 }
 
 /// Another gateway (certificate gateway/2) on `g`'s cluster: its process

@@ -114,6 +114,17 @@ impl MetaState {
             return Err(Refusal::BadRequest(format!("log {name} starts at epoch 1 with nothing trimmed")));
         }
         log.record.check().map_err(invalid)?;
+        // An HTTP principal is a gateway's word about its caller: only a
+        // gateway may name one.
+        if !log.principal.is_empty() {
+            if caller.role != "gateway" {
+                return Err(Refusal::PermissionDenied(format!(
+                    "log {name}: only a gateway names an HTTP principal, not {}",
+                    caller.identity()
+                )));
+            }
+            quire_log::config::validate_principal(&log.principal).map_err(Refusal::BadRequest)?;
+        }
         self.check_joining(first, &name, caller)?;
         log.producers = quire_log::Producers::default();
         log.creator = caller.identity();
@@ -224,6 +235,7 @@ impl MetaState {
             };
         }
         log.creator = stored.creator.clone();
+        log.principal = stored.principal.clone();
         log.created_at_ms = stored.created_at_ms;
         log.version = stored.version + 1;
         self.logs.insert(name.clone(), log.clone());
@@ -394,6 +406,7 @@ mod tests {
             creator: String::new(),
             created_at_ms: 0,
             version: 0,
+            principal: String::new(),
         }
     }
 
@@ -532,6 +545,47 @@ mod tests {
         let stale_roll = log2.record.roll(1, 4, l3.ledger_id).unwrap();
         let out = update(&mut s, &log2, stale_roll, vec![], &gw());
         assert_eq!(out, Outcome::Refused(Refusal::VersionConflict { actual: 3 }));
+    }
+
+    /// A log's HTTP principal is a gateway's to name, at creation only: no
+    /// other role names one, no update changes it, and it survives the
+    /// Raft command's encoding (which the record's own skips).
+    #[test]
+    fn only_a_gateway_names_a_logs_principal_and_nothing_changes_it() {
+        let mut s = MetaState::default();
+        let l1 = ledger(&mut s, "client/app");
+        let app = Caller { role: "client".into(), id: "app".into() };
+        let create = |name: &str, principal: &str, caller: &Caller, ledger_id: u64| Command::CreateLogFor {
+            log: meta(LogRecord::new(name, "o", ledger_id)),
+            principal: principal.into(),
+            caller: caller.clone(),
+            now_ms: 0,
+        };
+        let o = s.apply(create("l", "alice", &app, l1.ledger_id)).0;
+        assert!(matches!(o, Outcome::Refused(Refusal::PermissionDenied(_))), "{o:?}");
+        let g1 = ledger(&mut s, "gateway/1");
+        for bad in ["a/b".to_string(), "x".repeat(65)] {
+            let o = s.apply(create("l", &bad, &gw(), g1.ledger_id)).0;
+            assert!(matches!(o, Outcome::Refused(Refusal::BadRequest(_))), "{bad:?}: {o:?}");
+        }
+        let cmd = create("l", "alice", &gw(), g1.ledger_id);
+        let cmd: Command = postcard::from_bytes(&postcard::to_stdvec(&cmd).unwrap()).unwrap();
+        let log = stored(s.apply(cmd).0);
+        assert_eq!(log.principal, "alice");
+        // An update naming another principal (or none) leaves it.
+        let g2 = ledger(&mut s, "gateway/1");
+        let claim = Log { principal: "mallory".into(), ..log.clone() };
+        let rolled = log.record.roll(1, 0, g2.ledger_id).unwrap();
+        let log = stored(update(&mut s, &claim, rolled, vec![closed(&g1, 0)], &gw()));
+        assert_eq!((log.principal.as_str(), s.logs["l"].principal.as_str()), ("alice", "alice"));
+        // The older command names none, whatever its record says.
+        let g3 = ledger(&mut s, "gateway/1");
+        let old = Command::CreateLog {
+            log: Log { principal: "alice".into(), ..meta(LogRecord::new("m", "o", g3.ledger_id)) },
+            caller: gw(),
+            now_ms: 0,
+        };
+        assert_eq!(stored(s.apply(old).0).principal, "");
     }
 
     /// Who may change a log: its creator (any gateway for a gateway's), the

@@ -418,7 +418,11 @@ impl quire_rpc::Service for MetaService {
                         format!("{me}:{}", a.owner)
                     };
                     let lease_ms = u64::from(a.lease_ms).clamp(LEASE_MS_MIN, LEASE_MS_MAX);
-                    let cmd = Command::AcquireLock { name: a.name, owner, lease_ms, now_ms: now_ms() };
+                    let cmd = if a.take_over {
+                        Command::TakeLock { name: a.name, owner, lease_ms, now_ms: now_ms() }
+                    } else {
+                        Command::AcquireLock { name: a.name, owner, lease_ms, now_ms: now_ms() }
+                    };
                     match proposer.propose(cmd).await? {
                         Outcome::Lock(l) => Ok(v1::AcquireLockResponse { lock: Some(lock_to_wire(&l)) }.into()),
                         other => Err(ServiceError::internal(format!("unexpected outcome {other:?}"))),
@@ -519,7 +523,14 @@ impl quire_rpc::Service for MetaService {
                 Req::CreateLog(c) => {
                     let wire = c.log.ok_or_else(|| ServiceError::bad_request("create without a log"))?;
                     let log = Log::from_wire(&wire).map_err(ServiceError::bad_request)?;
-                    let cmd = Command::CreateLog { log, caller: caller_of(&ctx.peer), now_ms: now_ms() };
+                    let (caller, now_ms) = (caller_of(&ctx.peer), now_ms());
+                    // The older command where it does: a replica not yet
+                    // upgraded still applies it.
+                    let cmd = if log.principal.is_empty() {
+                        Command::CreateLog { log, caller, now_ms }
+                    } else {
+                        Command::CreateLogFor { principal: log.principal.clone(), log, caller, now_ms }
+                    };
                     let (log, _) = log_outcome(proposer.propose(cmd).await?)?;
                     Ok(v1::CreateLogResponse { log: Some(log) }.into())
                 }

@@ -340,7 +340,17 @@ pub enum Command {
     PutCursor { cursor: quire_log::Cursor, expected_version: u64, seek: bool, now_ms: u64, caller: Caller },
     /// Delete a cursor.
     DeleteCursor { log: String, name: String, caller: Caller },
+    /// CreateLog for an HTTP principal, which the log's encoding skips
+    /// ([`Log::principal`](quire_log::LogMeta::principal)), so it goes beside it.
+    CreateLogFor { log: Log, principal: String, caller: Caller, now_ms: u64 },
+    /// AcquireLock whoever holds it (an explicit takeover of a log's
+    /// ownership lock): a new grant, so the holder's renewals fail.
+    TakeLock { name: String, owner: String, lease_ms: u64, now_ms: u64 },
 }
+
+/// The names of logs' ownership locks start so (a gateway's lock on
+/// log `x` is `log/x`); only these may be taken over.
+pub const LOG_LOCK_PREFIX: &str = "log/";
 
 /// A log (issue #23): its chain of ledgers, settings and producer table.
 pub use quire_log::LogMeta as Log;
@@ -666,6 +676,38 @@ impl MetaState {
         }
     }
 
+    /// Grants lock `name` to `owner` for `lease_ms`: if it is free, its
+    /// lease ran out, or `owner` holds it already; or, with `take_over`,
+    /// whoever holds it. Every grant is a new lock id, so an earlier
+    /// grant's renewals and releases fail.
+    fn grant_lock(
+        &mut self,
+        name: String,
+        owner: String,
+        lease_ms: u64,
+        now_ms: u64,
+        take_over: bool,
+    ) -> Result<(Outcome, Vec<Touched>), Refusal> {
+        if name.is_empty() || owner.is_empty() {
+            return Err(Refusal::BadRequest("a lock needs a name and an owner".into()));
+        }
+        if let Some(cur) = self.locks.get(&name) {
+            if !take_over && cur.owner != owner && cur.expires_at_ms > now_ms {
+                return Err(Refusal::LockHeld(format!(
+                    "{name} is held by {} for {} ms more",
+                    cur.owner,
+                    cur.expires_at_ms - now_ms
+                )));
+            }
+        }
+        let lock_id = self.next_lock_id.max(1);
+        self.next_lock_id = lock_id + 1;
+        let lock =
+            Lock { name: name.clone(), owner, lock_id, lease_ms, expires_at_ms: now_ms.saturating_add(lease_ms) };
+        self.locks.insert(name.clone(), lock.clone());
+        Ok((Outcome::Lock(lock), vec![Touched::Lock(name), Touched::Counters]))
+    }
+
     /// Past [`CREATES_KEPT`] request ids, the older half is forgotten (by
     /// ledger id: creation order). Returns the ids forgotten.
     fn forget_old_creates(&mut self) -> Vec<String> {
@@ -901,30 +943,14 @@ impl MetaState {
                 }
                 Ok((Outcome::Mark(left), vec![Touched::Mark(ledger_id)]))
             }
+            Command::TakeLock { name, owner, lease_ms, now_ms } => {
+                if !name.starts_with(LOG_LOCK_PREFIX) {
+                    return Err(Refusal::BadRequest(format!("only a log's lock ({LOG_LOCK_PREFIX}...) is taken over")));
+                }
+                self.grant_lock(name, owner, lease_ms, now_ms, true)
+            }
             Command::AcquireLock { name, owner, lease_ms, now_ms } => {
-                if name.is_empty() || owner.is_empty() {
-                    return Err(Refusal::BadRequest("a lock needs a name and an owner".into()));
-                }
-                if let Some(cur) = self.locks.get(&name) {
-                    if cur.owner != owner && cur.expires_at_ms > now_ms {
-                        return Err(Refusal::LockHeld(format!(
-                            "{name} is held by {} for {} ms more",
-                            cur.owner,
-                            cur.expires_at_ms - now_ms
-                        )));
-                    }
-                }
-                let lock_id = self.next_lock_id.max(1);
-                self.next_lock_id = lock_id + 1;
-                let lock = Lock {
-                    name: name.clone(),
-                    owner,
-                    lock_id,
-                    lease_ms,
-                    expires_at_ms: now_ms.saturating_add(lease_ms),
-                };
-                self.locks.insert(name.clone(), lock.clone());
-                Ok((Outcome::Lock(lock), vec![Touched::Lock(name), Touched::Counters]))
+                self.grant_lock(name, owner, lease_ms, now_ms, false)
             }
             Command::UpdateLedgerAs { ledger, expected_version, caller } => {
                 let stored = self.ledgers.get(&ledger.ledger_id).ok_or(Refusal::NoSuchLedger(ledger.ledger_id))?;
@@ -975,7 +1001,14 @@ impl MetaState {
                 self.revoked_version += 1;
                 Ok((Outcome::Revocations(self.revoked_version), vec![Touched::Revoked(serial), Touched::Counters]))
             }
-            Command::CreateLog { log, caller, now_ms } => self.create_log(log, &caller, now_ms),
+            Command::CreateLog { mut log, caller, now_ms } => {
+                log.principal = String::new();
+                self.create_log(log, &caller, now_ms)
+            }
+            Command::CreateLogFor { mut log, principal, caller, now_ms } => {
+                log.principal = principal;
+                self.create_log(log, &caller, now_ms)
+            }
             Command::UpdateLog { log, expected_version, ledgers, caller, now_ms } => {
                 self.update_log(log, expected_version, ledgers, &caller, now_ms)
             }
@@ -1724,6 +1757,39 @@ mod tests {
         assert_eq!(s.live_lock("auditor", 2600).map(|l| l.owner.as_str()), Some("a2"));
         s.apply(Command::ReleaseLock { name: "auditor".into(), lock_id: b.lock_id });
         assert!(s.live_lock("auditor", 2600).is_none());
+    }
+
+    /// A log's ownership lock is taken from a live holder only by an
+    /// explicit takeover; the holder's grant is void from then on. No other
+    /// lock (the auditor's election, a repair claim) can be taken so.
+    #[test]
+    fn only_a_logs_lock_is_taken_over_and_the_holders_grant_is_void() {
+        let mut s = MetaState::default();
+        let acq = |name: &str, owner: &str| Command::AcquireLock {
+            name: name.into(),
+            owner: owner.into(),
+            lease_ms: 10_000,
+            now_ms: 100,
+        };
+        let take = |name: &str, owner: &str| Command::TakeLock {
+            name: name.into(),
+            owner: owner.into(),
+            lease_ms: 10_000,
+            now_ms: 200,
+        };
+        let Outcome::Lock(a) = s.apply(acq("log/l", "gw-a")).0 else { panic!() };
+        assert!(matches!(s.apply(acq("log/l", "gw-b")).0, Outcome::Refused(Refusal::LockHeld(_))));
+        let Outcome::Lock(b) = s.apply(take("log/l", "gw-b")).0 else { panic!() };
+        assert_eq!((b.owner.as_str(), b.expires_at_ms), ("gw-b", 10_200));
+        assert!(matches!(
+            s.apply(Command::RenewLock { name: "log/l".into(), lock_id: a.lock_id, now_ms: 300 }).0,
+            Outcome::Refused(Refusal::LeaseExpired(_))
+        ));
+        s.apply(Command::ReleaseLock { name: "log/l".into(), lock_id: a.lock_id });
+        assert_eq!(s.live_lock("log/l", 300).map(|l| l.owner.as_str()), Some("gw-b"), "the old grant releases nothing");
+        s.apply(acq("auditor", "a1"));
+        assert!(matches!(s.apply(take("auditor", "a2")).0, Outcome::Refused(Refusal::BadRequest(_))));
+        assert_eq!(s.live_lock("auditor", 300).map(|l| l.owner.as_str()), Some("a1"));
     }
 
     #[test]

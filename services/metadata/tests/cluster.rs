@@ -443,13 +443,13 @@ async fn autorecovery_bookkeeping_marks_locks_and_watches() {
     let w1 = MetaClient::new(cluster.rpc(Role::ReplicationWorker, "1"), cluster.addrs(), MetaClientOptions::default());
     let name = format!("replicate/{}", l.ledger_id);
     let lock = w1
-        .call(v1::AcquireLockRequest { name: name.clone(), owner: "worker-1".into(), lease_ms: 1500 })
+        .call(v1::AcquireLockRequest { name: name.clone(), owner: "worker-1".into(), lease_ms: 1500, take_over: false })
         .await
         .unwrap()
         .lock
         .unwrap();
     let err = w1
-        .call(v1::AcquireLockRequest { name: name.clone(), owner: "worker-2".into(), lease_ms: 1500 })
+        .call(v1::AcquireLockRequest { name: name.clone(), owner: "worker-2".into(), lease_ms: 1500, take_over: false })
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::LockHeld), "{err}");
@@ -460,7 +460,8 @@ async fn autorecovery_bookkeeping_marks_locks_and_watches() {
     // lock (and so stop autorecovery) nor renew or release the worker's
     // grant, though its id is public; the grant stays the worker's.
     let b1 = MetaClient::new(cluster.rpc(Role::Bookie, "1"), cluster.addrs(), MetaClientOptions::default());
-    let take_auditor = v1::AcquireLockRequest { name: "auditor".into(), owner: "auditor/1".into(), lease_ms: 1500 };
+    let take_auditor =
+        v1::AcquireLockRequest { name: "auditor".into(), owner: "auditor/1".into(), lease_ms: 1500, take_over: false };
     assert_eq!(b1.call(take_auditor).await.unwrap_err().code(), Some(ErrorCode::PermissionDenied));
     let renew = v1::RenewLockRequest { name: name.clone(), lock_id: lock.lock_id };
     assert_eq!(b1.call(renew).await.unwrap_err().code(), Some(ErrorCode::PermissionDenied));
@@ -679,7 +680,7 @@ async fn an_outage_longer_than_a_lease_expires_no_registration_and_no_lock() {
         MetaClient::new(cluster.rpc(Role::ReplicationWorker, "1"), cluster.addrs(), MetaClientOptions::default());
     let name = "replicate/7".to_string();
     let lock = worker
-        .call(v1::AcquireLockRequest { name: name.clone(), owner: "worker-1".into(), lease_ms })
+        .call(v1::AcquireLockRequest { name: name.clone(), owner: "worker-1".into(), lease_ms, take_over: false })
         .await
         .unwrap()
         .lock
@@ -739,7 +740,7 @@ async fn an_outage_longer_than_a_lease_expires_no_registration_and_no_lock() {
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", logs()));
     let err = worker
-        .call(v1::AcquireLockRequest { name: name.clone(), owner: "worker-2".into(), lease_ms })
+        .call(v1::AcquireLockRequest { name: name.clone(), owner: "worker-2".into(), lease_ms, take_over: false })
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::LockHeld), "{err}");

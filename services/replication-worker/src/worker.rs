@@ -171,7 +171,9 @@ async fn repair_one(
     let name = format!("replicate/{ledger_id}");
     let meta = client.meta().clone();
     let lease_ms = cfg.claim_lease.as_millis() as u32;
-    let lock = match meta.call(v1::AcquireLockRequest { name: name.clone(), owner: cfg.owner.clone(), lease_ms }).await
+    let lock = match meta
+        .call(v1::AcquireLockRequest { name: name.clone(), owner: cfg.owner.clone(), lease_ms, take_over: false })
+        .await
     {
         Ok(r) => r.lock.ok_or_else(|| ClientError::MetadataUnavailable("lock answer without a lock".into()))?,
         Err(e) if e.code() == Some(ErrorCode::LockHeld) => return Ok(false),

@@ -269,6 +269,34 @@ async fn a_cursor_remembers_where_its_reader_stands_and_holds_retention() {
     let again = quire_client::LogCursor::open(&client, "feed", "billing", Duration::ZERO).await.unwrap();
     assert_eq!(again.next(1, Duration::from_secs(5)).await.unwrap()[0].offset, 6);
 
+    // Nothing stands past the log's end (10): not an ack, a seek or a new cursor.
+    for (what, got) in [
+        ("an ack", client.move_cursor("feed", "live", 11, false).await),
+        ("a seek", client.move_cursor("feed", "live", 1 << 40, true).await),
+        ("a creation", client.create_cursor("feed", "ahead", quire_client::CursorStart::At(11), false).await),
+    ] {
+        assert!(matches!(&got, Err(ClientError::BadRequest(m)) if m.contains("past the log's end")), "{what}: {got:?}");
+    }
+    assert_eq!(client.move_cursor("feed", "live", 10, true).await.unwrap().position, 10, "the end itself is fine");
+
+    // An ack past what the reader read is refused.
+    assert!(matches!(again.ack(9).await, Err(ClientError::BadRequest(_))), "acks only what it read");
+    // A seek back (someone wants records 6.. again) is not undone by a
+    // reader that still acknowledges from before it: its flush adopts it.
+    let got = again.next(3, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(got.last().unwrap().offset, 9);
+    let reader = quire_client::LogCursor::open(&client, "feed", "billing", Duration::from_secs(3600)).await.unwrap();
+    reader.next(3, Duration::from_secs(5)).await.unwrap();
+    reader.ack(9).await.unwrap();
+    assert_eq!(reader.flush().await.unwrap().position, 9);
+    assert_eq!(client.move_cursor("feed", "billing", 7, true).await.unwrap().position, 7, "an operator seeks back");
+    again.ack(9).await.unwrap();
+    let after = again.flush().await.unwrap();
+    assert_eq!(after.position, 7, "the stale reader's flush left the seek standing");
+    assert_eq!(client.cursor("feed", "billing").await.unwrap().position, 7);
+    assert_eq!(again.next(1, Duration::from_secs(5)).await.unwrap()[0].offset, 7, "and it reads on from the seek");
+    assert_eq!(client.move_cursor("feed", "billing", 6, true).await.unwrap().position, 6);
+
     // The holding cursor at 6 stops a trim to 8; the one that holds nothing does not count.
     assert!(matches!(client.trim_log("feed", 8).await, Err(ClientError::BadRequest(m)) if m.contains("billing")));
     assert_eq!(client.trim_log("feed", 4).await.unwrap().record.trim_before, 4);

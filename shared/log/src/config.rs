@@ -75,6 +75,22 @@ pub fn validate_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// Longest HTTP principal a log records (the gateway's token file allows 64).
+pub const PRINCIPAL_MAX_BYTES: usize = 64;
+
+/// Whether `p` is an HTTP principal as the gateway names them: 1 to 64
+/// of `[A-Za-z0-9._-]`.
+pub fn validate_principal(p: &str) -> Result<(), String> {
+    let ok = !p.is_empty()
+        && p.len() <= PRINCIPAL_MAX_BYTES
+        && p.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("principal {p:?}: 1 to {PRINCIPAL_MAX_BYTES} of A-Z a-z 0-9 . _ -"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,6 +23,14 @@ pub struct LogMeta {
     pub created_at_ms: u64,
     /// Bumped by every update: the CAS token.
     pub version: u64,
+    /// The HTTP principal a gateway created it for (empty: none). Only
+    /// that principal may append to it, trim it, take it over, hold its
+    /// retention or delete it through a gateway; anyone may read it. Set
+    /// at creation and never changed. (Skipped by serde: the metadata
+    /// service stores it after the encoded record, so that records, Raft
+    /// commands and snapshots written before it still decode.)
+    #[serde(skip)]
+    pub principal: String,
 }
 
 impl LogMeta {
@@ -50,6 +58,7 @@ impl LogMeta {
             "retention": { "max_age_ms": c.retention.max_age_ms, "max_bytes": c.retention.max_bytes },
             "version": self.version,
             "created_at_ms": self.created_at_ms,
+            "principal": if self.principal.is_empty() { serde_json::Value::Null } else { self.principal.clone().into() },
         })
     }
 
@@ -97,6 +106,7 @@ impl LogMeta {
             version: self.version,
             creator: self.creator.clone(),
             cursors: Vec::new(),
+            principal: self.principal.clone(),
         }
     }
 
@@ -152,6 +162,7 @@ impl LogMeta {
             creator: m.creator.clone(),
             created_at_ms: m.created_at_ms,
             version: m.version,
+            principal: m.principal.clone(),
         })
     }
 }
@@ -179,6 +190,7 @@ mod tests {
             creator: "gateway/1".into(),
             created_at_ms: 11,
             version: 4,
+            principal: "alice".into(),
         };
         assert_eq!(LogMeta::from_wire(&log.to_wire()).unwrap(), log);
         let mut bad = log.to_wire();

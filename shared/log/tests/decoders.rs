@@ -30,6 +30,7 @@ fn valid_meta(segments: u64, trim: u64) -> Vec<u8> {
         creator: "client-1".into(),
         created_at_ms: 1,
         version: 4,
+        principal: String::new(),
     };
     meta.to_wire().encode_to_vec()
 }

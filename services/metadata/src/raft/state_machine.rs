@@ -65,7 +65,34 @@ struct SnapshotLogs {
     cursors: Vec<quire_log::Cursor>,
 }
 
-/// A snapshot's bytes: the state, then its extras, then the logs.
+/// What a snapshot carries after [`SnapshotLogs`]: each log's HTTP
+/// principal (which `Log`'s encoding skips), absent from snapshots written
+/// before it.
+#[derive(Serialize, Deserialize, Default)]
+struct SnapshotLogPrincipals {
+    /// (log name, principal), for the logs that have one.
+    principals: Vec<(String, String)>,
+}
+
+/// A log's stored value: the record, then its principal (absent from
+/// values written before principals: read as none).
+fn log_value(l: &crate::state::Log) -> Result<Vec<u8>, SErr> {
+    let mut v = json(l)?;
+    v.extend(json(&l.principal)?);
+    Ok(v)
+}
+
+fn log_from_value(v: &[u8]) -> Result<crate::state::Log, SErr> {
+    let (mut l, rest): (crate::state::Log, &[u8]) =
+        postcard::take_from_bytes(v).map_err(|e| StorageIOError::read_state_machine(&e))?;
+    if !rest.is_empty() {
+        l.principal = unjson(rest)?;
+    }
+    Ok(l)
+}
+
+/// A snapshot's bytes: the state, then its extras, then the logs, then
+/// the logs' principals.
 pub(crate) fn encode_snapshot(state: &MetaState) -> Result<Vec<u8>, postcard::Error> {
     let mut data = postcard::to_stdvec(state)?;
     let extras =
@@ -76,6 +103,15 @@ pub(crate) fn encode_snapshot(state: &MetaState) -> Result<Vec<u8>, postcard::Er
         cursors: state.cursors.values().cloned().collect(),
     };
     data.extend(postcard::to_stdvec(&logs)?);
+    let principals = SnapshotLogPrincipals {
+        principals: state
+            .logs
+            .values()
+            .filter(|l| !l.principal.is_empty())
+            .map(|l| (l.record.name.clone(), l.principal.clone()))
+            .collect(),
+    };
+    data.extend(postcard::to_stdvec(&principals)?);
     Ok(data)
 }
 
@@ -84,11 +120,19 @@ pub(crate) fn decode_snapshot(data: &[u8]) -> Result<MetaState, postcard::Error>
     let (mut state, rest): (MetaState, &[u8]) = postcard::take_from_bytes(data)?;
     let (extras, rest): (SnapshotExtras, &[u8]) =
         if rest.is_empty() { (SnapshotExtras::default(), rest) } else { postcard::take_from_bytes(rest)? };
-    let logs: SnapshotLogs = if rest.is_empty() { SnapshotLogs::default() } else { postcard::from_bytes(rest)? };
+    let (logs, rest): (SnapshotLogs, &[u8]) =
+        if rest.is_empty() { (SnapshotLogs::default(), rest) } else { postcard::take_from_bytes(rest)? };
+    let principals: SnapshotLogPrincipals =
+        if rest.is_empty() { SnapshotLogPrincipals::default() } else { postcard::from_bytes(rest)? };
     state.revoked = extras.revoked.into_iter().map(|r| (r.serial.clone(), r)).collect();
     state.revoked_version = extras.revoked_version;
     state.logs = logs.logs.into_iter().map(|l| (l.record.name.clone(), l)).collect();
     state.cursors = logs.cursors.into_iter().map(|c| ((c.log.clone(), c.name.clone()), c)).collect();
+    for (name, principal) in principals.principals {
+        if let Some(l) = state.logs.get_mut(&name) {
+            l.principal = principal;
+        }
+    }
     Ok(state)
 }
 
@@ -198,7 +242,7 @@ impl StateMachineStore {
                     state.revoked.insert(r.serial.clone(), r);
                 }
                 Some(b"g/") => {
-                    let l: crate::state::Log = unjson(&v)?;
+                    let l = log_from_value(&v)?;
                     state.logs.insert(l.record.name.clone(), l);
                 }
                 Some(b"n/") => {
@@ -281,7 +325,7 @@ impl StateMachineStore {
                     None => batch.remove(key_revoked(s)),
                 },
                 Touched::Log(name) => match state.logs.get(name) {
-                    Some(l) => batch.insert(key_log(name), json(l)?),
+                    Some(l) => batch.insert(key_log(name), log_value(l)?),
                     None => batch.remove(key_log(name)),
                 },
                 Touched::Cursor(log, name) => match state.cursors.get(&(log.clone(), name.clone())) {
@@ -482,12 +526,25 @@ mod tests {
             creator: "gateway/1".into(),
             created_at_ms: 1,
             version: 2,
+            principal: "alice".into(),
         };
-        state.logs.insert("orders".into(), log);
+        state.logs.insert("orders".into(), log.clone());
         let decoded = decode_snapshot(&encode_snapshot(&state).unwrap()).unwrap();
         assert_eq!(decoded, state);
         assert_eq!(decoded.revoked_version, 1);
-        assert_eq!(decoded.logs["orders"].version, 2);
+        assert_eq!((decoded.logs["orders"].version, decoded.logs["orders"].principal.as_str()), (2, "alice"));
+        // A snapshot from before principals (state, deny list, logs) still
+        // installs, its logs without one.
+        let mut before_principals = postcard::to_stdvec(&state).unwrap();
+        before_principals.extend(postcard::to_stdvec(&SnapshotExtras { revoked: vec![], revoked_version: 1 }).unwrap());
+        before_principals
+            .extend(postcard::to_stdvec(&SnapshotLogs { logs: vec![log.clone()], cursors: vec![] }).unwrap());
+        let decoded = decode_snapshot(&before_principals).unwrap();
+        assert_eq!((decoded.logs["orders"].version, decoded.logs["orders"].principal.as_str()), (2, ""));
+        // So does a stored log value: the record alone reads as no principal.
+        assert_eq!(log_from_value(&log_value(&log).unwrap()).unwrap(), log);
+        let old_value = postcard::to_stdvec(&log).unwrap();
+        assert_eq!(log_from_value(&old_value).unwrap(), crate::state::Log { principal: String::new(), ..log });
         // A snapshot from before the logs (state and deny list) still installs.
         let mut before_logs = postcard::to_stdvec(&state).unwrap();
         before_logs.extend(postcard::to_stdvec(&SnapshotExtras { revoked: vec![], revoked_version: 1 }).unwrap());

@@ -19,6 +19,11 @@ use crate::shell::client::Client;
 use crate::shell::error::ClientError;
 use crate::shell::log::LogEntry;
 
+/// Longest a cursor position past the committed end waits for the end to
+/// reach it (the LAC trails the writer's acknowledgements by about the
+/// explicit-LAC interval, 100 ms by default) before it is refused.
+pub const END_WAIT: Duration = Duration::from_secs(2);
+
 /// Where a new cursor starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CursorStart {
@@ -92,7 +97,7 @@ impl Client {
         let position = match start {
             CursorStart::Start => self.log_meta(log).await?.record.trim_before,
             CursorStart::End => self.log_end(log).await?,
-            CursorStart::At(o) => o,
+            CursorStart::At(o) => self.within_end(log, name, o).await?,
         };
         let c = Cursor {
             log: log.to_string(),
@@ -115,17 +120,58 @@ impl Client {
     /// otherwise an acknowledgement (never back: a position at or below
     /// the stored one answers the stored cursor). Retried over concurrent
     /// moves, by CAS.
+    /// A position past the log's committed end is refused: a cursor there
+    /// would skip records not yet written, and hold retention for nothing.
     pub async fn move_cursor(&self, log: &str, name: &str, position: u64, seek: bool) -> Result<Cursor, ClientError> {
+        let mut checked = false;
         loop {
             let stored = self.cursor(log, name).await?;
             if !seek && position <= stored.position {
                 return Ok(stored);
+            }
+            if !checked {
+                self.within_end(log, name, position).await?;
+                checked = true;
             }
             let next = Cursor { position, ..stored.clone() };
             match self.put_cursor(&next, stored.version, seek).await {
                 Ok(c) => return Ok(c),
                 Err(e) if e.code() == Some(ErrorCode::VersionConflict) => continue,
                 Err(e) => return Err(cursor_error(e, log, name)),
+            }
+        }
+    }
+
+    /// `position` if it is at or below the log's committed end (one past
+    /// its last committed record), else why not. The end only grows, so a
+    /// position found within it stays within it. The LAC that readers see
+    /// trails what the writer was acknowledged by up to its explicit-LAC
+    /// interval, so a position past it waits up to [`END_WAIT`] for the LAC
+    /// (or a rollover) to reach it before it is refused: an offset just
+    /// acknowledged to a writer is a position a cursor may take.
+    async fn within_end(&self, log: &str, name: &str, position: u64) -> Result<u64, ClientError> {
+        let deadline = tokio::time::Instant::now() + END_WAIT;
+        loop {
+            let meta = self.log_meta(log).await?;
+            let end = match meta.record.open_segment() {
+                None => meta.record.fixed_end(),
+                Some(s) => {
+                    let reader = self.open(s.ledger_id).await?;
+                    let mut lac = reader.read_lac().await?;
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    if (s.first_offset + (lac + 1).max(0) as u64) < position && !left.is_zero() {
+                        lac = reader.wait_lac(lac, left).await?;
+                    }
+                    s.first_offset + (lac + 1).max(0) as u64
+                }
+            };
+            if position <= end {
+                return Ok(position);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ClientError::BadRequest(format!(
+                    "cursor {name} of log {log}: {position} is past the log's end ({end})"
+                )));
             }
         }
     }
@@ -157,6 +203,10 @@ struct Acks {
     /// Written to the metadata service.
     written: u64,
     last_write: Option<Instant>,
+    /// The cursor as this reader last read or wrote it: a write is a CAS
+    /// on its version, so a seek or another reader's move in between is
+    /// never overwritten.
+    stored: Cursor,
 }
 
 impl LogCursor {
@@ -174,7 +224,13 @@ impl LogCursor {
             log: log.to_string(),
             name: name.to_string(),
             min_interval,
-            state: Mutex::new(Acks { read_at: c.position, acked: c.position, written: c.position, last_write: None }),
+            state: Mutex::new(Acks {
+                read_at: c.position,
+                acked: c.position,
+                written: c.position,
+                last_write: None,
+                stored: c,
+            }),
         })
     }
 
@@ -190,11 +246,18 @@ impl LogCursor {
         Ok(got)
     }
 
-    /// Acknowledges every record below `position`; written now if the last
-    /// write is `min_interval` old, else at a later ack or [`LogCursor::flush`].
+    /// Acknowledges every record below `position` (never past what this
+    /// reader read); written now if the last write is `min_interval` old,
+    /// else at a later ack or [`LogCursor::flush`].
     pub async fn ack(&self, position: u64) -> Result<(), ClientError> {
         let due = {
             let mut st = self.state.lock().expect("acks lock");
+            if position > st.read_at {
+                return Err(ClientError::BadRequest(format!(
+                    "cursor {} of log {}: an ack at {position} is past what was read ({})",
+                    self.name, self.log, st.read_at
+                )));
+            }
             st.acked = st.acked.max(position);
             st.acked > st.written && st.last_write.is_none_or(|t| t.elapsed() >= self.min_interval)
         };
@@ -204,13 +267,43 @@ impl LogCursor {
         Ok(())
     }
 
-    /// Writes the acknowledged position now (if it moved).
+    /// Writes the acknowledged position now (if it moved), by CAS on the
+    /// version this reader last saw. When someone else moved the cursor
+    /// since (a seek back to read again, another reader), their move
+    /// stands: this reader adopts it, reads on from there, and the cursor
+    /// it returns says where that is.
     pub async fn flush(&self) -> Result<Cursor, ClientError> {
-        let acked = self.state.lock().expect("acks lock").acked;
-        let c = self.client.move_cursor(&self.log, &self.name, acked, false).await?;
+        let (acked, stored) = {
+            let st = self.state.lock().expect("acks lock");
+            (st.acked, st.stored.clone())
+        };
+        if acked <= stored.position {
+            return Ok(stored);
+        }
+        let next = Cursor { position: acked, ..stored.clone() };
+        let c = match self.client.put_cursor(&next, stored.version, false).await {
+            Ok(c) => c,
+            Err(e) if e.code() == Some(ErrorCode::VersionConflict) => {
+                let now = self.client.cursor(&self.log, &self.name).await?;
+                tracing::info!(
+                    log = %self.log,
+                    cursor = %self.name,
+                    position = now.position,
+                    "the cursor was moved by someone else; reading on from there"
+                );
+                let mut st = self.state.lock().expect("acks lock");
+                st.read_at = now.position;
+                st.acked = now.position;
+                st.written = now.position;
+                st.stored = now.clone();
+                return Ok(now);
+            }
+            Err(e) => return Err(cursor_error(e, &self.log, &self.name)),
+        };
         let mut st = self.state.lock().expect("acks lock");
         st.written = st.written.max(c.position);
         st.last_write = Some(Instant::now());
+        st.stored = c.clone();
         Ok(c)
     }
 

@@ -131,6 +131,19 @@ impl Client {
     /// Creates a log and returns its writer, owned by `owner` (a name for
     /// this process, shown to others) at epoch 1.
     pub async fn create_log(&self, name: &str, config: LogConfig, owner: &str) -> Result<LogWriter, ClientError> {
+        self.create_log_for(name, config, owner, "").await
+    }
+
+    /// As [`Client::create_log`], for an HTTP `principal` (a gateway's
+    /// caller; only a gateway's certificate may name one): the log is that
+    /// principal's to change through a gateway ([`LogMeta::principal`]).
+    pub async fn create_log_for(
+        &self,
+        name: &str,
+        config: LogConfig,
+        owner: &str,
+        principal: &str,
+    ) -> Result<LogWriter, ClientError> {
         quire_log::config::validate_name(name).map_err(ClientError::BadRequest)?;
         let first = self.create_log_ledger(name, &config).await?;
         let log = LogMeta {
@@ -140,6 +153,7 @@ impl Client {
             creator: String::new(),
             created_at_ms: 0,
             version: 0,
+            principal: principal.to_string(),
         };
         match self.meta().call(v1::CreateLogRequest { log: Some(log.to_wire()) }).await {
             Ok(r) => {
