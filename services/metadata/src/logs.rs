@@ -8,19 +8,30 @@
 //! ledger the log drops below its trim point is deleted with the edit.
 
 use crate::state::{
-    ledger_right, Caller, Ledger, LedgerState, Log, MetaState, Outcome, Refusal, Touched, ENSEMBLE_MAX,
+    ledger_right, Caller, Ledger, LedgerState, Log, MetaState, Outcome, Refusal, Touched, ENSEMBLE_MAX, OWNER_KEY,
 };
 
 /// Segments a log lists at most: a record is one metadata value, written
 /// whole by every edit (trim the log, or roll less often, to stay below).
 pub const LOG_SEGMENTS_MAX: usize = 65_536;
 
-/// Whether `caller` may change or delete a log `creator` made: the creator,
-/// any gateway for a gateway's log (scaled replicas share the API), the
-/// operator.
+/// The custom key a log's ledgers carry: the log's name (quire-client's
+/// `LOG_KEY`).
+pub const LOG_LEDGER_KEY: &str = "log";
+
+/// Whether certificate identity `who` (`role/id`) may change a log: its
+/// creator, any gateway for a gateway's log (scaled replicas share the
+/// API), the operator.
+fn identity_may_change(log: &Log, who: &str) -> bool {
+    log.creator == who
+        || (who.starts_with("gateway/") && log.creator.starts_with("gateway/"))
+        || who.starts_with("admin/")
+}
+
+/// Whether `caller` may change or delete a log `creator` made
+/// ([`identity_may_change`]).
 fn log_right(log: &Log, caller: &Caller) -> Result<(), Refusal> {
-    let owns = log.creator == caller.identity() || (caller.role == "gateway" && log.creator.starts_with("gateway/"));
-    if owns || caller.role == "admin" {
+    if identity_may_change(log, &caller.identity()) {
         return Ok(());
     }
     Err(Refusal::PermissionDenied(format!("log {} is {}'s, not {}'s", log.record.name, log.creator, caller.identity())))
@@ -243,6 +254,42 @@ impl MetaState {
         Ok((Outcome::Log(Box::new(log), updated), touched))
     }
 
+    /// Deletes the ledgers made for log `name` that no writer can ever
+    /// list: a writer's next ledger made ahead of a rollover it never did
+    /// (it stopped, or was fenced), a takeover's ledger whose CAS lost. Such
+    /// a ledger is open, listed by no log, carries `log=<name>`, was made by
+    /// an identity that may change the log, and is older than the newest
+    /// ledger the log lists. Ledger ids only grow, and a writer lists only
+    /// ledgers it made after its own takeover listed its first, so none
+    /// older than that can join; and it holds no record, since a ledger
+    /// takes appends only once its log lists it. (A scan of every ledger:
+    /// run once per takeover, not per rollover.)
+    pub(crate) fn sweep_log_ledgers(&mut self, name: &str) -> Result<(Outcome, Vec<Touched>), Refusal> {
+        let log = self.logs.get(name).ok_or_else(|| Refusal::NoSuchLog(name.to_string()))?;
+        let Some(newest) = log.record.segments.iter().map(|s| s.ledger_id).max() else {
+            return Ok((Outcome::Deleted, Vec::new()));
+        };
+        let made_for_it = |l: &Ledger| {
+            l.custom.get(LOG_LEDGER_KEY).is_some_and(|v| v.as_slice() == name.as_bytes())
+                && l.custom.get(OWNER_KEY).is_some_and(|o| identity_may_change(log, &String::from_utf8_lossy(o)))
+        };
+        let doomed: Vec<u64> = self
+            .ledgers
+            .range(..newest)
+            .filter(|(_, l)| l.state == LedgerState::Open && made_for_it(l))
+            .map(|(id, _)| *id)
+            .filter(|id| self.log_listing(*id, "").is_none())
+            .collect();
+        let mut touched = Vec::new();
+        for id in doomed {
+            tracing::info!(log = name, ledger_id = id, "deleted a ledger made for a log that no writer can list");
+            self.ledgers.remove(&id);
+            self.marks.remove(&id);
+            touched.extend([Touched::Ledger(id), Touched::Mark(id)]);
+        }
+        Ok((Outcome::Deleted, touched))
+    }
+
     pub(crate) fn delete_log(&mut self, name: &str, caller: &Caller) -> Result<(Outcome, Vec<Touched>), Refusal> {
         let stored = self.logs.get(name).ok_or_else(|| Refusal::NoSuchLog(name.to_string()))?;
         log_right(stored, caller)?;
@@ -378,6 +425,58 @@ mod tests {
             Outcome::Ledger(l) => l,
             o => panic!("{o:?}"),
         }
+    }
+
+    /// A ledger made by `owner` for log `log`, as quire-client makes them.
+    fn log_ledger(s: &mut MetaState, owner: &str, log: &str) -> Ledger {
+        let mut l = ledger(s, owner);
+        l.custom.insert(LOG_LEDGER_KEY.into(), log.as_bytes().to_vec());
+        s.ledgers.insert(l.ledger_id, l.clone());
+        l
+    }
+
+    /// After a takeover, the ledgers made for the log that no writer can
+    /// list go: a fenced writer's next ledger, a takeover's that lost its
+    /// CAS. What a writer may still list (made after the log's newest),
+    /// what the log lists, other logs' ledgers and ledgers that only claim
+    /// the log (their maker may not change it) stay.
+    #[test]
+    fn a_takeover_sweeps_the_ledgers_no_writer_can_list() {
+        let mut s = MetaState::default();
+        let l1 = log_ledger(&mut s, "gateway/1", "l");
+        let log = stored(
+            s.apply(Command::CreateLog {
+                log: meta(LogRecord::new("l", "gw-a", l1.ledger_id)),
+                caller: gw(),
+                now_ms: 0,
+            })
+            .0,
+        );
+        let premade = log_ledger(&mut s, "gateway/1", "l");
+        let claims = log_ledger(&mut s, "client/app", "l");
+        let others = log_ledger(&mut s, "gateway/1", "other");
+        let lost_cas = log_ledger(&mut s, "gateway/2", "l");
+        let l5 = log_ledger(&mut s, "gateway/2", "l");
+        let taken = log.record.take_over("gw-b", 3, l5.ledger_id).unwrap();
+        let log = stored(update(&mut s, &log, taken, vec![closed(&l1, 3)], &gw()));
+        assert_eq!(log.record.epoch, 2);
+        let next = log_ledger(&mut s, "gateway/2", "l");
+        let (o, touched) = s.apply(Command::SweepLogLedgers { log: "l".into() });
+        assert_eq!(o, Outcome::Deleted);
+        let gone: Vec<u64> = [premade.ledger_id, lost_cas.ledger_id].into();
+        assert_eq!(touched.len(), 4, "{touched:?}");
+        for id in &gone {
+            assert!(!s.ledgers.contains_key(id), "ledger {id} swept");
+        }
+        for kept in [l1.ledger_id, l5.ledger_id, claims.ledger_id, others.ledger_id, next.ledger_id] {
+            assert!(s.ledgers.contains_key(&kept), "ledger {kept} kept");
+        }
+        // Again: nothing more; and a log that does not exist sweeps nothing.
+        assert!(s.apply(Command::SweepLogLedgers { log: "l".into() }).1.is_empty());
+        assert!(matches!(
+            s.apply(Command::SweepLogLedgers { log: "none".into() }).0,
+            Outcome::Refused(Refusal::NoSuchLog(_))
+        ));
     }
 
     fn closed(l: &Ledger, last: i64) -> (Ledger, u64) {

@@ -112,6 +112,15 @@ impl Proposer {
         Proposer { tx }
     }
 
+    /// Proposes `cmd` without waiting for it (housekeeping whose outcome
+    /// nobody waits on); dropped when the queue is full.
+    fn propose_later(&self, cmd: Command) {
+        let (tx, _) = tokio::sync::oneshot::channel();
+        if self.tx.try_send((cmd, tx, None)).is_err() {
+            tracing::debug!("the proposal queue is full: a housekeeping command was dropped");
+        }
+    }
+
     async fn propose(&self, cmd: Command) -> Result<Outcome, ServiceError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let span = quire_runtime::logging::tracing_active()
@@ -554,6 +563,16 @@ impl quire_rpc::Service for MetaService {
                         })
                         .collect::<Result<Vec<_>, String>>()
                         .map_err(ServiceError::bad_request)?;
+                    // A takeover (a raised epoch) may leave ledgers no
+                    // writer can list: swept after it, off its reply's path.
+                    let takeover = shared
+                        .state
+                        .read()
+                        .expect("state lock")
+                        .logs
+                        .get(&log.record.name)
+                        .is_some_and(|l| l.record.epoch < log.record.epoch);
+                    let name = log.record.name.clone();
                     let cmd = Command::UpdateLog {
                         log,
                         expected_version: u.expected_version,
@@ -562,6 +581,9 @@ impl quire_rpc::Service for MetaService {
                         now_ms: now_ms(),
                     };
                     let (log, ledgers) = log_outcome(proposer.propose(cmd).await?)?;
+                    if takeover {
+                        proposer.propose_later(Command::SweepLogLedgers { log: name });
+                    }
                     Ok(v1::UpdateLogResponse { log: Some(log), ledgers }.into())
                 }
                 Req::DeleteLog(d) => {

@@ -346,6 +346,10 @@ pub enum Command {
     /// AcquireLock whoever holds it (an explicit takeover of a log's
     /// ownership lock): a new grant, so the holder's renewals fail.
     TakeLock { name: String, owner: String, lease_ms: u64, now_ms: u64 },
+    /// Delete the ledgers made for log `log` that no writer can ever list
+    /// (logs.rs `sweep_log_ledgers`); proposed by the leader after a
+    /// takeover of the log.
+    SweepLogLedgers { log: String },
 }
 
 /// The names of logs' ownership locks start so (a gateway's lock on
@@ -952,6 +956,7 @@ impl MetaState {
             Command::AcquireLock { name, owner, lease_ms, now_ms } => {
                 self.grant_lock(name, owner, lease_ms, now_ms, false)
             }
+            Command::SweepLogLedgers { log } => self.sweep_log_ledgers(&log),
             Command::UpdateLedgerAs { ledger, expected_version, caller } => {
                 let stored = self.ledgers.get(&ledger.ledger_id).ok_or(Refusal::NoSuchLedger(ledger.ledger_id))?;
                 ledger_right(stored, Some(&ledger), &caller)?;

@@ -123,6 +123,12 @@ async fn a_takeover_fences_the_earlier_owner_and_keeps_every_acknowledged_record
     for i in 0..6 {
         assert_eq!(a.append(record(i)).await.unwrap(), i);
     }
+    // The first writer made its next ledger ahead of a rollover it will never do.
+    let premade = quire_testkit::eventually(Duration::from_secs(10), "a's next ledger", || async {
+        unlisted(&client, "events").await.into_iter().next()
+    })
+    .await
+    .unwrap();
     let b = client.open_log_writer("events", "owner-b").await.unwrap();
     let meta = b.metadata().await;
     assert_eq!((meta.record.epoch, meta.record.owner.as_str()), (2, "owner-b"));
@@ -138,6 +144,33 @@ async fn a_takeover_fences_the_earlier_owner_and_keeps_every_acknowledged_record
     assert_eq!(c.append(record(7)).await.unwrap(), 7);
     assert_eq!(read(&client, "events", 0, 8).await.len(), 8);
     assert!(client.read_log("events", 8, 10).await.unwrap().is_empty());
+    // What the fenced writers made ahead is swept after the takeovers: the
+    // only unlisted ledger left is the live writer's next, newer than any
+    // the log lists.
+    let newest = c.metadata().await.record.segments.iter().map(|s| s.ledger_id).max().unwrap();
+    let left = quire_testkit::eventually(Duration::from_secs(10), "the fenced writers' ledgers swept", || async {
+        let left = unlisted(&client, "events").await;
+        left.iter().all(|id| *id > newest).then_some(left)
+    })
+    .await
+    .unwrap();
+    assert!(premade < newest && !left.contains(&premade), "{premade} swept, {left:?} left");
+    assert!(matches!(client.metadata(premade).await, Err(ClientError::NoSuchLedger(_))));
+    assert_eq!(c.append(record(8)).await.unwrap(), 8, "the live writer goes on");
+}
+
+/// The open ledgers made for log `name` that it does not list.
+async fn unlisted(client: &quire_client::Client, name: &str) -> Vec<u64> {
+    let listed: Vec<u64> = client.log_meta(name).await.unwrap().record.segments.iter().map(|s| s.ledger_id).collect();
+    let mut out = Vec::new();
+    for id in client.list_all().await.unwrap() {
+        let Ok(m) = client.metadata(id).await else { continue };
+        let ours = m.custom.get("log").is_some_and(|v| v.as_ref() == name.as_bytes());
+        if ours && m.state == quire_client::meta::LedgerState::Open && !listed.contains(&id) {
+            out.push(id);
+        }
+    }
+    out
 }
 
 /// An idempotent append retried answers its first offset, from the writer
