@@ -50,6 +50,17 @@ fn writing_ahead_of_the_rollover_leaves_records_outside_the_log_and_the_checker_
     caught(c, "every non-empty ledger is in the log's list");
 }
 
+/// A sweep after a takeover that deletes every ledger the log does not
+/// list, not only those older than the newest it lists, deletes the live
+/// owner's next ledger before its rollover lists it.
+#[test]
+fn a_sweep_past_the_newest_listed_ledger_deletes_a_live_writers_next_and_the_checker_finds_it() {
+    use quire_model::chaining::ChainAction as A;
+    let c = ChainConfig { bug: Some(ChainBug::SweepUnbounded), trims: 0, crashes: 0, ..ChainConfig::small() };
+    let steps = caught(c, "no offset given twice, no edit of the client refused");
+    assert!(steps.iter().any(|a| matches!(a, A::Sweep)), "{steps:?}");
+}
+
 /// The simulator's way at a scope no exhaustive search reaches: four
 /// writers taking the log from each other up to five times each, forty
 /// appends each rolling every three records, four trims, three crashes;

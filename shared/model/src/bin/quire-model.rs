@@ -131,7 +131,8 @@ fn check_log(a: &Args) -> anyhow::Result<()> {
         None => None,
         Some("no-fence") => Some(ChainBug::NoFence),
         Some("write-ahead") => Some(ChainBug::WriteAhead),
-        Some(other) => anyhow::bail!("--log-bug {other}: no-fence or write-ahead"),
+        Some("sweep-unbounded") => Some(ChainBug::SweepUnbounded),
+        Some(other) => anyhow::bail!("--log-bug {other}: no-fence, write-ahead or sweep-unbounded"),
     };
     let c = ChainConfig {
         writers: a.log_writers,

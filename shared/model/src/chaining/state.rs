@@ -86,6 +86,9 @@ pub struct ChainState {
     pub acked: BTreeMap<u64, u8>,
     /// The next record's value (every append's bytes differ).
     pub next_value: u8,
+    /// A takeover landed and the leader's sweep of the ledgers no writer
+    /// can list has not run yet.
+    pub sweep_pending: bool,
     /// A rule broken as a step met it (an offset given twice, an edit the
     /// client's own rules made refused by the service's).
     pub broken: Option<String>,
