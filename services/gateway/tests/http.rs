@@ -1260,17 +1260,21 @@ fn a_log_is_written_by_one_gateway_and_moves_only_when_its_lease_lapses() {
     assert_eq!(offset, 3, "offsets run on after the takeover");
     let (_, v) = json_call(&other, "GET", "/v1/logs/shared");
     assert_eq!(v["epoch"], 2, "{v}");
+    assert_eq!(log_records(&other, "shared", 4), ["a0", "a1", "a2", "b0"]);
+}
+
+/// The first `n` records of `log`, as text, followed until there are `n`
+/// (a read answers up to the LAC, which trails the last append).
+fn log_records(http: &str, log: &str, n: usize) -> Vec<String> {
     let mut got = Vec::new();
-    while got.len() < 4 {
-        let (status, v) =
-            json_call(&other, "GET", &format!("/v1/logs/shared/records?from={}&follow=true&wait_ms=5000", got.len()));
+    while got.len() < n {
+        let path = format!("/v1/logs/{log}/records?from={}&follow=true&wait_ms=5000", got.len());
+        let (status, v) = json_call(http, "GET", &path);
         assert_eq!(status, 200, "{v}");
         got.extend(v["records"].as_array().unwrap().clone());
     }
     let b64 = base64::engine::general_purpose::STANDARD;
-    let data: Vec<String> =
-        got.iter().map(|r| String::from_utf8(b64.decode(r["data"].as_str().unwrap()).unwrap()).unwrap()).collect();
-    assert_eq!(data, ["a0", "a1", "a2", "b0"]);
+    got.iter().map(|r| String::from_utf8(b64.decode(r["data"].as_str().unwrap()).unwrap()).unwrap()).collect()
 }
 
 /// A gateway that stops cleanly gives its logs' leases up: another
@@ -1322,17 +1326,7 @@ fn an_explicit_takeover_moves_a_log_to_the_gateway_asked_and_fences_the_owner() 
     let (status, v) = g.json("POST", "/v1/logs/moved/records", "x");
     assert_eq!((status, error_of(&v)), (409, "NotOwner"), "{v}");
     assert!(v["message"].as_str().unwrap().contains("gateway/2:"), "{v}");
-    let mut got = Vec::new();
-    while got.len() < 4 {
-        let path = format!("/v1/logs/moved/records?from={}&follow=true&wait_ms=5000", got.len());
-        let (status, v) = g.json("GET", &path, "");
-        assert_eq!(status, 200, "{v}");
-        got.extend(v["records"].as_array().unwrap().clone());
-    }
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let data: Vec<String> =
-        got.iter().map(|r| String::from_utf8(b64.decode(r["data"].as_str().unwrap()).unwrap()).unwrap()).collect();
-    assert_eq!(data, ["a0", "a1", "a2", "b0"]);
+    assert_eq!(log_records(&g.http, "moved", 4), ["a0", "a1", "a2", "b0"]);
 }
 
 /// A gateway lets a log it no longer writes go (--log-idle-ms), with its

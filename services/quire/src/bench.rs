@@ -102,9 +102,10 @@ pub struct BenchArgs {
     /// Log mode: records per ledger of each log (the default rollover's).
     #[arg(long, default_value_t = quire_log::Rollover::default().max_entries)]
     pub(crate) log_rollover_entries: u64,
-    /// Write mode, closed loop: drive each ledger as --mode log drives a
-    /// log, --window tasks each awaiting its own add (default: one task
-    /// per ledger keeps the window full): the like-for-like comparison.
+    /// Closed loop: drive each ledger (or log, with --mode log) with
+    /// --window tasks each awaiting its own append (default: one task per
+    /// ledger or log keeps the window full, submitting and collecting in
+    /// order).
     #[arg(long)]
     pub(crate) tasks: bool,
     /// Log takeover: the pause between takeovers.
@@ -200,27 +201,39 @@ async fn drive(
             }
         }
     } else {
-        let mut pending = VecDeque::new();
-        while Instant::now() < until {
-            while pending.len() < window.max(1) {
-                let sent = Instant::now();
-                match w.submit(payload.clone()).await {
-                    Ok(p) => pending.push_back((sent, p)),
-                    Err(e) => {
-                        rec.lock().expect("recorder lock").record(Err(e.to_string()));
-                        return;
-                    }
+        let w = &w;
+        closed_loop(|| w.submit(payload.clone()), window, until, &rec).await;
+    }
+}
+
+/// A closed loop from one task: `window` appends in flight, each made by
+/// `submit` and collected in the order made (a ledger or a log
+/// acknowledges in order), until `until`.
+async fn closed_loop<S, P, T>(mut submit: impl FnMut() -> S, window: usize, until: Instant, rec: &Mutex<Recorder>)
+where
+    S: std::future::Future<Output = Result<P, quire_client::ClientError>>,
+    P: std::future::Future<Output = Result<T, quire_client::ClientError>>,
+{
+    let mut pending = VecDeque::new();
+    while Instant::now() < until {
+        while pending.len() < window.max(1) {
+            let sent = Instant::now();
+            match submit().await {
+                Ok(p) => pending.push_back((sent, p)),
+                Err(e) => {
+                    rec.lock().expect("recorder lock").record(Err(e.to_string()));
+                    return;
                 }
             }
-            if let Some((sent, p)) = pending.pop_front() {
-                let r = p.await.map(|_| sent.elapsed()).map_err(|e| e.to_string());
-                rec.lock().expect("recorder lock").record(r);
-            }
         }
-        for (sent, p) in pending {
+        if let Some((sent, p)) = pending.pop_front() {
             let r = p.await.map(|_| sent.elapsed()).map_err(|e| e.to_string());
             rec.lock().expect("recorder lock").record(r);
         }
+    }
+    for (sent, p) in pending {
+        let r = p.await.map(|_| sent.elapsed()).map_err(|e| e.to_string());
+        rec.lock().expect("recorder lock").record(r);
     }
 }
 
@@ -240,8 +253,22 @@ async fn drive_task(w: quire_client::LedgerWriter, payload: Bytes, until: Instan
     }
 }
 
-/// One of a log's `window` appenders until `until` (a log writer orders
-/// appends as it takes them: `window` of these keep that many in flight).
+/// One log's writer loop until `until`: `window` appends in flight from one
+/// task, submitted and collected in order (as [`drive`] does a ledger's).
+async fn drive_log_window(
+    w: quire_client::LogWriter,
+    payload: Bytes,
+    window: usize,
+    until: Instant,
+    rec: Arc<Mutex<Recorder>>,
+) {
+    let w = &w;
+    closed_loop(|| w.submit(payload.clone()), window, until, &rec).await;
+}
+
+/// One of a log's `window` appenders until `until` (`--tasks`: a log
+/// writer orders appends as it takes them, so `window` of these keep that
+/// many in flight).
 async fn drive_log(w: quire_client::LogWriter, payload: Bytes, until: Instant, rec: Arc<Mutex<Recorder>>) {
     while Instant::now() < until {
         let sent = Instant::now();
@@ -333,8 +360,12 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             }
         }
         for l in &logs {
-            for _ in 0..a.window.max(1) {
-                tasks.spawn(drive_log(l.clone(), payload.clone(), until, rec.clone()));
+            if a.tasks {
+                for _ in 0..a.window.max(1) {
+                    tasks.spawn(drive_log(l.clone(), payload.clone(), until, rec.clone()));
+                }
+            } else {
+                tasks.spawn(drive_log_window(l.clone(), payload.clone(), a.window, until, rec.clone()));
             }
         }
         let mut seconds: Vec<(u64, u64, f64, f64)> = Vec::new(); // (second, adds, p50 ms, p99 ms)

@@ -37,5 +37,5 @@ pub mod writer;
 
 pub use shell::{
     Added, Client, ClientError, ClientOptions, CreateLedger, CursorStart, LedgerReader, LedgerWriter, LogCursor,
-    LogEntry, LogWriter, PendingAdd, Recovered, Repair, Tail, TailEvent, Throttle,
+    LogEntry, LogWriter, PendingAdd, PendingAppend, Recovered, Repair, Tail, TailEvent, Throttle,
 };

@@ -37,6 +37,60 @@ fn record(i: u64) -> Bytes {
     Bytes::from(format!("record-{i:04}"))
 }
 
+/// Appends kept in flight from one task (`submit`): each is given its
+/// offset as it is placed, in order, across rollovers; each resolves to
+/// that offset; what a fenced writer had in flight or submits after a
+/// takeover is never acknowledged (LogFenced), and the log holds exactly
+/// what was acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_in_flight_from_one_task_keep_their_order_across_rollovers() {
+    let s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let client = s.client();
+    let w = client.create_log("window", config(4), "owner-a").await.unwrap();
+    let mut pending = std::collections::VecDeque::new();
+    let mut offsets = Vec::new();
+    for i in 0..30u64 {
+        let p = w.submit(record(i)).await.unwrap();
+        assert_eq!(p.offset(), i, "placed in order");
+        pending.push_back(p);
+        if pending.len() == 8 {
+            offsets.push(pending.pop_front().unwrap().await.unwrap());
+        }
+    }
+    for p in pending {
+        offsets.push(p.await.unwrap());
+    }
+    assert_eq!(offsets, (0..30).collect::<Vec<_>>());
+    assert_eq!(w.committed(), 30);
+    let ends: Vec<Option<u64>> =
+        client.log_meta("window").await.unwrap().record.segments.iter().map(|s| s.end_offset).collect();
+    assert_eq!(ends[..7], [Some(4), Some(8), Some(12), Some(16), Some(20), Some(24), Some(28)], "{ends:?}");
+    assert!(read(&client, "window", 0, 30).await.iter().all(|e| e.payload == record(e.offset)));
+    // Too large is refused without stopping the writer.
+    let big = Bytes::from(vec![0u8; client.options().max_entry_bytes]);
+    assert!(matches!(w.submit(big).await, Err(ClientError::EntryTooLarge(_))));
+    let in_flight = w.submit(record(30)).await.unwrap();
+    let b = client.open_log_writer("window", "owner-b").await.unwrap();
+    let late = w.submit(record(99)).await;
+    let resolved = in_flight.await;
+    // Refused at once (the writer knows it stopped), or placed and then
+    // refused by the fenced ledger: never acknowledged.
+    let late = match late {
+        Ok(p) => p.await,
+        Err(e) => Err(e),
+    };
+    assert!(matches!(late, Err(ClientError::LogFenced(_))), "{late:?}");
+    // The one in flight at the takeover is either acknowledged (kept by
+    // the recovery) or refused; the new owner's records follow what was kept.
+    let next = b.append(record(100)).await.unwrap();
+    match resolved {
+        Ok(o) => assert_eq!((o, next), (30, 31)),
+        Err(e) => assert!(matches!(e, ClientError::LogFenced(_)) && next >= 30, "{e:?} {next}"),
+    }
+    assert!(read(&client, "window", 0, next as usize + 1).await.iter().all(|e| e.payload != record(99)));
+}
+
 /// Offsets run on densely across rollovers; a read crosses ledger
 /// boundaries; a trim deletes the ledgers wholly below it and answers
 /// Trimmed below it; deleting the log deletes its ledgers.

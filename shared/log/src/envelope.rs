@@ -64,23 +64,37 @@ pub fn validate_producer_id(id: &str) -> Result<(), EnvelopeError> {
 
 /// The header of a record appended by `produced` (or by no producer).
 pub fn header(produced: Option<Produced<'_>>) -> Result<Vec<u8>, EnvelopeError> {
-    let mut h = Vec::with_capacity(HEADER_MAX_BYTES);
+    let mut h = Vec::with_capacity(header_len(produced));
+    write_header(&mut h, produced)?;
+    Ok(h)
+}
+
+/// The header's length for `produced`.
+pub fn header_len(produced: Option<Produced<'_>>) -> usize {
+    2 + produced.map_or(0, |p| p.producer_id.len() + 8)
+}
+
+fn write_header(h: &mut Vec<u8>, produced: Option<Produced<'_>>) -> Result<(), EnvelopeError> {
+    if let Some(p) = produced {
+        validate_producer_id(p.producer_id)?;
+    }
     h.push(VERSION);
     match produced {
         None => h.push(0),
         Some(p) => {
-            validate_producer_id(p.producer_id)?;
             h.push(p.producer_id.len() as u8);
             h.extend_from_slice(p.producer_id.as_bytes());
             h.extend_from_slice(&p.sequence.to_be_bytes());
         }
     }
-    Ok(h)
+    Ok(())
 }
 
-/// A record's entry: header and payload.
+/// A record's entry: header and payload, in one allocation of exactly
+/// its size (the write path's one copy of the payload).
 pub fn encode(produced: Option<Produced<'_>>, payload: &[u8]) -> Result<Vec<u8>, EnvelopeError> {
-    let mut e = header(produced)?;
+    let mut e = Vec::with_capacity(header_len(produced) + payload.len());
+    write_header(&mut e, produced)?;
     e.extend_from_slice(payload);
     Ok(e)
 }

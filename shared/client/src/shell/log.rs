@@ -446,6 +446,54 @@ pub struct LogWriter {
     inner: Arc<WriterInner>,
 }
 
+/// A record placed in a log and not yet acknowledged
+/// ([`LogWriter::submit`]): resolves to its offset once acknowledged, or
+/// to the error that stopped the writer (LogFenced after a takeover).
+/// Dropped, the record may still be written (its outcome is unknown).
+pub struct PendingAppend {
+    pending: crate::PendingAdd,
+    offset: u64,
+    writer: LogWriter,
+}
+
+impl std::fmt::Debug for PendingAppend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingAppend").field("log", &self.writer.inner.name).field("offset", &self.offset).finish()
+    }
+}
+
+impl PendingAppend {
+    /// The offset the record has if it is acknowledged.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+}
+
+impl std::future::Future for PendingAppend {
+    type Output = Result<u64, ClientError>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        let got = std::task::ready!(std::pin::Pin::new(&mut self.pending).poll(cx));
+        let offset = self.offset;
+        std::task::Poll::Ready(match got {
+            Ok(_) => {
+                // Waking nobody costs a lock and a notification per
+                // append: only a watcher (an idempotent retry waiting on
+                // an append in flight) is woken. One that subscribes after
+                // this check reads the value this sets when it first looks.
+                let progress = &self.writer.inner.progress;
+                progress.send_if_modified(|g| {
+                    let before = g.committed;
+                    g.committed = g.committed.max(offset + 1);
+                    g.committed > before && progress.receiver_count() > 0
+                });
+                Ok(offset)
+            }
+            Err(e) => Err(self.writer.broke(e)),
+        })
+    }
+}
+
 enum Placed {
     Pending(crate::PendingAdd, u64),
     Duplicate(u64),
@@ -556,20 +604,7 @@ impl LogWriter {
                         }
                     }
                 }
-                self.roll_if_due(&mut st).await?;
-                let mut entry = envelope::header(produced).expect("producer id checked");
-                entry.extend_from_slice(&payload);
-                let offset = st.first_offset + st.entries;
-                let pending = match st.current.submit(Bytes::from(entry)).await {
-                    Ok(p) => p,
-                    Err(e) => return Err(self.broke(e)),
-                };
-                st.entries += 1;
-                st.bytes += payload.len() as u64;
-                st.started.get_or_insert_with(Instant::now);
-                if let Some(p) = produced {
-                    st.producers.observe(p.producer_id, p.sequence, offset);
-                }
+                let (pending, offset) = self.place(&mut st, &payload, produced).await?;
                 placed.push(Placed::Pending(pending, offset));
             }
         }
@@ -604,6 +639,51 @@ impl LogWriter {
             let _ = tx.send(Ok(offsets));
         });
         rx.await.unwrap_or_else(|_| Err(ClientError::LogFenced(self.inner.name.clone())))
+    }
+
+    /// Places one record in the log (rolling over first when due) and
+    /// returns it in flight: await the [`PendingAppend`] for its offset
+    /// once acknowledged. Records are placed in the order submitted, and
+    /// acknowledged in that order; a caller keeps a window of them in
+    /// flight from one task (as with [`LedgerWriter::submit`]) rather than
+    /// a task per append. No producer: for idempotent appends use
+    /// [`LogWriter::append_idempotent`].
+    pub async fn submit(&self, payload: Bytes) -> Result<PendingAppend, ClientError> {
+        let header_bytes = envelope::header(None).map_or(envelope::HEADER_MAX_BYTES, |h| h.len());
+        if payload.len() + header_bytes > self.inner.client.options().max_entry_bytes {
+            return Err(ClientError::EntryTooLarge(payload.len() + header_bytes));
+        }
+        let mut st = self.inner.state.lock().await;
+        if let Some(e) = self.broken() {
+            return Err(e);
+        }
+        let (pending, offset) = self.place(&mut st, &payload, None).await?;
+        Ok(PendingAppend { pending, offset, writer: self.clone() })
+    }
+
+    /// Gives one record its offset and its ledger's add: rolls over first
+    /// when due, writes the envelope, counts it toward the rollover and
+    /// (with a producer) the de-duplication table.
+    async fn place(
+        &self,
+        st: &mut State,
+        payload: &Bytes,
+        produced: Option<Produced<'_>>,
+    ) -> Result<(crate::PendingAdd, u64), ClientError> {
+        self.roll_if_due(st).await?;
+        let entry = envelope::encode(produced, payload).expect("producer id checked");
+        let offset = st.first_offset + st.entries;
+        let pending = match st.current.submit(Bytes::from(entry)).await {
+            Ok(p) => p,
+            Err(e) => return Err(self.broke(e)),
+        };
+        st.entries += 1;
+        st.bytes += payload.len() as u64;
+        st.started.get_or_insert_with(Instant::now);
+        if let Some(p) = produced {
+            st.producers.observe(p.producer_id, p.sequence, offset);
+        }
+        Ok((pending, offset))
     }
 
     /// Waits until `offset` is acknowledged (a retry of an append still in

@@ -20,7 +20,7 @@ pub use client::{Client, ClientOptions, CreateLedger};
 pub use cursor::{CursorStart, LogCursor};
 pub use error::ClientError;
 pub use ledger_writer::{Added, Closer, LedgerWriter, PendingAdd};
-pub use log::{LogEntry, LogWriter};
+pub use log::{LogEntry, LogWriter, PendingAppend};
 pub use reader::LedgerReader;
 pub use recover::Recovered;
 pub use rereplicate::Repair;
