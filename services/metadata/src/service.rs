@@ -635,6 +635,18 @@ impl quire_rpc::Service for MetaService {
                         other => Err(ServiceError::internal(format!("unexpected outcome {other:?}"))),
                     }
                 }
+                Req::GetCursor(g) => {
+                    read_barrier(&raft, g.stale_ok).await?;
+                    let st = shared.state.read().expect("state lock");
+                    if !st.logs.contains_key(&g.log) {
+                        return Err(refusal(Refusal::NoSuchLog(g.log.clone())));
+                    }
+                    let c = st
+                        .cursors
+                        .get(&(g.log.clone(), g.name.clone()))
+                        .ok_or_else(|| refusal(Refusal::NotFound(format!("no cursor {} on log {}", g.name, g.log))))?;
+                    Ok(v1::GetCursorResponse { cursor: Some(c.to_wire()) }.into())
+                }
                 Req::DeleteCursor(d) => {
                     let cmd = Command::DeleteCursor { log: d.log, name: d.name, caller: caller_of(&ctx.peer) };
                     proposer.propose(cmd).await?;

@@ -68,7 +68,16 @@ fn reads(m: Method) -> bool {
     use Method::*;
     matches!(
         m,
-        GetLedger | ListLedgers | WatchLedger | ListBookies | WatchBookies | ListRevoked | GetLog | ListLogs | WatchLog
+        GetLedger
+            | ListLedgers
+            | WatchLedger
+            | ListBookies
+            | WatchBookies
+            | ListRevoked
+            | GetLog
+            | ListLogs
+            | WatchLog
+            | GetCursor
     )
 }
 

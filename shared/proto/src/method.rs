@@ -122,6 +122,7 @@ methods! {
     WatchLog => WatchLogRequest, WatchLogResponse, "watch_log";
     PutCursor => PutCursorRequest, PutCursorResponse, "put_cursor";
     DeleteCursor => DeleteCursorRequest, DeleteCursorResponse, "delete_cursor";
+    GetCursor => GetCursorRequest, GetCursorResponse, "get_cursor";
 }
 
 /// The service a method belongs to; a server hosts the control service plus one other.
@@ -147,9 +148,8 @@ impl Method {
             | RenewLease | ListBookies | WatchBookies | MarkUnderReplicated | ListUnderReplicated
             | ClearUnderReplicated | AcquireLock | RenewLock | ReleaseLock | GetLock | ChangeMembership
             | MetadataStatus | Raft | SetBookieState | GetBookie | PutAuditReport | RevokeCertificate | ListRevoked
-            | CreateLog | GetLog | UpdateLog | DeleteLog | ListLogs | WatchLog | PutCursor | DeleteCursor => {
-                ServiceKind::Metadata
-            }
+            | CreateLog | GetLog | UpdateLog | DeleteLog | ListLogs | WatchLog | PutCursor | DeleteCursor
+            | GetCursor => ServiceKind::Metadata,
         }
     }
 }

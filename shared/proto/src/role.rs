@@ -158,7 +158,7 @@ pub fn allowed(role: Role, method: Method) -> bool {
         // service beside the auditor trims them; anything may read one.
         CreateLog | DeleteLog | PutCursor | DeleteCursor => matches!(role, Gateway | Client | Admin),
         UpdateLog => matches!(role, Gateway | Client | Admin | Auditor),
-        GetLog | ListLogs | WatchLog => !matches!(role, Metadata | Bookie),
+        GetLog | ListLogs | WatchLog | GetCursor => !matches!(role, Metadata | Bookie),
     }
 }
 

@@ -54,12 +54,12 @@ impl Client {
         Ok(r.log.map(|l| l.cursors.iter().map(Cursor::from_wire).collect()).unwrap_or_default())
     }
 
-    /// One cursor.
+    /// One cursor, as the metadata leader has it (without the log's record).
     pub async fn cursor(&self, log: &str, name: &str) -> Result<Cursor, ClientError> {
-        self.cursors(log)
-            .await?
-            .into_iter()
-            .find(|c| c.name == name)
+        let req = v1::GetCursorRequest { log: log.to_string(), name: name.to_string(), stale_ok: false };
+        let r = self.meta().call(req).await.map_err(|e| cursor_error(e, log, name))?;
+        r.cursor
+            .map(|c| Cursor::from_wire(&c))
             .ok_or_else(|| ClientError::NoSuchCursor { log: log.to_string(), cursor: name.to_string() })
     }
 
