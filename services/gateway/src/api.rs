@@ -134,7 +134,7 @@ endpoints! {
     get "/v1/logs/{name}/cursors/{cursor}" => cursor_get, "A cursor's position", "", "Cursor", [200, 400, 404];
     post "/v1/logs/{name}/cursors/{cursor}" => cursor_ack, "Acknowledge: every record below ack is done (forward only)", "cursor_ack", "Cursor", [200, 400, 403, 404, 408, 409, 413, 503];
     delete "/v1/logs/{name}/cursors/{cursor}" => cursor_delete, "Delete a cursor", "", "", [204, 400, 403, 404];
-    post "/v1/logs/{name}/takeover" => log_take_over, "Take the log over: this gateway writes it from now on, fencing the earlier owner and taking its lease", "", "Log", [200, 400, 403, 404, 503, 504];
+    post "/v1/logs/{name}/takeover" => log_take_over, "Take the log over: this gateway writes it from now on, fencing the earlier owner and taking its lease", "", "Log", [200, 400, 403, 404, 409, 503, 504];
     post "/v1/logs/{name}/trim" => log_trim, "Move the trim point; ledgers wholly below it are deleted", "log_trim", "Log", [200, 400, 403, 404, 408, 409, 413, 503];
 }
 

@@ -128,9 +128,23 @@ fn uptime_ms() -> u64 {
 
 /// Whether `who` may change log `name` through a gateway: the principal
 /// it was created for, when it records one (403 otherwise). A log without
-/// one (made by the CLI or a library, or before principals were recorded)
-/// is left to the metadata service's rule on the gateway's certificate.
-fn log_principal_may(name: &str, recorded: &str, who: &Principal) -> Result<(), ApiError> {
+/// one is any principal's if a gateway made it (before principals were
+/// recorded), and nobody's over HTTP if something else did (the CLI, a
+/// library): refused here, before a takeover's recovery would fence its
+/// maker's writer only for the metadata service to refuse the edit.
+fn log_principal_may(meta: &LogMeta, who: &Principal) -> Result<(), ApiError> {
+    let name = &meta.record.name;
+    if meta.principal.is_empty() && !meta.creator.starts_with("gateway/") {
+        return Err(ApiError::forbidden(format!(
+            "log {name} was made by {}, not through a gateway: it is changed by its maker",
+            meta.creator
+        )));
+    }
+    held_principal_may(name, &meta.principal, who)
+}
+
+/// As [`log_principal_may`] for a log this gateway writes (so a gateway's).
+fn held_principal_may(name: &str, recorded: &str, who: &Principal) -> Result<(), ApiError> {
     if recorded.is_empty() || recorded == who.0 {
         return Ok(());
     }
@@ -280,7 +294,7 @@ impl GatewayState {
     /// Forbidden when the log is another principal's).
     async fn writer_for(self: &Arc<Self>, name: &str, who: &Principal) -> Result<LogWriter, ApiError> {
         let use_held = |h: HeldLog| {
-            log_principal_may(name, &h.principal, who)?;
+            held_principal_may(name, &h.principal, who)?;
             h.used_ms.store(uptime_ms(), std::sync::atomic::Ordering::Relaxed);
             Ok::<_, ApiError>(h.writer)
         };
@@ -293,7 +307,7 @@ impl GatewayState {
         }
         // NoSuchLog and Forbidden before taking a lock.
         let meta = self.client.log_meta(name).await?;
-        log_principal_may(name, &meta.principal, who)?;
+        log_principal_may(&meta, who)?;
         let lock_id = self.take_lock(name, false).await?;
         self.open_held(name, meta.principal, lock_id).await
     }
@@ -320,13 +334,20 @@ impl GatewayState {
     async fn take_over(self: &Arc<Self>, name: &str, who: &Principal) -> Result<LogMeta, ApiError> {
         let _claim = self.claim(name).await;
         let meta = self.client.log_meta(name).await?;
-        log_principal_may(name, &meta.principal, who)?;
+        log_principal_may(&meta, who)?;
         if let Some(h) = self.held_log(name) {
-            if h.writer.broken().is_none() {
+            // Still the owner (the stored epoch is the one this writer
+            // took): nothing to take. A writer a newer owner fenced, whose
+            // next append or renewal has not noticed it yet, is let go.
+            let held = h.writer.metadata().await;
+            if h.writer.broken().is_none() && held.record.epoch == meta.record.epoch {
                 h.used_ms.store(uptime_ms(), std::sync::atomic::Ordering::Relaxed);
-                return Ok(h.writer.metadata().await);
+                return Ok(held);
             }
-            self.drop_if_broken(name, &h.writer).await;
+            let mut logs = self.logs.lock().expect("logs lock");
+            if logs.get(name).is_some_and(|x| x.writer.same(&h.writer)) {
+                logs.remove(name);
+            }
         }
         let lock_id = self.take_lock(name, true).await?;
         tracing::info!(log = name, "taking a log over on request");
@@ -378,7 +399,7 @@ impl GatewayState {
     /// Log `name`'s record, if `who` may change it.
     async fn log_for(&self, name: &str, who: &Principal) -> Result<LogMeta, ApiError> {
         let meta = self.client.log_meta(name).await?;
-        log_principal_may(name, &meta.principal, who)?;
+        log_principal_may(&meta, who)?;
         Ok(meta)
     }
 }
@@ -414,8 +435,10 @@ pub async fn log_create(state: State, req: HttpRequest, payload: web::Payload) -
     let meta = state
         .run(async move {
             let name = b.name;
-            // LogExists before the lock: taking it again (this gateway may
-            // own the log) would change its grant under the renewer.
+            // Under the log's claim, LogExists before the lock: taking it
+            // again (this gateway may own the log, or be creating it now)
+            // would change its grant under the renewer.
+            let _claim = s.claim(&name).await;
             match s.client.log_meta(&name).await {
                 Ok(_) => return Err(ClientError::LogExists(name).into()),
                 Err(ClientError::NoSuchLog(_)) => {}

@@ -1327,6 +1327,57 @@ fn an_explicit_takeover_moves_a_log_to_the_gateway_asked_and_fences_the_owner() 
     assert_eq!((status, error_of(&v)), (409, "NotOwner"), "{v}");
     assert!(v["message"].as_str().unwrap().contains("gateway/2:"), "{v}");
     assert_eq!(log_records(&g.http, "moved", 4), ["a0", "a1", "a2", "b0"]);
+    // Taken back at once by the first, whose old writer has not noticed
+    // yet that it was fenced: a takeover, not a no-op (epoch 3).
+    let (status, v) = g.json("POST", "/v1/logs/moved/takeover", "");
+    assert_eq!((status, v["epoch"].as_u64()), (200, Some(3)), "{v}");
+    let (status, b) = g.call("POST", "/v1/logs/moved/records", None, b"a3");
+    assert_eq!((status, json(&b)["offset"].as_u64()), (200, Some(4)), "{}", String::from_utf8_lossy(&b));
+    let (status, v) = json_call(&other, "POST", "/v1/logs/moved/records");
+    assert!(status == 409 && ["LogFenced", "NotOwner"].contains(&error_of(&v)), "{v}");
+}
+
+/// A log made by a library (not through a gateway) is its maker's: no
+/// HTTP principal may append to it, take it over, trim it or delete it, and
+/// trying fences nothing (its maker's writer goes on); anyone may read it.
+#[test]
+fn a_log_made_by_a_library_is_not_changed_over_http() {
+    let g = start();
+    let certs = g.cluster.certs.clone();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let w = rt.block_on(async {
+        let creds =
+            quire_rpc::Credentials::load(&quire_rpc::TlsFiles::in_dir(&certs, quire_proto::Role::Client, "1")).unwrap();
+        let rpc = quire_rpc::RpcClient::new(&creds, quire_rpc::ClientOptions::default()).unwrap();
+        let meta = std::sync::Arc::new(quire_metaclient::MetaClient::new(
+            rpc.clone(),
+            g.cluster.metadata.addrs.clone(),
+            Default::default(),
+        ));
+        let c = quire_client::Client::new(rpc, meta, Default::default());
+        let config = quire_log::LogConfig {
+            ensemble_size: 3,
+            write_quorum: 3,
+            ack_quorum: 2,
+            rollover: Default::default(),
+            retention: Default::default(),
+        };
+        let w = c.create_log("app", config, "the-app").await.unwrap();
+        w.append(bytes::Bytes::from_static(b"r0")).await.unwrap();
+        w
+    });
+    for (method, path, body) in [
+        ("POST", "/v1/logs/app/records", "x"),
+        ("POST", "/v1/logs/app/takeover", ""),
+        ("POST", "/v1/logs/app/trim", r#"{"before":1}"#),
+        ("DELETE", "/v1/logs/app", ""),
+    ] {
+        let (status, v) = g.json(method, path, body);
+        assert_eq!((status, error_of(&v)), (403, "Forbidden"), "{method} {path}: {v}");
+    }
+    let offset = rt.block_on(w.append(bytes::Bytes::from_static(b"r1"))).expect("the maker's writer was not fenced");
+    assert_eq!(offset, 1);
+    assert_eq!(log_records(&g.http, "app", 2), ["r0", "r1"]);
 }
 
 /// A gateway lets a log it no longer writes go (--log-idle-ms), with its

@@ -22,7 +22,7 @@ pub const LOG_LEDGER_KEY: &str = "log";
 /// Whether certificate identity `who` (`role/id`) may change a log: its
 /// creator, any gateway for a gateway's log (scaled replicas share the
 /// API), the operator.
-fn identity_may_change(log: &Log, who: &str) -> bool {
+pub(crate) fn identity_may_change(log: &Log, who: &str) -> bool {
     log.creator == who
         || (who.starts_with("gateway/") && log.creator.starts_with("gateway/"))
         || who.starts_with("admin/")
@@ -257,8 +257,11 @@ impl MetaState {
     /// Deletes the ledgers made for log `name` that no writer can ever
     /// list: a writer's next ledger made ahead of a rollover it never did
     /// (it stopped, or was fenced), a takeover's ledger whose CAS lost. Such
-    /// a ledger is open, listed by no log, carries `log=<name>`, was made by
-    /// an identity that may change the log, and is older than the newest
+    /// a ledger is open, listed by no log, carries `log=<name>` and nothing
+    /// else but its owner (as quire-client makes a log's ledgers: a ledger
+    /// made over HTTP always carries its principal, so no HTTP ledger that
+    /// merely names the log is taken for one), was made by an identity that
+    /// may change the log, and is older than the newest
     /// ledger the log lists. Ledger ids only grow, and a writer lists only
     /// ledgers it made after its own takeover listed its first, so none
     /// older than that can join; and it holds no record, since a ledger
@@ -270,7 +273,8 @@ impl MetaState {
             return Ok((Outcome::Deleted, Vec::new()));
         };
         let made_for_it = |l: &Ledger| {
-            l.custom.get(LOG_LEDGER_KEY).is_some_and(|v| v.as_slice() == name.as_bytes())
+            l.custom.len() == 2
+                && l.custom.get(LOG_LEDGER_KEY).is_some_and(|v| v.as_slice() == name.as_bytes())
                 && l.custom.get(OWNER_KEY).is_some_and(|o| identity_may_change(log, &String::from_utf8_lossy(o)))
         };
         let doomed: Vec<u64> = self
@@ -456,6 +460,11 @@ mod tests {
         let claims = log_ledger(&mut s, "client/app", "l");
         let others = log_ledger(&mut s, "gateway/1", "other");
         let lost_cas = log_ledger(&mut s, "gateway/2", "l");
+        // An HTTP ledger of another principal that merely names the log.
+        let http = log_ledger(&mut s, "gateway/1", "l");
+        let mut tagged = http.clone();
+        tagged.custom.insert(crate::state::PRINCIPAL_KEY.into(), b"alice".to_vec());
+        s.ledgers.insert(http.ledger_id, tagged);
         let l5 = log_ledger(&mut s, "gateway/2", "l");
         let taken = log.record.take_over("gw-b", 3, l5.ledger_id).unwrap();
         let log = stored(update(&mut s, &log, taken, vec![closed(&l1, 3)], &gw()));
@@ -468,7 +477,7 @@ mod tests {
         for id in &gone {
             assert!(!s.ledgers.contains_key(id), "ledger {id} swept");
         }
-        for kept in [l1.ledger_id, l5.ledger_id, claims.ledger_id, others.ledger_id, next.ledger_id] {
+        for kept in [l1.ledger_id, l5.ledger_id, claims.ledger_id, others.ledger_id, http.ledger_id, next.ledger_id] {
             assert!(s.ledgers.contains_key(&kept), "ledger {kept} kept");
         }
         // Again: nothing more; and a log that does not exist sweeps nothing.

@@ -426,6 +426,21 @@ impl quire_rpc::Service for MetaService {
                     } else {
                         format!("{me}:{}", a.owner)
                     };
+                    // A log's writer lock is taken only by who may change
+                    // the log (checked here for a free lock: the command
+                    // replays as before; TakeLock checks it as it applies).
+                    if let Some(log) = a.name.strip_prefix(crate::state::LOG_LOCK_PREFIX) {
+                        let st = shared.state.read().expect("state lock");
+                        if let Some(l) = st.logs.get(log) {
+                            let who = ctx.peer.to_string();
+                            if !crate::logs::identity_may_change(l, &who) {
+                                return Err(ServiceError::new(
+                                    ErrorCode::PermissionDenied,
+                                    format!("{who} may not take the lock of log {log}: it is {}'s", l.creator),
+                                ));
+                            }
+                        }
+                    }
                     let lease_ms = u64::from(a.lease_ms).clamp(LEASE_MS_MIN, LEASE_MS_MAX);
                     let cmd = if a.take_over {
                         Command::TakeLock { name: a.name, owner, lease_ms, now_ms: now_ms() }

@@ -948,8 +948,18 @@ impl MetaState {
                 Ok((Outcome::Mark(left), vec![Touched::Mark(ledger_id)]))
             }
             Command::TakeLock { name, owner, lease_ms, now_ms } => {
-                if !name.starts_with(LOG_LOCK_PREFIX) {
+                let Some(log) = name.strip_prefix(LOG_LOCK_PREFIX) else {
                     return Err(Refusal::BadRequest(format!("only a log's lock ({LOG_LOCK_PREFIX}...) is taken over")));
+                };
+                // Only who may change the log takes its writer's lock from
+                // another (the owner is `role/id` or `role/id:label`).
+                let stored = self.logs.get(log).ok_or_else(|| Refusal::NoSuchLog(log.to_string()))?;
+                let identity = owner.split(':').next().unwrap_or_default();
+                if !crate::logs::identity_may_change(stored, identity) {
+                    return Err(Refusal::PermissionDenied(format!(
+                        "{identity} may not take log {log} over: it is {}'s",
+                        stored.creator
+                    )));
                 }
                 self.grant_lock(name, owner, lease_ms, now_ms, true)
             }
@@ -1782,16 +1792,44 @@ mod tests {
             lease_ms: 10_000,
             now_ms: 200,
         };
-        let Outcome::Lock(a) = s.apply(acq("log/l", "gw-a")).0 else { panic!() };
-        assert!(matches!(s.apply(acq("log/l", "gw-b")).0, Outcome::Refused(Refusal::LockHeld(_))));
-        let Outcome::Lock(b) = s.apply(take("log/l", "gw-b")).0 else { panic!() };
-        assert_eq!((b.owner.as_str(), b.expires_at_ms), ("gw-b", 10_200));
+        let log = Log {
+            record: quire_log::LogRecord::new("l", "o", 1),
+            config: quire_log::LogConfig {
+                ensemble_size: 1,
+                write_quorum: 1,
+                ack_quorum: 1,
+                rollover: Default::default(),
+                retention: Default::default(),
+            },
+            producers: Default::default(),
+            creator: "gateway/1".into(),
+            created_at_ms: 0,
+            version: 1,
+            principal: String::new(),
+        };
+        s.logs.insert("l".into(), log);
+        let Outcome::Lock(a) = s.apply(acq("log/l", "gateway/1:a")).0 else { panic!() };
+        assert!(matches!(s.apply(acq("log/l", "gateway/2:b")).0, Outcome::Refused(Refusal::LockHeld(_))));
+        // Who may not change the log may not take its lock from its holder.
+        for (who, name) in [("client/app", "log/l"), ("client/app:x", "log/l"), ("gateway/2:b", "log/none")] {
+            let o = s.apply(take(name, who)).0;
+            assert!(
+                matches!(o, Outcome::Refused(Refusal::PermissionDenied(_) | Refusal::NoSuchLog(_))),
+                "{who}: {o:?}"
+            );
+        }
+        let Outcome::Lock(b) = s.apply(take("log/l", "gateway/2:b")).0 else { panic!() };
+        assert_eq!((b.owner.as_str(), b.expires_at_ms), ("gateway/2:b", 10_200));
         assert!(matches!(
             s.apply(Command::RenewLock { name: "log/l".into(), lock_id: a.lock_id, now_ms: 300 }).0,
             Outcome::Refused(Refusal::LeaseExpired(_))
         ));
         s.apply(Command::ReleaseLock { name: "log/l".into(), lock_id: a.lock_id });
-        assert_eq!(s.live_lock("log/l", 300).map(|l| l.owner.as_str()), Some("gw-b"), "the old grant releases nothing");
+        assert_eq!(
+            s.live_lock("log/l", 300).map(|l| l.owner.as_str()),
+            Some("gateway/2:b"),
+            "the old grant releases nothing"
+        );
         s.apply(acq("auditor", "a1"));
         assert!(matches!(s.apply(take("auditor", "a2")).0, Outcome::Refused(Refusal::BadRequest(_))));
         assert_eq!(s.live_lock("auditor", 300).map(|l| l.owner.as_str()), Some("a1"));

@@ -366,6 +366,17 @@ async fn a_cursor_remembers_where_its_reader_stands_and_holds_retention() {
     }
     assert_eq!(client.move_cursor("feed", "live", 10, true).await.unwrap().position, 10, "the end itself is fine");
 
+    // Two flushes at once from one reader: the second is not taken for
+    // someone else's move (the reader does not rewind).
+    let twice = quire_client::LogCursor::open(&client, "feed", "billing", Duration::from_secs(3600)).await.unwrap();
+    assert_eq!(twice.next(3, Duration::from_secs(5)).await.unwrap().last().unwrap().offset, 8);
+    twice.ack(7).await.unwrap(); // written: the first
+    twice.ack(8).await.unwrap(); // held back by the interval
+    let (a, b) = tokio::join!(twice.flush(), twice.flush());
+    assert_eq!((a.unwrap().position, b.unwrap().position), (8, 8));
+    assert_eq!((twice.read_at(), twice.acked()), (9, 8), "not rewound to its own write");
+    assert_eq!(client.move_cursor("feed", "billing", 6, true).await.unwrap().position, 6);
+
     // An ack past what the reader read is refused.
     assert!(matches!(again.ack(9).await, Err(ClientError::BadRequest(_))), "acks only what it read");
     // A seek back (someone wants records 6.. again) is not undone by a

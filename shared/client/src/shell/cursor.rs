@@ -193,6 +193,9 @@ pub struct LogCursor {
     name: String,
     min_interval: Duration,
     state: Mutex<Acks>,
+    /// One write at a time: a second concurrent flush would meet the
+    /// first's own write as a conflict and take it for someone else's.
+    flushing: tokio::sync::Mutex<()>,
 }
 
 struct Acks {
@@ -231,6 +234,7 @@ impl LogCursor {
                 last_write: None,
                 stored: c,
             }),
+            flushing: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -273,6 +277,7 @@ impl LogCursor {
     /// stands: this reader adopts it, reads on from there, and the cursor
     /// it returns says where that is.
     pub async fn flush(&self) -> Result<Cursor, ClientError> {
+        let _one = self.flushing.lock().await;
         let (acked, stored) = {
             let st = self.state.lock().expect("acks lock");
             (st.acked, st.stored.clone())
