@@ -91,6 +91,35 @@ async fn appends_in_flight_from_one_task_keep_their_order_across_rollovers() {
     assert!(read(&client, "window", 0, next as usize + 1).await.iter().all(|e| e.payload != record(99)));
 }
 
+/// A log's ownership lock (`log/<name>`) is taken, free or from its
+/// holder, only by an identity that may change the log: another
+/// certificate can neither squat it nor take it from the writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_who_may_change_a_log_takes_its_lock() {
+    use quire_proto::v1;
+    let s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let client = s.client();
+    client.create_log("guarded", config(10), "owner").await.unwrap();
+    let intruder = s.client_as(quire_proto::Role::Client, "intruder");
+    let lock = |take_over| v1::AcquireLockRequest {
+        name: "log/guarded".into(),
+        owner: String::new(),
+        lease_ms: 10_000,
+        take_over,
+    };
+    for take_over in [false, true] {
+        let e = intruder.meta().call(lock(take_over)).await.unwrap_err();
+        assert_eq!(e.code(), Some(v1::ErrorCode::PermissionDenied), "take_over {take_over}: {e}");
+    }
+    let held = client.meta().call(lock(false)).await.unwrap().lock.unwrap();
+    assert!(held.owner.starts_with("client/1"), "{held:?}");
+    let e = intruder.meta().call(lock(true)).await.unwrap_err();
+    assert_eq!(e.code(), Some(v1::ErrorCode::PermissionDenied), "{e}");
+    let renew = v1::RenewLockRequest { name: "log/guarded".into(), lock_id: held.lock_id };
+    client.meta().call(renew).await.expect("still the creator's grant");
+}
+
 /// Offsets run on densely across rollovers; a read crosses ledger
 /// boundaries; a trim deletes the ledgers wholly below it and answers
 /// Trimmed below it; deleting the log deletes its ledgers.
