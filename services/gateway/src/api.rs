@@ -356,7 +356,7 @@ async fn delete(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError
 }
 
 /// Who the request was authenticated as (the token guard put it there).
-fn principal(req: &HttpRequest) -> crate::auth::Principal {
+pub(crate) fn principal(req: &HttpRequest) -> crate::auth::Principal {
     req.extensions().get::<crate::auth::Principal>().cloned().unwrap_or_else(crate::auth::Principal::anonymous)
 }
 

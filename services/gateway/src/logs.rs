@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::http::StatusCode;
-use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
 use base64::Engine;
 use bytes::Bytes;
 use quire_client::{ClientError, LogEntry, LogWriter};
@@ -21,6 +21,7 @@ use quire_log::{LogConfig, LogMeta, Retention, Rollover};
 use quire_proto::v1;
 use serde::Deserialize;
 
+use crate::api::principal;
 use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::state::{GatewayState, HeldLog};
@@ -46,7 +47,7 @@ fn in_range(v: u64, min: u64, max: u64, what: &str) -> Result<u64, ApiError> {
 }
 
 fn lock_name(log: &str) -> String {
-    format!("log/{log}")
+    quire_log::config::owner_lock(log)
 }
 
 /// The log name in the path, checked (decoded: a percent-encoded `/` or
@@ -151,11 +152,6 @@ fn held_principal_may(name: &str, recorded: &str, who: &Principal) -> Result<(),
     Err(ApiError::forbidden(format!("log {name} is {recorded}'s; {} may read it, not change it", who.0)))
 }
 
-/// Who the request was authenticated as (the token guard put it there).
-fn principal(req: &HttpRequest) -> Principal {
-    req.extensions().get::<Principal>().cloned().unwrap_or_else(Principal::anonymous)
-}
-
 /// A log's claim in this gateway, held while it is taken over: a second
 /// takeover of the same log waits for the first (and then finds its
 /// writer), while other logs' takeovers go on. The entry goes with the
@@ -181,6 +177,16 @@ impl GatewayState {
     /// The writer of `name` if this gateway holds it.
     fn held_log(&self, name: &str) -> Option<HeldLog> {
         self.logs.lock().expect("logs lock").get(name).cloned()
+    }
+
+    /// Forgets the writer of `name` if it is `w` (not a newer one); whether it was.
+    fn forget(&self, name: &str, w: &LogWriter) -> bool {
+        let mut logs = self.logs.lock().expect("logs lock");
+        let ours = logs.get(name).is_some_and(|h| h.writer.same(w));
+        if ours {
+            logs.remove(name);
+        }
+        ours
     }
 
     /// Waits for, then holds, the claim of `name`.
@@ -238,11 +244,10 @@ impl GatewayState {
             let mut renewed = tokio::time::Instant::now();
             let let_go = |why: &str| {
                 tracing::warn!(log = %name, why, "letting a log's writer go");
-                let mut logs = s.logs.lock().expect("logs lock");
-                if logs.get(&name).is_some_and(|h| h.writer.same(&writer)) {
-                    logs.remove(&name);
-                }
+                s.forget(&name, &writer);
             };
+            let idle = || uptime_ms().saturating_sub(used_ms.load(std::sync::atomic::Ordering::Relaxed));
+            let idle_limit_ms = s.log_idle.as_millis() as u64;
             loop {
                 tick.tick().await;
                 if !s.held_log(&name).is_some_and(|h| h.writer.same(&writer)) {
@@ -254,20 +259,13 @@ impl GatewayState {
                     s.release_lock(&name, lock_id).await;
                     return;
                 }
-                let idle_ms = uptime_ms().saturating_sub(used_ms.load(std::sync::atomic::Ordering::Relaxed));
-                if idle_ms >= s.log_idle.as_millis() as u64 {
+                if idle() >= idle_limit_ms {
                     // Under the claim: an append taking it now waits, then
                     // takes the log over (or finds it held elsewhere).
                     let _claim = s.claim(&name).await;
-                    let idle_ms = uptime_ms().saturating_sub(used_ms.load(std::sync::atomic::Ordering::Relaxed));
-                    if idle_ms >= s.log_idle.as_millis() as u64 {
-                        tracing::info!(log = %name, idle_ms, "letting an idle log's writer go");
-                        {
-                            let mut logs = s.logs.lock().expect("logs lock");
-                            if logs.get(&name).is_some_and(|h| h.writer.same(&writer)) {
-                                logs.remove(&name);
-                            }
-                        }
+                    if idle() >= idle_limit_ms {
+                        tracing::info!(log = %name, idle_ms = idle(), "letting an idle log's writer go");
+                        s.forget(&name, &writer);
                         s.release_lock(&name, lock_id).await;
                         return;
                     }
@@ -344,10 +342,7 @@ impl GatewayState {
                 h.used_ms.store(uptime_ms(), std::sync::atomic::Ordering::Relaxed);
                 return Ok(held);
             }
-            let mut logs = self.logs.lock().expect("logs lock");
-            if logs.get(name).is_some_and(|x| x.writer.same(&h.writer)) {
-                logs.remove(name);
-            }
+            self.forget(name, &h.writer);
         }
         let lock_id = self.take_lock(name, true).await?;
         tracing::info!(log = name, "taking a log over on request");
@@ -383,15 +378,7 @@ impl GatewayState {
         if w.broken().is_none() {
             return;
         }
-        let gone = {
-            let mut logs = self.logs.lock().expect("logs lock");
-            let ours = logs.get(name).is_some_and(|h| h.writer.same(w));
-            if ours {
-                logs.remove(name);
-            }
-            ours
-        };
-        if gone {
+        if self.forget(name, w) {
             tracing::warn!(log = name, "let a stopped log writer go");
         }
     }

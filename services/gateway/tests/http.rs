@@ -304,20 +304,10 @@ fn bad_input_gets_the_documented_error_and_stored_data_stays_intact() {
     assert_eq!((status, error_of(&v)), (413, "EntryTooLarge"));
 
     // A ledger this gateway did not create: NotWriter.
-    let rpc_dir = g.cluster.certs.clone();
     let other = {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
-            let creds =
-                quire_rpc::Credentials::load(&quire_rpc::TlsFiles::in_dir(&rpc_dir, quire_proto::Role::Client, "1"))
-                    .unwrap();
-            let rpc = quire_rpc::RpcClient::new(&creds, quire_rpc::ClientOptions::default()).unwrap();
-            let meta = std::sync::Arc::new(quire_metaclient::MetaClient::new(
-                rpc.clone(),
-                g.cluster.metadata.addrs.clone(),
-                Default::default(),
-            ));
-            let c = quire_client::Client::new(rpc, meta, Default::default());
+            let c = library_client(&g);
             let w = c.create(quire_client::CreateLedger::default()).await.unwrap();
             w.add(bytes::Bytes::from_static(b"from-the-library")).await.unwrap();
             w.ledger_id()
@@ -1343,18 +1333,9 @@ fn an_explicit_takeover_moves_a_log_to_the_gateway_asked_and_fences_the_owner() 
 #[test]
 fn a_log_made_by_a_library_is_not_changed_over_http() {
     let g = start();
-    let certs = g.cluster.certs.clone();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let w = rt.block_on(async {
-        let creds =
-            quire_rpc::Credentials::load(&quire_rpc::TlsFiles::in_dir(&certs, quire_proto::Role::Client, "1")).unwrap();
-        let rpc = quire_rpc::RpcClient::new(&creds, quire_rpc::ClientOptions::default()).unwrap();
-        let meta = std::sync::Arc::new(quire_metaclient::MetaClient::new(
-            rpc.clone(),
-            g.cluster.metadata.addrs.clone(),
-            Default::default(),
-        ));
-        let c = quire_client::Client::new(rpc, meta, Default::default());
+        let c = library_client(&g);
         let config = quire_log::LogConfig {
             ensemble_size: 3,
             write_quorum: 3,
@@ -1458,6 +1439,19 @@ fn a_log_created_over_http_is_its_principals_to_change() {
     let (status, _, _) = call_with(&g.http, "POST", "/v1/logs/mine/takeover", None, &a, b"");
     assert_eq!(status, 200);
     assert_eq!(call_with(&g.http, "DELETE", "/v1/logs/mine", None, &a, b"").0, 204);
+}
+
+/// A library client (certificate client/1) of `g`'s cluster, made on the
+/// runtime it is called from.
+fn library_client(g: &Gateway) -> quire_client::Client {
+    let files = quire_rpc::TlsFiles::in_dir(&g.cluster.certs, quire_proto::Role::Client, "1");
+    let rpc = quire_rpc::RpcClient::new(&quire_rpc::Credentials::load(&files).unwrap(), Default::default()).unwrap();
+    let meta = std::sync::Arc::new(quire_metaclient::MetaClient::new(
+        rpc.clone(),
+        g.cluster.metadata.addrs.clone(),
+        Default::default(),
+    ));
+    quire_client::Client::new(rpc, meta, Default::default())
 }
 
 /// Another gateway (certificate gateway/2) on `g`'s cluster: its process

@@ -7,6 +7,8 @@
 //! within it), a ledger joins a log only open and unlisted elsewhere, and a
 //! ledger the log drops below its trim point is deleted with the edit.
 
+use quire_log::config::LEDGER_KEY as LOG_LEDGER_KEY;
+
 use crate::state::{
     ledger_right, Caller, Ledger, LedgerState, Log, MetaState, Outcome, Refusal, Touched, ENSEMBLE_MAX, OWNER_KEY,
 };
@@ -14,10 +16,6 @@ use crate::state::{
 /// Segments a log lists at most: a record is one metadata value, written
 /// whole by every edit (trim the log, or roll less often, to stay below).
 pub const LOG_SEGMENTS_MAX: usize = 65_536;
-
-/// The custom key a log's ledgers carry: the log's name (quire-client's
-/// `LOG_KEY`).
-pub const LOG_LEDGER_KEY: &str = "log";
 
 /// Whether certificate identity `who` (`role/id`) may change a log: its
 /// creator, any gateway for a gateway's log (scaled replicas share the
@@ -261,12 +259,12 @@ impl MetaState {
     /// else but its owner (as quire-client makes a log's ledgers: a ledger
     /// made over HTTP always carries its principal, so no HTTP ledger that
     /// merely names the log is taken for one), was made by an identity that
-    /// may change the log, and is older than the newest
-    /// ledger the log lists. Ledger ids only grow, and a writer lists only
-    /// ledgers it made after its own takeover listed its first, so none
-    /// older than that can join; and it holds no record, since a ledger
-    /// takes appends only once its log lists it. (A scan of every ledger:
-    /// run once per takeover, not per rollover.)
+    /// may change the log, and is older than the newest ledger the log
+    /// lists. Ledger ids only grow, and a writer lists only ledgers it made
+    /// after its own takeover listed its first, so none older than that can
+    /// join; and it holds no record, since a ledger takes appends only once
+    /// its log lists it. (A scan of every ledger: run once per takeover,
+    /// not per rollover.)
     pub(crate) fn sweep_log_ledgers(&mut self, name: &str) -> Result<(Outcome, Vec<Touched>), Refusal> {
         let log = self.logs.get(name).ok_or_else(|| Refusal::NoSuchLog(name.to_string()))?;
         let Some(newest) = log.record.segments.iter().map(|s| s.ledger_id).max() else {
@@ -308,7 +306,7 @@ impl MetaState {
         self.logs.remove(name);
         // Its ownership lock goes too: a writer's renewals then fail, and a
         // log made again under the name is nobody's until taken.
-        let lock = format!("log/{name}");
+        let lock = quire_log::config::owner_lock(name);
         if self.locks.remove(&lock).is_some() {
             touched.push(Touched::Lock(lock));
         }
@@ -400,6 +398,27 @@ impl MetaState {
             names.last().cloned().unwrap_or_default()
         });
         (names, next)
+    }
+}
+
+/// A stored log for tests: `name`, made by `creator`, one open ledger 1
+/// (E = Qw = Qa = 1), at version 1, no principal.
+#[cfg(test)]
+pub(crate) fn test_log(name: &str, creator: &str) -> Log {
+    Log {
+        record: quire_log::LogRecord::new(name, "o", 1),
+        config: quire_log::LogConfig {
+            ensemble_size: 1,
+            write_quorum: 1,
+            ack_quorum: 1,
+            rollover: Default::default(),
+            retention: Default::default(),
+        },
+        producers: Default::default(),
+        creator: creator.into(),
+        created_at_ms: 0,
+        version: 1,
+        principal: String::new(),
     }
 }
 

@@ -352,9 +352,8 @@ pub enum Command {
     SweepLogLedgers { log: String },
 }
 
-/// The names of logs' ownership locks start so (a gateway's lock on
-/// log `x` is `log/x`); only these may be taken over.
-pub const LOG_LOCK_PREFIX: &str = "log/";
+/// The names of logs' ownership locks start so; only these may be taken over.
+pub use quire_log::config::OWNER_LOCK_PREFIX as LOG_LOCK_PREFIX;
 
 /// A log (issue #23): its chain of ledgers, settings and producer table.
 pub use quire_log::LogMeta as Log;
@@ -1792,22 +1791,7 @@ mod tests {
             lease_ms: 10_000,
             now_ms: 200,
         };
-        let log = Log {
-            record: quire_log::LogRecord::new("l", "o", 1),
-            config: quire_log::LogConfig {
-                ensemble_size: 1,
-                write_quorum: 1,
-                ack_quorum: 1,
-                rollover: Default::default(),
-                retention: Default::default(),
-            },
-            producers: Default::default(),
-            creator: "gateway/1".into(),
-            created_at_ms: 0,
-            version: 1,
-            principal: String::new(),
-        };
-        s.logs.insert("l".into(), log);
+        s.logs.insert("l".into(), crate::logs::test_log("l", "gateway/1"));
         let Outcome::Lock(a) = s.apply(acq("log/l", "gateway/1:a")).0 else { panic!() };
         assert!(matches!(s.apply(acq("log/l", "gateway/2:b")).0, Outcome::Refused(Refusal::LockHeld(_))));
         // Who may not change the log may not take its lock from its holder.

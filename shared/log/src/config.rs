@@ -75,6 +75,18 @@ pub fn validate_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// The custom metadata key a log's ledgers carry, naming their log.
+pub const LEDGER_KEY: &str = "log";
+
+/// The names of logs' ownership locks start so: the writer of log `x`
+/// among gateways holds the metadata lock `log/x`.
+pub const OWNER_LOCK_PREFIX: &str = "log/";
+
+/// The ownership lock of log `name`.
+pub fn owner_lock(name: &str) -> String {
+    format!("{OWNER_LOCK_PREFIX}{name}")
+}
+
 /// Longest HTTP principal a log records (the gateway's token file allows 64).
 pub const PRINCIPAL_MAX_BYTES: usize = 64;
 

@@ -62,14 +62,8 @@ pub fn validate_producer_id(id: &str) -> Result<(), EnvelopeError> {
     Ok(())
 }
 
-/// The header of a record appended by `produced` (or by no producer).
-pub fn header(produced: Option<Produced<'_>>) -> Result<Vec<u8>, EnvelopeError> {
-    let mut h = Vec::with_capacity(header_len(produced));
-    write_header(&mut h, produced)?;
-    Ok(h)
-}
-
-/// The header's length for `produced`.
+/// The length of the header of a record appended by `produced` (or by no
+/// producer).
 pub fn header_len(produced: Option<Produced<'_>>) -> usize {
     2 + produced.map_or(0, |p| p.producer_id.len() + 8)
 }
@@ -148,8 +142,8 @@ mod tests {
         let mut e = encode(Some(Produced { producer_id: "ab", sequence: 1 }), b"x").unwrap();
         e[2] = 0xff;
         assert!(matches!(decode(&e), Err(EnvelopeError::BadProducer(_))));
-        assert!(header(Some(Produced { producer_id: "", sequence: 1 })).is_err());
-        assert!(header(Some(Produced { producer_id: &"x".repeat(65), sequence: 1 })).is_err());
+        assert!(encode(Some(Produced { producer_id: "", sequence: 1 }), b"").is_err());
+        assert!(encode(Some(Produced { producer_id: &"x".repeat(65), sequence: 1 }), b"").is_err());
     }
 
     proptest! {

@@ -514,19 +514,10 @@ mod tests {
             now_ms: 1,
         });
         let log = crate::state::Log {
-            record: quire_log::LogRecord::new("orders", "gw", 3),
-            config: quire_log::LogConfig {
-                ensemble_size: 1,
-                write_quorum: 1,
-                ack_quorum: 1,
-                rollover: Default::default(),
-                retention: Default::default(),
-            },
-            producers: Default::default(),
-            creator: "gateway/1".into(),
             created_at_ms: 1,
             version: 2,
             principal: "alice".into(),
+            ..crate::logs::test_log("orders", "gateway/1")
         };
         state.logs.insert("orders".into(), log.clone());
         let decoded = decode_snapshot(&encode_snapshot(&state).unwrap()).unwrap();

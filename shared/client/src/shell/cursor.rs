@@ -66,12 +66,25 @@ impl Client {
     /// One past the last record of `log` committed now: the fixed end, or
     /// the open segment's first offset past its LAC.
     pub async fn log_end(&self, log: &str) -> Result<u64, ClientError> {
-        let meta = self.log_meta(log).await?;
-        match meta.record.open_segment() {
-            None => Ok(meta.record.fixed_end()),
-            Some(s) => {
-                let lac = self.open(s.ledger_id).await?.read_lac().await?;
-                Ok(s.first_offset + (lac + 1).max(0) as u64)
+        self.log_end_reaching(log, 0, Duration::ZERO).await
+    }
+
+    /// [`Client::log_end`], waiting up to `wait` for it to reach `want`
+    /// (the open ledger's LAC passing it, or a rollover); the end then.
+    async fn log_end_reaching(&self, log: &str, want: u64, wait: Duration) -> Result<u64, ClientError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let meta = self.log_meta(log).await?;
+            let Some(s) = meta.record.open_segment() else { return Ok(meta.record.fixed_end()) };
+            let end = |lac: i64| s.first_offset + (lac + 1).max(0) as u64;
+            let reader = self.open(s.ledger_id).await?;
+            let mut lac = reader.read_lac().await?;
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if end(lac) < want && !left.is_zero() {
+                lac = reader.wait_lac(lac, left).await?;
+            }
+            if end(lac) >= want || tokio::time::Instant::now() >= deadline {
+                return Ok(end(lac));
             }
         }
     }
@@ -150,30 +163,13 @@ impl Client {
     /// (or a rollover) to reach it before it is refused: an offset just
     /// acknowledged to a writer is a position a cursor may take.
     async fn within_end(&self, log: &str, name: &str, position: u64) -> Result<u64, ClientError> {
-        let deadline = tokio::time::Instant::now() + END_WAIT;
-        loop {
-            let meta = self.log_meta(log).await?;
-            let end = match meta.record.open_segment() {
-                None => meta.record.fixed_end(),
-                Some(s) => {
-                    let reader = self.open(s.ledger_id).await?;
-                    let mut lac = reader.read_lac().await?;
-                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                    if (s.first_offset + (lac + 1).max(0) as u64) < position && !left.is_zero() {
-                        lac = reader.wait_lac(lac, left).await?;
-                    }
-                    s.first_offset + (lac + 1).max(0) as u64
-                }
-            };
-            if position <= end {
-                return Ok(position);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(ClientError::BadRequest(format!(
-                    "cursor {name} of log {log}: {position} is past the log's end ({end})"
-                )));
-            }
+        let end = self.log_end_reaching(log, position, END_WAIT).await?;
+        if position > end {
+            return Err(ClientError::BadRequest(format!(
+                "cursor {name} of log {log}: {position} is past the log's end ({end})"
+            )));
         }
+        Ok(position)
     }
 
     /// Deletes a cursor.

@@ -30,7 +30,7 @@ use crate::shell::ledger_writer::{Closer, LedgerWriter};
 
 /// The custom metadata key naming the log a ledger was made for (an
 /// unlisted ledger so named is a rollover's leftover: see docs/logs.md).
-pub const LOG_KEY: &str = "log";
+pub const LOG_KEY: &str = quire_log::config::LEDGER_KEY;
 
 /// One record read from a log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -572,13 +572,9 @@ impl LogWriter {
         if let Some((p, _)) = producer {
             envelope::validate_producer_id(p).map_err(|e| ClientError::BadRequest(e.to_string()))?;
         }
-        // The header counts against the entry limit; refused here, the
-        // writer goes on (the ledger writer's refusal would stop it).
-        let header_bytes = envelope::header(producer.map(|(p, s)| Produced { producer_id: p, sequence: s }))
-            .map_or(envelope::HEADER_MAX_BYTES, |h| h.len());
-        let limit = self.inner.client.options().max_entry_bytes;
-        if let Some(big) = payloads.iter().find(|p| p.len() + header_bytes > limit) {
-            return Err(ClientError::EntryTooLarge(big.len() + header_bytes));
+        let produced = producer.map(|(p, s)| Produced { producer_id: p, sequence: s });
+        for p in &payloads {
+            self.fits(p, produced)?;
         }
         let mut placed = Vec::with_capacity(payloads.len());
         {
@@ -649,16 +645,24 @@ impl LogWriter {
     /// a task per append. No producer: for idempotent appends use
     /// [`LogWriter::append_idempotent`].
     pub async fn submit(&self, payload: Bytes) -> Result<PendingAppend, ClientError> {
-        let header_bytes = envelope::header(None).map_or(envelope::HEADER_MAX_BYTES, |h| h.len());
-        if payload.len() + header_bytes > self.inner.client.options().max_entry_bytes {
-            return Err(ClientError::EntryTooLarge(payload.len() + header_bytes));
-        }
+        self.fits(&payload, None)?;
         let mut st = self.inner.state.lock().await;
         if let Some(e) = self.broken() {
             return Err(e);
         }
         let (pending, offset) = self.place(&mut st, &payload, None).await?;
         Ok(PendingAppend { pending, offset, writer: self.clone() })
+    }
+
+    /// Whether `payload` with its header fits in an entry. The header
+    /// counts against the entry limit; refused here, the writer goes on
+    /// (the ledger writer's refusal would stop it).
+    fn fits(&self, payload: &[u8], produced: Option<Produced<'_>>) -> Result<(), ClientError> {
+        let len = payload.len() + envelope::header_len(produced);
+        if len > self.inner.client.options().max_entry_bytes {
+            return Err(ClientError::EntryTooLarge(len));
+        }
+        Ok(())
     }
 
     /// Gives one record its offset and its ledger's add: rolls over first
