@@ -263,13 +263,21 @@ impl MetaState {
     /// lists. Ledger ids only grow, and a writer lists only ledgers it made
     /// after its own takeover listed its first, so none older than that can
     /// join; and it holds no record, since a ledger takes appends only once
-    /// its log lists it. (A scan of every ledger: run once per takeover,
-    /// not per rollover.)
+    /// its log lists it. (Run once per takeover, not per rollover.)
     pub(crate) fn sweep_log_ledgers(&mut self, name: &str) -> Result<(Outcome, Vec<Touched>), Refusal> {
         let log = self.logs.get(name).ok_or_else(|| Refusal::NoSuchLog(name.to_string()))?;
         let Some(newest) = log.record.segments.iter().map(|s| s.ledger_id).max() else {
             return Ok((Outcome::Deleted, Vec::new()));
         };
+        let touched = self.sweep_made_for(name, newest);
+        Ok((Outcome::Deleted, touched))
+    }
+
+    /// Deletes the open, unlisted ledgers below `below` made for log
+    /// `name` (which is still stored: whether their maker may change it is
+    /// judged against it), as [`MetaState::sweep_log_ledgers`] describes.
+    fn sweep_made_for(&mut self, name: &str, below: u64) -> Vec<Touched> {
+        let Some(log) = self.logs.get(name) else { return Vec::new() };
         let made_for_it = |l: &Ledger| {
             l.custom.len() == 2
                 && l.custom.get(LOG_LEDGER_KEY).is_some_and(|v| v.as_slice() == name.as_bytes())
@@ -277,7 +285,7 @@ impl MetaState {
         };
         let doomed: Vec<u64> = self
             .ledgers
-            .range(..newest)
+            .range(..below)
             .filter(|(_, l)| l.state == LedgerState::Open && made_for_it(l))
             .map(|(id, _)| *id)
             .filter(|id| self.log_listing(*id, "").is_none())
@@ -289,7 +297,7 @@ impl MetaState {
             self.marks.remove(&id);
             touched.extend([Touched::Ledger(id), Touched::Mark(id)]);
         }
-        Ok((Outcome::Deleted, touched))
+        touched
     }
 
     pub(crate) fn delete_log(&mut self, name: &str, caller: &Caller) -> Result<(Outcome, Vec<Touched>), Refusal> {
@@ -303,6 +311,12 @@ impl MetaState {
                 touched.extend([Touched::Ledger(id), Touched::Mark(id)]);
             }
         }
+        // With it go the ledgers made for it and never listed (its writer's
+        // next one, a takeover's that lost): once the log is gone no writer
+        // lists them. A creator of a new log of the same name whose first
+        // ledger this takes has its CreateLog refused (NoSuchLedger) and
+        // makes another (quire-client does).
+        touched.extend(self.sweep_made_for(name, u64::MAX));
         self.logs.remove(name);
         // Its ownership lock goes too: a writer's renewals then fail, and a
         // log made again under the name is nobody's until taken.
@@ -505,6 +519,42 @@ mod tests {
             s.apply(Command::SweepLogLedgers { log: "none".into() }).0,
             Outcome::Refused(Refusal::NoSuchLog(_))
         ));
+    }
+
+    /// Deleting a log takes with it the ledgers made for it that it never
+    /// listed, whatever their id (its writer's next ledger is newer than
+    /// any it lists); ledgers of other logs, ledgers that only claim the
+    /// log and HTTP ledgers naming it stay. A creator of a new log of the
+    /// same name whose first ledger went is refused, not given a log over
+    /// a deleted ledger.
+    #[test]
+    fn deleting_a_log_takes_the_ledgers_made_for_it() {
+        let mut s = MetaState::default();
+        let l1 = log_ledger(&mut s, "gateway/1", "l");
+        create(&mut s, "l", l1.ledger_id);
+        let premade = log_ledger(&mut s, "gateway/1", "l");
+        let recreating = log_ledger(&mut s, "gateway/2", "l");
+        let claims = log_ledger(&mut s, "client/app", "l");
+        let others = log_ledger(&mut s, "gateway/1", "other");
+        let http = log_ledger(&mut s, "gateway/1", "l");
+        let mut tagged = http.clone();
+        tagged.custom.insert(crate::state::PRINCIPAL_KEY.into(), b"alice".to_vec());
+        s.ledgers.insert(http.ledger_id, tagged);
+        let (o, touched) = s.apply(Command::DeleteLog { name: "l".into(), caller: gw() });
+        assert_eq!(o, Outcome::Deleted);
+        for gone in [l1.ledger_id, premade.ledger_id, recreating.ledger_id] {
+            assert!(!s.ledgers.contains_key(&gone), "ledger {gone} deleted");
+            assert!(touched.contains(&Touched::Ledger(gone)), "{touched:?}");
+        }
+        for kept in [claims.ledger_id, others.ledger_id, http.ledger_id] {
+            assert!(s.ledgers.contains_key(&kept), "ledger {kept} kept");
+        }
+        let again = s.apply(Command::CreateLog {
+            log: meta(LogRecord::new("l", "o", recreating.ledger_id)),
+            caller: gw(),
+            now_ms: 0,
+        });
+        assert_eq!(again.0, Outcome::Refused(Refusal::NoSuchLedger(recreating.ledger_id)));
     }
 
     fn closed(l: &Ledger, last: i64) -> (Ledger, u64) {

@@ -420,6 +420,11 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
                     "latency   p50 {:.2} ms  p95 {:.2} ms  p99 {:.2} ms  p99.9 {:.2} ms  max {:.2} ms",
                     q(h, 0.5), q(h, 0.95), q(h, 0.99), q(h, 0.999), h.max() as f64 / 1000.0
                 );
+                let (requests, copies) = client.add_requests();
+                println!(
+                    "batching  {requests} add requests to bookies, {:.1} copies each",
+                    copies as f64 / requests.max(1) as f64
+                );
             }
             Format::Json => println!(
                 "{}",

@@ -242,6 +242,31 @@ async fn a_takeover_fences_the_earlier_owner_and_keeps_every_acknowledged_record
     assert_eq!(c.append(record(8)).await.unwrap(), 8, "the live writer goes on");
 }
 
+/// Deleting a log deletes the ledger its writer made ahead of a rollover
+/// (newer than any the log lists, so no takeover's sweep takes it), with
+/// the ones it lists; a log made again under the name starts afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_log_deletes_the_ledger_its_writer_made_ahead() {
+    let s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let client = s.client();
+    let a = client.create_log("orders", config(4), "owner-a").await.unwrap();
+    assert_eq!(a.append(record(0)).await.unwrap(), 0);
+    let premade = quire_testkit::eventually(Duration::from_secs(10), "a's next ledger", || async {
+        unlisted(&client, "orders").await.into_iter().next()
+    })
+    .await
+    .unwrap();
+    let listed = a.metadata().await.record.segments[0].ledger_id;
+    assert!(premade > listed);
+    client.delete_log("orders").await.unwrap();
+    for id in [listed, premade] {
+        assert!(matches!(client.metadata(id).await, Err(ClientError::NoSuchLedger(_))), "ledger {id} deleted");
+    }
+    let again = client.create_log("orders", config(4), "owner-b").await.unwrap();
+    assert_eq!(again.append(record(0)).await.unwrap(), 0);
+}
+
 /// The open ledgers made for log `name` that it does not list.
 async fn unlisted(client: &quire_client::Client, name: &str) -> Vec<u64> {
     let listed: Vec<u64> = client.log_meta(name).await.unwrap().record.segments.iter().map(|s| s.ledger_id).collect();

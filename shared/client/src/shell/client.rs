@@ -106,6 +106,10 @@ pub(crate) struct Inner {
     /// Copies of acknowledged entries this client's writers sent and no
     /// member confirmed.
     lost_copies: AtomicU64,
+    /// Add requests this client's writers sent to bookies (each an AddEntry
+    /// or an AddEntries), and the copies they carried.
+    add_requests: AtomicU64,
+    add_copies: AtomicU64,
 }
 
 /// A handle on the cluster; cheap to clone.
@@ -125,6 +129,8 @@ impl Client {
                 opts,
                 seed: AtomicU64::new(seed),
                 lost_copies: AtomicU64::new(0),
+                add_requests: AtomicU64::new(0),
+                add_copies: AtomicU64::new(0),
             }),
         }
     }
@@ -153,6 +159,18 @@ impl Client {
 
     pub(crate) fn count_lost_copy(&self) {
         self.inner.lost_copies.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Add requests this client's writers sent to bookies, and the entry
+    /// copies they carried, since it started: their ratio is how well the
+    /// writers batch (an AddEntries carries what was queued together).
+    pub fn add_requests(&self) -> (u64, u64) {
+        (self.inner.add_requests.load(Ordering::Relaxed), self.inner.add_copies.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn count_add_request(&self, copies: usize) {
+        self.inner.add_requests.fetch_add(1, Ordering::Relaxed);
+        self.inner.add_copies.fetch_add(copies as u64, Ordering::Relaxed);
     }
 
     pub(crate) fn next_seed(&self) -> u64 {

@@ -529,6 +529,7 @@ impl Actor {
             }
         }
         for (position, member, recovery, mut entries, _) in by_member {
+            self.client.count_add_request(entries.len());
             let bookies = self.client.bookies().clone();
             // A request carrying traced adds joins the trace of the first of
             // them (one request has one parent).

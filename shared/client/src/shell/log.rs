@@ -145,29 +145,45 @@ impl Client {
         principal: &str,
     ) -> Result<LogWriter, ClientError> {
         quire_log::config::validate_name(name).map_err(ClientError::BadRequest)?;
-        let first = self.create_log_ledger(name, &config).await?;
-        let log = LogMeta {
-            record: LogRecord::new(name, owner, first.ledger_id()),
-            config,
-            producers: Producers::default(),
-            creator: String::new(),
-            created_at_ms: 0,
-            version: 0,
-            principal: principal.to_string(),
-        };
-        match self.meta().call(v1::CreateLogRequest { log: Some(log.to_wire()) }).await {
-            Ok(r) => {
-                let stored = from_wire(r.log, name)?;
-                tracing::info!(log = name, ledger_id = first.ledger_id(), "created log");
-                Ok(LogWriter::start(self.clone(), stored, first, Producers::default()))
-            }
-            Err(e) => {
-                // Refused: the ledger made for it is nobody's (best effort).
-                // Of unknown outcome, it may be the log's: left alone.
-                if refused(&e) {
-                    let _ = self.delete(first.ledger_id()).await;
+        // A delete of a log of this name that lands between making the first
+        // ledger and creating the log deletes that ledger with the old log's
+        // (it carries the name): the creation is refused with NoSuchLedger,
+        // and made again over a new ledger. Once is all such a race can
+        // take; a second refusal is answered.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let first = self.create_log_ledger(name, &config).await?;
+            let log = LogMeta {
+                record: LogRecord::new(name, owner, first.ledger_id()),
+                config,
+                producers: Producers::default(),
+                creator: String::new(),
+                created_at_ms: 0,
+                version: 0,
+                principal: principal.to_string(),
+            };
+            match self.meta().call(v1::CreateLogRequest { log: Some(log.to_wire()) }).await {
+                Ok(r) => {
+                    let stored = from_wire(r.log, name)?;
+                    tracing::info!(log = name, ledger_id = first.ledger_id(), "created log");
+                    return Ok(LogWriter::start(self.clone(), stored, first, Producers::default()));
                 }
-                Err(log_error(e, name))
+                Err(e) if e.code() == Some(ErrorCode::NoSuchLedger) && attempts < 2 => {
+                    tracing::info!(
+                        log = name,
+                        ledger_id = first.ledger_id(),
+                        "the first ledger went with a deleted log; again"
+                    );
+                }
+                Err(e) => {
+                    // Refused: the ledger made for it is nobody's (best effort).
+                    // Of unknown outcome, it may be the log's: left alone.
+                    if refused(&e) {
+                        let _ = self.delete(first.ledger_id()).await;
+                    }
+                    return Err(log_error(e, name));
+                }
             }
         }
     }
