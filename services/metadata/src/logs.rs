@@ -283,13 +283,15 @@ impl MetaState {
                 && l.custom.get(LOG_LEDGER_KEY).is_some_and(|v| v.as_slice() == name.as_bytes())
                 && l.custom.get(OWNER_KEY).is_some_and(|o| identity_may_change(log, &String::from_utf8_lossy(o)))
         };
+        let from = self.swept_below.0.get(name).copied().unwrap_or(0).min(below);
         let doomed: Vec<u64> = self
             .ledgers
-            .range(..below)
+            .range(from..below)
             .filter(|(_, l)| l.state == LedgerState::Open && made_for_it(l))
             .map(|(id, _)| *id)
             .filter(|id| self.log_listing(*id, "").is_none())
             .collect();
+        self.swept_below.0.insert(name.to_string(), below);
         let mut touched = Vec::new();
         for id in doomed {
             tracing::info!(log = name, ledger_id = id, "deleted a ledger made for a log that no writer can list");
@@ -317,6 +319,7 @@ impl MetaState {
         // ledger this takes has its CreateLog refused (NoSuchLedger) and
         // makes another (quire-client does).
         touched.extend(self.sweep_made_for(name, u64::MAX));
+        self.swept_below.0.remove(name);
         self.logs.remove(name);
         // Its ownership lock goes too: a writer's renewals then fail, and a
         // log made again under the name is nobody's until taken.
@@ -439,7 +442,7 @@ pub(crate) fn test_log(name: &str, creator: &str) -> Log {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{Command, NewLedger, OWNER_KEY};
+    use crate::state::{Command, NewLedger, SweptBelow, OWNER_KEY};
     use quire_log::{LogConfig, LogRecord, Producers, Retention, Rollover};
     use std::collections::BTreeMap;
 
@@ -519,6 +522,39 @@ mod tests {
             s.apply(Command::SweepLogLedgers { log: "none".into() }).0,
             Outcome::Refused(Refusal::NoSuchLog(_))
         ));
+    }
+
+    /// The sweep scans from where the log's last one stopped; a replica
+    /// without that hint (restarted, or given a snapshot) scans from the
+    /// first ledger and deletes exactly the same ledgers, through takeovers
+    /// that each leave a fenced writer's next ledger and a lost CAS's behind.
+    #[test]
+    fn a_sweep_without_its_hint_deletes_the_same_ledgers() {
+        let mut s = MetaState::default();
+        let l1 = log_ledger(&mut s, "gateway/1", "l");
+        let mut log = create(&mut s, "l", l1.ledger_id);
+        let mut open = l1;
+        for round in 0..5u64 {
+            let premade = log_ledger(&mut s, "gateway/1", "l");
+            let lost_cas = log_ledger(&mut s, "gateway/2", "l");
+            let _other_log = log_ledger(&mut s, "gateway/1", "other");
+            let next = log_ledger(&mut s, "gateway/2", "l");
+            let taken = log.record.take_over(format!("gw-{round}"), 1, next.ledger_id).unwrap();
+            log = stored(update(&mut s, &log, taken, vec![closed(&open, 1)], &gw()));
+            open = next;
+            let mut cold = s.clone();
+            cold.swept_below = SweptBelow::default();
+            let (_, hot_touched) = s.apply(Command::SweepLogLedgers { log: "l".into() });
+            let (_, cold_touched) = cold.apply(Command::SweepLogLedgers { log: "l".into() });
+            assert_eq!(hot_touched, cold_touched, "round {round}");
+            assert_eq!(s.ledgers, cold.ledgers, "round {round}");
+            for gone in [premade.ledger_id, lost_cas.ledger_id] {
+                assert!(!s.ledgers.contains_key(&gone), "round {round}: ledger {gone} swept");
+            }
+            assert_eq!(s.swept_below.0.get("l"), Some(&open.ledger_id));
+        }
+        s.apply(Command::DeleteLog { name: "l".into(), caller: gw() });
+        assert!(!s.swept_below.0.contains_key("l"), "a log made again under the name sweeps from the first ledger");
     }
 
     /// Deleting a log takes with it the ledgers made for it that it never

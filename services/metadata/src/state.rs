@@ -593,7 +593,31 @@ pub struct MetaState {
     /// Logs' cursors by (log, cursor); carried with the logs.
     #[serde(skip)]
     pub cursors: BTreeMap<(String, String), quire_log::Cursor>,
+    /// Where each log's last sweep of abandoned ledgers stopped: a bound on
+    /// the next one's scan, not part of the state (see [`SweptBelow`]).
+    #[serde(skip)]
+    pub swept_below: SweptBelow,
 }
+
+/// By log, the ledger id below which no ledger can be swept any more:
+/// after a sweep below `b`, every open, unlisted ledger made for the log
+/// with an id below `b` is gone, and none can appear there again (ids only
+/// grow, and a ledger leaves a log's list only by being deleted). The next
+/// sweep scans from there instead of from the first ledger, so a takeover
+/// scans the ledgers made since the last one, not every ledger there is.
+/// A hint only: a replica without it (restarted, or given a snapshot)
+/// scans from the first ledger and deletes exactly the same ones, so it is
+/// neither persisted nor compared.
+#[derive(Debug, Clone, Default)]
+pub struct SweptBelow(pub BTreeMap<String, u64>);
+
+impl PartialEq for SweptBelow {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for SweptBelow {}
 
 /// Request ids of creations remembered, at most.
 pub const CREATES_KEPT: usize = 65_536;
