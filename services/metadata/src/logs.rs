@@ -283,15 +283,13 @@ impl MetaState {
                 && l.custom.get(LOG_LEDGER_KEY).is_some_and(|v| v.as_slice() == name.as_bytes())
                 && l.custom.get(OWNER_KEY).is_some_and(|o| identity_may_change(log, &String::from_utf8_lossy(o)))
         };
-        let from = self.swept_below.0.get(name).copied().unwrap_or(0).min(below);
         let doomed: Vec<u64> = self
             .ledgers
-            .range(from..below)
+            .range(..below)
             .filter(|(_, l)| l.state == LedgerState::Open && made_for_it(l))
             .map(|(id, _)| *id)
             .filter(|id| self.log_listing(*id, "").is_none())
             .collect();
-        self.swept_below.0.insert(name.to_string(), below);
         let mut touched = Vec::new();
         for id in doomed {
             tracing::info!(log = name, ledger_id = id, "deleted a ledger made for a log that no writer can list");
@@ -302,7 +300,14 @@ impl MetaState {
         touched
     }
 
-    pub(crate) fn delete_log(&mut self, name: &str, caller: &Caller) -> Result<(Outcome, Vec<Touched>), Refusal> {
+    /// Deletes log `name` with the ledgers it lists, and (`sweep`) the ones
+    /// made for it and never listed.
+    pub(crate) fn delete_log(
+        &mut self,
+        name: &str,
+        caller: &Caller,
+        sweep: bool,
+    ) -> Result<(Outcome, Vec<Touched>), Refusal> {
         let stored = self.logs.get(name).ok_or_else(|| Refusal::NoSuchLog(name.to_string()))?;
         log_right(stored, caller)?;
         let ids: Vec<u64> = stored.record.segments.iter().map(|s| s.ledger_id).collect();
@@ -318,8 +323,9 @@ impl MetaState {
         // lists them. A creator of a new log of the same name whose first
         // ledger this takes has its CreateLog refused (NoSuchLedger) and
         // makes another (quire-client does).
-        touched.extend(self.sweep_made_for(name, u64::MAX));
-        self.swept_below.0.remove(name);
+        if sweep {
+            touched.extend(self.sweep_made_for(name, u64::MAX));
+        }
         self.logs.remove(name);
         // Its ownership lock goes too: a writer's renewals then fail, and a
         // log made again under the name is nobody's until taken.
@@ -442,7 +448,7 @@ pub(crate) fn test_log(name: &str, creator: &str) -> Log {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{Command, NewLedger, SweptBelow, OWNER_KEY};
+    use crate::state::{Command, NewLedger, OWNER_KEY};
     use quire_log::{LogConfig, LogRecord, Producers, Retention, Rollover};
     use std::collections::BTreeMap;
 
@@ -524,39 +530,6 @@ mod tests {
         ));
     }
 
-    /// The sweep scans from where the log's last one stopped; a replica
-    /// without that hint (restarted, or given a snapshot) scans from the
-    /// first ledger and deletes exactly the same ledgers, through takeovers
-    /// that each leave a fenced writer's next ledger and a lost CAS's behind.
-    #[test]
-    fn a_sweep_without_its_hint_deletes_the_same_ledgers() {
-        let mut s = MetaState::default();
-        let l1 = log_ledger(&mut s, "gateway/1", "l");
-        let mut log = create(&mut s, "l", l1.ledger_id);
-        let mut open = l1;
-        for round in 0..5u64 {
-            let premade = log_ledger(&mut s, "gateway/1", "l");
-            let lost_cas = log_ledger(&mut s, "gateway/2", "l");
-            let _other_log = log_ledger(&mut s, "gateway/1", "other");
-            let next = log_ledger(&mut s, "gateway/2", "l");
-            let taken = log.record.take_over(format!("gw-{round}"), 1, next.ledger_id).unwrap();
-            log = stored(update(&mut s, &log, taken, vec![closed(&open, 1)], &gw()));
-            open = next;
-            let mut cold = s.clone();
-            cold.swept_below = SweptBelow::default();
-            let (_, hot_touched) = s.apply(Command::SweepLogLedgers { log: "l".into() });
-            let (_, cold_touched) = cold.apply(Command::SweepLogLedgers { log: "l".into() });
-            assert_eq!(hot_touched, cold_touched, "round {round}");
-            assert_eq!(s.ledgers, cold.ledgers, "round {round}");
-            for gone in [premade.ledger_id, lost_cas.ledger_id] {
-                assert!(!s.ledgers.contains_key(&gone), "round {round}: ledger {gone} swept");
-            }
-            assert_eq!(s.swept_below.0.get("l"), Some(&open.ledger_id));
-        }
-        s.apply(Command::DeleteLog { name: "l".into(), caller: gw() });
-        assert!(!s.swept_below.0.contains_key("l"), "a log made again under the name sweeps from the first ledger");
-    }
-
     /// Deleting a log takes with it the ledgers made for it that it never
     /// listed, whatever their id (its writer's next ledger is newer than
     /// any it lists); ledgers of other logs, ledgers that only claim the
@@ -576,7 +549,13 @@ mod tests {
         let mut tagged = http.clone();
         tagged.custom.insert(crate::state::PRINCIPAL_KEY.into(), b"alice".to_vec());
         s.ledgers.insert(http.ledger_id, tagged);
-        let (o, touched) = s.apply(Command::DeleteLog { name: "l".into(), caller: gw() });
+        // A DeleteLog (applied before the sweep was part of a delete)
+        // replays as it was applied: the listed ledger goes, no other.
+        let mut replayed = s.clone();
+        replayed.apply(Command::DeleteLog { name: "l".into(), caller: gw() });
+        assert!(!replayed.ledgers.contains_key(&l1.ledger_id));
+        assert!(replayed.ledgers.contains_key(&premade.ledger_id), "an earlier command replays as applied");
+        let (o, touched) = s.apply(Command::DeleteLogAndSweep { name: "l".into(), caller: gw() });
         assert_eq!(o, Outcome::Deleted);
         for gone in [l1.ledger_id, premade.ledger_id, recreating.ledger_id] {
             assert!(!s.ledgers.contains_key(&gone), "ledger {gone} deleted");

@@ -602,7 +602,7 @@ impl quire_rpc::Service for MetaService {
                     Ok(v1::UpdateLogResponse { log: Some(log), ledgers }.into())
                 }
                 Req::DeleteLog(d) => {
-                    proposer.propose(Command::DeleteLog { name: d.name, caller: caller_of(&ctx.peer) }).await?;
+                    proposer.propose(Command::DeleteLogAndSweep { name: d.name, caller: caller_of(&ctx.peer) }).await?;
                     Ok(v1::DeleteLogResponse {}.into())
                 }
                 Req::ListLogs(l) => {

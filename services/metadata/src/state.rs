@@ -350,6 +350,10 @@ pub enum Command {
     /// (logs.rs `sweep_log_ledgers`); proposed by the leader after a
     /// takeover of the log.
     SweepLogLedgers { log: String },
+    /// DeleteLog that also deletes the ledgers made for the log and never
+    /// listed (logs.rs `delete_log`). A variant of its own so that a
+    /// DeleteLog replays as it was first applied.
+    DeleteLogAndSweep { name: String, caller: Caller },
 }
 
 /// The names of logs' ownership locks start so; only these may be taken over.
@@ -593,31 +597,7 @@ pub struct MetaState {
     /// Logs' cursors by (log, cursor); carried with the logs.
     #[serde(skip)]
     pub cursors: BTreeMap<(String, String), quire_log::Cursor>,
-    /// Where each log's last sweep of abandoned ledgers stopped: a bound on
-    /// the next one's scan, not part of the state (see [`SweptBelow`]).
-    #[serde(skip)]
-    pub swept_below: SweptBelow,
 }
-
-/// By log, the ledger id below which no ledger can be swept any more:
-/// after a sweep below `b`, every open, unlisted ledger made for the log
-/// with an id below `b` is gone, and none can appear there again (ids only
-/// grow, and a ledger leaves a log's list only by being deleted). The next
-/// sweep scans from there instead of from the first ledger, so a takeover
-/// scans the ledgers made since the last one, not every ledger there is.
-/// A hint only: a replica without it (restarted, or given a snapshot)
-/// scans from the first ledger and deletes exactly the same ones, so it is
-/// neither persisted nor compared.
-#[derive(Debug, Clone, Default)]
-pub struct SweptBelow(pub BTreeMap<String, u64>);
-
-impl PartialEq for SweptBelow {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for SweptBelow {}
 
 /// Request ids of creations remembered, at most.
 pub const CREATES_KEPT: usize = 65_536;
@@ -1050,7 +1030,8 @@ impl MetaState {
             Command::UpdateLog { log, expected_version, ledgers, caller, now_ms } => {
                 self.update_log(log, expected_version, ledgers, &caller, now_ms)
             }
-            Command::DeleteLog { name, caller } => self.delete_log(&name, &caller),
+            Command::DeleteLog { name, caller } => self.delete_log(&name, &caller, false),
+            Command::DeleteLogAndSweep { name, caller } => self.delete_log(&name, &caller, true),
             Command::PutCursor { cursor, expected_version, seek, now_ms, caller } => {
                 self.put_cursor(cursor, expected_version, seek, now_ms, &caller)
             }
