@@ -68,29 +68,32 @@ pub fn header_len(produced: Option<Produced<'_>>) -> usize {
     2 + produced.map_or(0, |p| p.producer_id.len() + 8)
 }
 
-fn write_header(h: &mut Vec<u8>, produced: Option<Produced<'_>>) -> Result<(), EnvelopeError> {
-    if let Some(p) = produced {
-        validate_producer_id(p.producer_id)?;
-    }
-    h.push(VERSION);
-    match produced {
-        None => h.push(0),
-        Some(p) => {
-            h.push(p.producer_id.len() as u8);
-            h.extend_from_slice(p.producer_id.as_bytes());
-            h.extend_from_slice(&p.sequence.to_be_bytes());
-        }
-    }
-    Ok(())
-}
-
 /// A record's entry: header and payload, in one allocation of exactly
-/// its size (the write path's one copy of the payload).
+/// its size.
 pub fn encode(produced: Option<Produced<'_>>, payload: &[u8]) -> Result<Vec<u8>, EnvelopeError> {
-    let mut e = Vec::with_capacity(header_len(produced) + payload.len());
-    write_header(&mut e, produced)?;
+    let (header, n) = header_bytes(produced)?;
+    let mut e = Vec::with_capacity(n + payload.len());
+    e.extend_from_slice(&header[..n]);
     e.extend_from_slice(payload);
     Ok(e)
+}
+
+/// A record's header alone, on the stack: its bytes are the first `.1`.
+/// For a writer that puts header and payload into a buffer of its own.
+pub fn header_bytes(produced: Option<Produced<'_>>) -> Result<([u8; HEADER_MAX_BYTES], usize), EnvelopeError> {
+    let mut out = [0u8; HEADER_MAX_BYTES];
+    if let Some(p) = produced {
+        validate_producer_id(p.producer_id)?;
+        out[0] = VERSION;
+        out[1] = p.producer_id.len() as u8;
+        let id_end = 2 + p.producer_id.len();
+        out[2..id_end].copy_from_slice(p.producer_id.as_bytes());
+        out[id_end..id_end + 8].copy_from_slice(&p.sequence.to_be_bytes());
+        return Ok((out, id_end + 8));
+    }
+    out[0] = VERSION;
+    out[1] = 0;
+    Ok((out, 2))
 }
 
 /// Reads a record from its entry (never panics, whatever the bytes).

@@ -16,7 +16,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use quire_log::envelope::{self, Produced};
 use quire_log::{LogConfig, LogMeta, LogRecord, Producers, Seen};
 use quire_proto::v1::{self, ErrorCode};
@@ -426,6 +426,10 @@ struct Progress {
     broken: Option<ClientError>,
 }
 
+/// Bytes of entries a log writer's buffer takes (records larger than this
+/// get one of their own size).
+const ARENA_BYTES: usize = 64 * 1024;
+
 struct State {
     /// The record as last stored.
     meta: LogMeta,
@@ -440,6 +444,10 @@ struct State {
     started: Option<Instant>,
     /// The next ledger, created ahead of its rollover.
     next: Option<tokio::task::JoinHandle<Result<LedgerWriter, ClientError>>>,
+    /// Where records' entries are written, many to a buffer: an entry is a
+    /// slice of it, so an append allocates nothing of its own (a buffer is
+    /// freed once the last entry in it is).
+    arena: BytesMut,
     /// The de-duplication table, with every append given so far.
     producers: Producers,
 }
@@ -527,7 +535,17 @@ impl LogWriter {
         );
         let name = meta.record.name.clone();
         let next = Some(spawn_next(&client, &name, &meta.config));
-        let state = State { meta, current, first_offset, entries: 0, bytes: 0, started: None, next, producers };
+        let state = State {
+            meta,
+            current,
+            first_offset,
+            entries: 0,
+            bytes: 0,
+            started: None,
+            next,
+            arena: BytesMut::new(),
+            producers,
+        };
         let progress = watch::Sender::new(Progress { committed: first_offset, broken: None });
         LogWriter { inner: Arc::new(WriterInner { client, name, state: tokio::sync::Mutex::new(state), progress }) }
     }
@@ -707,9 +725,15 @@ impl LogWriter {
             // moved with it on every submit.
             Box::pin(self.roll(st)).await?;
         }
-        let entry = envelope::encode(produced, payload).expect("producer id checked");
+        let (header, n) = envelope::header_bytes(produced).expect("producer id checked");
+        if st.arena.capacity() < n + payload.len() {
+            st.arena.reserve((n + payload.len()).max(ARENA_BYTES));
+        }
+        st.arena.extend_from_slice(&header[..n]);
+        st.arena.extend_from_slice(payload);
+        let entry = st.arena.split().freeze();
         let offset = st.first_offset + st.entries;
-        let pending = match st.current.submit(Bytes::from(entry)).await {
+        let pending = match st.current.submit(entry).await {
             Ok(p) => p,
             Err(e) => return Err(self.broke(e)),
         };
