@@ -530,6 +530,21 @@ mod tests {
         ));
     }
 
+    /// Raft entries hold commands by variant index (postcard): a command an
+    /// earlier build replicated must decode as the same command, so the
+    /// log commands' indices never move and new ones go last.
+    #[test]
+    fn the_log_commands_keep_their_places_in_the_encoding() {
+        let c = || gw();
+        let index = |cmd: Command| postcard::to_stdvec(&cmd).unwrap()[0];
+        assert_eq!(index(Command::DeleteLog { name: "l".into(), caller: c() }), 23);
+        assert_eq!(index(Command::DeleteCursor { log: "l".into(), name: "c".into(), caller: c() }), 25);
+        let take = Command::TakeLock { name: "log/l".into(), owner: "o".into(), lease_ms: 1, now_ms: 1 };
+        assert_eq!(index(take), 27);
+        assert_eq!(index(Command::SweepLogLedgers { log: "l".into() }), 28);
+        assert_eq!(index(Command::DeleteLogAndSweep { name: "l".into(), caller: c() }), 29);
+    }
+
     /// Deleting a log takes with it the ledgers made for it that it never
     /// listed, whatever their id (its writer's next ledger is newer than
     /// any it lists); ledgers of other logs, ledgers that only claim the
@@ -677,7 +692,7 @@ mod tests {
         let o = s.apply(Command::DeleteLedgerAs { ledger_id: l2.ledger_id, caller: gw() }).0;
         assert!(matches!(o, Outcome::Refused(Refusal::BadRequest(_))), "{o:?}");
         // Deleting the log deletes what it lists.
-        assert_eq!(s.apply(Command::DeleteLog { name: "orders".into(), caller: gw() }).0, Outcome::Deleted);
+        assert_eq!(s.apply(Command::DeleteLogAndSweep { name: "orders".into(), caller: gw() }).0, Outcome::Deleted);
         assert!(s.ledgers.is_empty() && s.logs.is_empty(), "{:?}", s.ledgers.keys().collect::<Vec<_>>());
         let _ = log;
     }
@@ -809,7 +824,7 @@ mod tests {
         let log = stored(update(&mut s, &log, trimmed, vec![], &auditor));
         assert_eq!(log.record.trim_before, 10);
         assert!(matches!(
-            s.apply(Command::DeleteLog { name: "l".into(), caller: other }).0,
+            s.apply(Command::DeleteLogAndSweep { name: "l".into(), caller: other }).0,
             Outcome::Refused(Refusal::PermissionDenied(_))
         ));
         // Names and shapes are checked at creation.
@@ -920,7 +935,7 @@ mod tests {
             now_ms: 7,
         });
         assert!(s.locks.contains_key("log/l"));
-        s.apply(Command::DeleteLog { name: "l".into(), caller: gw() });
+        s.apply(Command::DeleteLogAndSweep { name: "l".into(), caller: gw() });
         assert!(s.cursors.is_empty(), "cursors go with their log");
         assert!(!s.locks.contains_key("log/l"), "and its ownership lock");
     }

@@ -426,9 +426,32 @@ struct Progress {
     broken: Option<ClientError>,
 }
 
-/// Bytes of entries a log writer's buffer takes (records larger than this
-/// get one of their own size).
+/// Bytes of entries a log writer's buffer takes.
 const ARENA_BYTES: usize = 64 * 1024;
+/// Entries larger than this get an allocation of their own: a big record
+/// would otherwise leave most of a buffer unused, or make one big.
+const ARENA_ENTRY_MAX_BYTES: usize = ARENA_BYTES / 4;
+
+/// One entry of `header` then `payload`: a slice of `arena` (many entries
+/// share one buffer, freed once the last of them is), or for a large
+/// entry a buffer of its own. A full arena is replaced by a fresh buffer,
+/// never grown or reused in place, so a writer holds at most one buffer of
+/// ARENA_BYTES however large its records were.
+fn pack(arena: &mut BytesMut, header: &[u8], payload: &[u8]) -> Bytes {
+    let len = header.len() + payload.len();
+    if len > ARENA_ENTRY_MAX_BYTES {
+        let mut own = Vec::with_capacity(len);
+        own.extend_from_slice(header);
+        own.extend_from_slice(payload);
+        return Bytes::from(own);
+    }
+    if arena.capacity() < len {
+        *arena = BytesMut::with_capacity(ARENA_BYTES);
+    }
+    arena.extend_from_slice(header);
+    arena.extend_from_slice(payload);
+    arena.split().freeze()
+}
 
 struct State {
     /// The record as last stored.
@@ -726,12 +749,7 @@ impl LogWriter {
             Box::pin(self.roll(st)).await?;
         }
         let (header, n) = envelope::header_bytes(produced).expect("producer id checked");
-        if st.arena.capacity() < n + payload.len() {
-            st.arena.reserve((n + payload.len()).max(ARENA_BYTES));
-        }
-        st.arena.extend_from_slice(&header[..n]);
-        st.arena.extend_from_slice(payload);
-        let entry = st.arena.split().freeze();
+        let entry = pack(&mut st.arena, &header[..n], payload);
         let offset = st.first_offset + st.entries;
         let pending = match st.current.submit(entry).await {
             Ok(p) => p,
@@ -913,4 +931,37 @@ fn roll_closer(
             }
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Entries packed into shared buffers keep their bytes whatever comes
+    /// after them: across buffer boundaries, beside large entries, with
+    /// earlier entries dropped (so a buffer could be reused); and the
+    /// writer's buffer never grows past ARENA_BYTES.
+    #[test]
+    fn packed_entries_keep_their_bytes_and_the_buffer_stays_bounded() {
+        let mut arena = BytesMut::new();
+        let mut kept = Vec::new();
+        let sizes = [0usize, 1, 1000, 4000, ARENA_ENTRY_MAX_BYTES - 2, ARENA_ENTRY_MAX_BYTES, 100_000, 3, 70_000, 1024];
+        for i in 0..2000usize {
+            let len = sizes[i % sizes.len()];
+            let header = [1u8, (i % 251) as u8];
+            let payload: Vec<u8> = (0..len).map(|j| (i.wrapping_mul(31) + j) as u8).collect();
+            let entry = pack(&mut arena, &header, &payload);
+            assert_eq!(&entry[..2], &header[..]);
+            assert_eq!(&entry[2..], &payload[..]);
+            assert!(arena.capacity() <= ARENA_BYTES, "the writer's buffer stays bounded");
+            // Keep every third entry, drop the rest at once.
+            if i % 3 == 0 {
+                kept.push((entry, header, payload));
+            }
+        }
+        for (entry, header, payload) in &kept {
+            assert_eq!(&entry[..2], &header[..]);
+            assert_eq!(&entry[2..], &payload[..], "an entry kept its bytes");
+        }
+    }
 }
