@@ -481,6 +481,15 @@ mod tests {
         l
     }
 
+    /// A ledger made over HTTP by gateway 1 for principal alice that
+    /// merely names log `log` (HTTP ledgers always carry their principal).
+    fn http_ledger(s: &mut MetaState, log: &str) -> Ledger {
+        let mut l = log_ledger(s, "gateway/1", log);
+        l.custom.insert(crate::state::PRINCIPAL_KEY.into(), b"alice".to_vec());
+        s.ledgers.insert(l.ledger_id, l.clone());
+        l
+    }
+
     /// After a takeover, the ledgers made for the log that no writer can
     /// list go: a fenced writer's next ledger, a takeover's that lost its
     /// CAS. What a writer may still list (made after the log's newest),
@@ -502,11 +511,7 @@ mod tests {
         let claims = log_ledger(&mut s, "client/app", "l");
         let others = log_ledger(&mut s, "gateway/1", "other");
         let lost_cas = log_ledger(&mut s, "gateway/2", "l");
-        // An HTTP ledger of another principal that merely names the log.
-        let http = log_ledger(&mut s, "gateway/1", "l");
-        let mut tagged = http.clone();
-        tagged.custom.insert(crate::state::PRINCIPAL_KEY.into(), b"alice".to_vec());
-        s.ledgers.insert(http.ledger_id, tagged);
+        let http = http_ledger(&mut s, "l");
         let l5 = log_ledger(&mut s, "gateway/2", "l");
         let taken = log.record.take_over("gw-b", 3, l5.ledger_id).unwrap();
         let log = stored(update(&mut s, &log, taken, vec![closed(&l1, 3)], &gw()));
@@ -560,10 +565,7 @@ mod tests {
         let recreating = log_ledger(&mut s, "gateway/2", "l");
         let claims = log_ledger(&mut s, "client/app", "l");
         let others = log_ledger(&mut s, "gateway/1", "other");
-        let http = log_ledger(&mut s, "gateway/1", "l");
-        let mut tagged = http.clone();
-        tagged.custom.insert(crate::state::PRINCIPAL_KEY.into(), b"alice".to_vec());
-        s.ledgers.insert(http.ledger_id, tagged);
+        let http = http_ledger(&mut s, "l");
         // A DeleteLog (applied before the sweep was part of a delete)
         // replays as it was applied: the listed ledger goes, no other.
         let mut replayed = s.clone();

@@ -207,11 +207,7 @@ async fn a_takeover_fences_the_earlier_owner_and_keeps_every_acknowledged_record
         assert_eq!(a.append(record(i)).await.unwrap(), i);
     }
     // The first writer made its next ledger ahead of a rollover it will never do.
-    let premade = quire_testkit::eventually(Duration::from_secs(10), "a's next ledger", || async {
-        unlisted(&client, "events").await.into_iter().next()
-    })
-    .await
-    .unwrap();
+    let premade = made_ahead(&client, "events").await;
     let b = client.open_log_writer("events", "owner-b").await.unwrap();
     let meta = b.metadata().await;
     assert_eq!((meta.record.epoch, meta.record.owner.as_str()), (2, "owner-b"));
@@ -252,11 +248,7 @@ async fn deleting_a_log_deletes_the_ledger_its_writer_made_ahead() {
     let client = s.client();
     let a = client.create_log("orders", config(4), "owner-a").await.unwrap();
     assert_eq!(a.append(record(0)).await.unwrap(), 0);
-    let premade = quire_testkit::eventually(Duration::from_secs(10), "a's next ledger", || async {
-        unlisted(&client, "orders").await.into_iter().next()
-    })
-    .await
-    .unwrap();
+    let premade = made_ahead(&client, "orders").await;
     let listed = a.metadata().await.record.segments[0].ledger_id;
     assert!(premade > listed);
     client.delete_log("orders").await.unwrap();
@@ -265,6 +257,16 @@ async fn deleting_a_log_deletes_the_ledger_its_writer_made_ahead() {
     }
     let again = client.create_log("orders", config(4), "owner-b").await.unwrap();
     assert_eq!(again.append(record(0)).await.unwrap(), 0);
+}
+
+/// The ledger log `name`'s writer made ahead of its next rollover, once
+/// made.
+async fn made_ahead(client: &quire_client::Client, name: &str) -> u64 {
+    quire_testkit::eventually(Duration::from_secs(10), "the writer's next ledger", || async {
+        unlisted(client, name).await.into_iter().next()
+    })
+    .await
+    .unwrap()
 }
 
 /// The open ledgers made for log `name` that it does not list.

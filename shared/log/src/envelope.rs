@@ -82,18 +82,14 @@ pub fn encode(produced: Option<Produced<'_>>, payload: &[u8]) -> Result<Vec<u8>,
 /// For a writer that puts header and payload into a buffer of its own.
 pub fn header_bytes(produced: Option<Produced<'_>>) -> Result<([u8; HEADER_MAX_BYTES], usize), EnvelopeError> {
     let mut out = [0u8; HEADER_MAX_BYTES];
-    if let Some(p) = produced {
-        validate_producer_id(p.producer_id)?;
-        out[0] = VERSION;
-        out[1] = p.producer_id.len() as u8;
-        let id_end = 2 + p.producer_id.len();
-        out[2..id_end].copy_from_slice(p.producer_id.as_bytes());
-        out[id_end..id_end + 8].copy_from_slice(&p.sequence.to_be_bytes());
-        return Ok((out, id_end + 8));
-    }
     out[0] = VERSION;
-    out[1] = 0;
-    Ok((out, 2))
+    let Some(p) = produced else { return Ok((out, 2)) };
+    validate_producer_id(p.producer_id)?;
+    out[1] = p.producer_id.len() as u8;
+    let id_end = 2 + p.producer_id.len();
+    out[2..id_end].copy_from_slice(p.producer_id.as_bytes());
+    out[id_end..id_end + 8].copy_from_slice(&p.sequence.to_be_bytes());
+    Ok((out, id_end + 8))
 }
 
 /// Reads a record from its entry (never panics, whatever the bytes).

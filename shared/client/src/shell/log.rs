@@ -432,25 +432,27 @@ const ARENA_BYTES: usize = 64 * 1024;
 /// would otherwise leave most of a buffer unused, or make one big.
 const ARENA_ENTRY_MAX_BYTES: usize = ARENA_BYTES / 4;
 
-/// One entry of `header` then `payload`: a slice of `arena` (many entries
-/// share one buffer, freed once the last of them is), or for a large
-/// entry a buffer of its own. A full arena is replaced by a fresh buffer,
-/// never grown or reused in place, so a writer holds at most one buffer of
-/// ARENA_BYTES however large its records were.
-fn pack(arena: &mut BytesMut, header: &[u8], payload: &[u8]) -> Bytes {
-    let len = header.len() + payload.len();
+/// A record's entry (its envelope: header, then payload): a slice of
+/// `arena` (many entries share one buffer, freed once the last of them
+/// is), or for a large entry an allocation of its own. A full arena is
+/// replaced by a fresh buffer, never grown or reused in place, so a writer
+/// holds at most one buffer of ARENA_BYTES however large its records were.
+fn pack(
+    arena: &mut BytesMut,
+    produced: Option<Produced<'_>>,
+    payload: &[u8],
+) -> Result<Bytes, envelope::EnvelopeError> {
+    let (header, n) = envelope::header_bytes(produced)?;
+    let len = n + payload.len();
     if len > ARENA_ENTRY_MAX_BYTES {
-        let mut own = Vec::with_capacity(len);
-        own.extend_from_slice(header);
-        own.extend_from_slice(payload);
-        return Bytes::from(own);
+        return envelope::encode(produced, payload).map(Bytes::from);
     }
     if arena.capacity() < len {
         *arena = BytesMut::with_capacity(ARENA_BYTES);
     }
-    arena.extend_from_slice(header);
+    arena.extend_from_slice(&header[..n]);
     arena.extend_from_slice(payload);
-    arena.split().freeze()
+    Ok(arena.split().freeze())
 }
 
 struct State {
@@ -748,8 +750,7 @@ impl LogWriter {
             // moved with it on every submit.
             Box::pin(self.roll(st)).await?;
         }
-        let (header, n) = envelope::header_bytes(produced).expect("producer id checked");
-        let entry = pack(&mut st.arena, &header[..n], payload);
+        let entry = pack(&mut st.arena, produced, payload).expect("producer id checked");
         let offset = st.first_offset + st.entries;
         let pending = match st.current.submit(entry).await {
             Ok(p) => p,
@@ -946,22 +947,29 @@ mod tests {
         let mut arena = BytesMut::new();
         let mut kept = Vec::new();
         let sizes = [0usize, 1, 1000, 4000, ARENA_ENTRY_MAX_BYTES - 2, ARENA_ENTRY_MAX_BYTES, 100_000, 3, 70_000, 1024];
+        // (ARENA_ENTRY_MAX_BYTES - 2: in the buffer with no producer's header,
+        // on its own with one.)
+        let ids: Vec<String> = (0..7).map(|k| "p".repeat(1 + k * 10)).collect();
+        // Every other record idempotent, with producer ids of 1 to 61 bytes.
+        let produced =
+            |i: usize| (i % 2 == 1).then(|| Produced { producer_id: ids[i % ids.len()].as_str(), sequence: i as u64 });
         for i in 0..2000usize {
             let len = sizes[i % sizes.len()];
-            let header = [1u8, (i % 251) as u8];
             let payload: Vec<u8> = (0..len).map(|j| (i.wrapping_mul(31) + j) as u8).collect();
-            let entry = pack(&mut arena, &header, &payload);
-            assert_eq!(&entry[..2], &header[..]);
-            assert_eq!(&entry[2..], &payload[..]);
+            let entry = pack(&mut arena, produced(i), &payload).unwrap();
+            let header = envelope::header_len(produced(i));
+            assert_eq!(&entry[..header], &envelope::encode(produced(i), b"").unwrap()[..]);
+            assert_eq!(&entry[header..], &payload[..]);
             assert!(arena.capacity() <= ARENA_BYTES, "the writer's buffer stays bounded");
             // Keep every third entry, drop the rest at once.
             if i % 3 == 0 {
-                kept.push((entry, header, payload));
+                kept.push((entry, i, payload));
             }
         }
-        for (entry, header, payload) in &kept {
-            assert_eq!(&entry[..2], &header[..]);
-            assert_eq!(&entry[2..], &payload[..], "an entry kept its bytes");
+        for (entry, i, payload) in &kept {
+            let header = envelope::header_len(produced(*i));
+            assert_eq!(&entry[..header], &envelope::encode(produced(*i), b"").unwrap()[..]);
+            assert_eq!(&entry[header..], &payload[..], "an entry kept its bytes");
         }
     }
 }
