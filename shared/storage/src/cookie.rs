@@ -86,7 +86,7 @@ pub fn check_or_create(
     if format || all_empty {
         let cookie = fresh();
         for d in dirs {
-            std::fs::create_dir_all(d).map_err(|e| StorageError::io(d, e))?;
+            quire_durable::create_dir_all_durable(d).map_err(|e| StorageError::io(d, e))?;
             write(d, &cookie)?;
         }
         return Ok(cookie);

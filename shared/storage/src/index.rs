@@ -9,6 +9,9 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use quire_durable::SyncedSled;
 
 use crate::entrylog::RECORD_MAX_BYTES;
 use crate::error::StorageError;
@@ -336,6 +339,17 @@ pub struct SledIndex {
 struct Handles {
     db: sled::Db,
     tree: sled::Tree,
+    /// sled's flush is not durable (it ends in sync_file_range): every
+    /// commit goes through this, which adds the fsyncs (quire-durable).
+    synced: Arc<SyncedSled>,
+}
+
+impl Handles {
+    /// A durable commit of everything applied so far. After a failed sync
+    /// every later one fails too (fail-stop: the store then refuses adds).
+    fn commit(&self) -> Result<(), StorageError> {
+        self.synced.flush(&self.db).map_err(|e| StorageError::Index(e.to_string()))
+    }
 }
 
 /// How long `close` waits for sled's own threads to let go of the
@@ -345,15 +359,12 @@ const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 impl SledIndex {
     /// Opens (or creates) the index under `dir`.
     pub fn open(dir: &Path) -> Result<SledIndex, StorageError> {
-        // No background flusher: every commit flushes itself (below).
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(64 * 1024 * 1024)
-            .flush_every_ms(None)
-            .open()
-            .map_err(idx_err)?;
+        // No background flusher: every commit flushes and syncs itself (below).
+        let config = sled::Config::new().path(dir).cache_capacity(64 * 1024 * 1024).flush_every_ms(None);
+        let (db, synced) = SyncedSled::open(config, dir).map_err(|e| StorageError::io(dir, e))?;
         let tree = db.open_tree("ledger-index").map_err(idx_err)?;
-        Ok(SledIndex { dir: dir.to_path_buf(), open: std::sync::RwLock::new(Some(Handles { db, tree })) })
+        let handles = Handles { db, tree, synced: Arc::new(synced) };
+        Ok(SledIndex { dir: dir.to_path_buf(), open: std::sync::RwLock::new(Some(handles)) })
     }
 
     /// The open handles, shared with look-ups, for the guard's lifetime.
@@ -389,7 +400,7 @@ impl SledIndex {
     fn release(&self) -> Result<(), StorageError> {
         let taken = self.open.write().expect("index lock").take();
         let Some(h) = taken else { return Ok(()) };
-        let flushed = h.db.flush().map(|_| ()).map_err(idx_err);
+        let flushed = h.commit();
         drop(h);
         let lock_path = self.dir.join("db");
         let file = std::fs::File::open(&lock_path).map_err(|e| StorageError::io(&lock_path, e))?;
@@ -515,9 +526,9 @@ impl LedgerIndex for SledIndex {
                 b.insert(KEY_CHECKPOINT, &v[..]);
             }
             w.tree.apply_batch(b).map_err(idx_err)?;
-            w.db.clone()
+            w.clone()
         };
-        db.flush().map_err(idx_err)?;
+        db.commit()?;
         Ok(())
     }
 
@@ -664,15 +675,14 @@ impl LedgerIndex for SledIndex {
                 b.insert(&ledger_key(*l)[..], &encode_ledger(r)[..]);
             }
             w.tree.apply_batch(b).map_err(idx_err)?;
-            w.db.clone()
+            w.clone()
         };
-        db.flush().map_err(idx_err)?;
+        db.commit()?;
         Ok(runs)
     }
 
     fn sync(&self) -> Result<(), StorageError> {
-        self.handles()?.db.flush().map_err(idx_err)?;
-        Ok(())
+        self.handles()?.commit()
     }
 
     fn close(&self) -> Result<(), StorageError> {
@@ -728,9 +738,9 @@ impl LedgerIndex for SledIndex {
         }
         if applied.iter().any(|a| *a) {
             w.tree.apply_batch(b).map_err(idx_err)?;
-            let db = w.db.clone();
+            let h = w.clone();
             drop(w);
-            db.flush().map_err(idx_err)?;
+            h.commit()?;
         }
         Ok(applied)
     }

@@ -254,7 +254,8 @@ impl Store {
             ledgers.insert(id, LedgerState::new(rec));
         }
         let checkpoint = index.checkpoint()?.unwrap_or_default();
-        std::fs::create_dir_all(&config.journal.dir).map_err(|e| StorageError::io(&config.journal.dir, e))?;
+        quire_durable::create_dir_all_durable(&config.journal.dir)
+            .map_err(|e| StorageError::io(&config.journal.dir, e))?;
         let mut caches = Caches::default();
         let outcome = journal::replay(&config.journal.dir, checkpoint, |pos, rec| {
             match rec {

@@ -156,7 +156,7 @@ impl EntryLogs {
         max_file_bytes: u64,
         page_cache_behind_bytes: Option<u64>,
     ) -> Result<EntryLogs, StorageError> {
-        std::fs::create_dir_all(dir).map_err(|e| StorageError::io(dir, e))?;
+        quire_durable::create_dir_all_durable(dir).map_err(|e| StorageError::io(dir, e))?;
         let mut files = HashMap::new();
         let mut max_id = 0;
         for e in std::fs::read_dir(dir).map_err(|e| StorageError::io(dir, e))? {

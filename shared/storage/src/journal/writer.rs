@@ -120,7 +120,7 @@ impl FileJournal {
     /// segment after every existing one. Replay existing segments first
     /// ([`super::replay`]); this does not read them.
     pub fn start(config: JournalConfig) -> Result<FileJournal, StorageError> {
-        std::fs::create_dir_all(&config.dir).map_err(|e| StorageError::io(&config.dir, e))?;
+        quire_durable::create_dir_all_durable(&config.dir).map_err(|e| StorageError::io(&config.dir, e))?;
         let io = |e| StorageError::io(&config.dir, e);
         let segments = list_segments(&config.dir).map_err(io)?;
         let spares = list_spares(&config.dir).map_err(io)?;
