@@ -12,9 +12,8 @@ use openraft::{BasicNode, Config, SnapshotPolicy};
 use quire_rpc::RpcClient;
 
 use crate::raft::election::{self, ElectionGate};
-use crate::raft::log_store::LogStore;
 use crate::raft::network::Network;
-use crate::raft::state_machine::{Shared, StateMachineStore};
+use crate::raft::state_machine::Shared;
 use crate::raft::MetaRaft;
 use crate::service::now_ms;
 use crate::state::Command;
@@ -70,21 +69,11 @@ impl Node {
     ) -> anyhow::Result<Node> {
         anyhow::ensure!(members.contains_key(&id), "replica {id} is not among the members {members:?}");
         std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-        let db = tokio::task::spawn_blocking({
+        let (log, sm) = tokio::task::spawn_blocking({
             let path = dir.join("raft");
-            move || {
-                sled::Config::new()
-                    .path(path)
-                    .cache_capacity(64 * 1024 * 1024)
-                    .flush_every_ms(None)
-                    .mode(sled::Mode::HighThroughput)
-                    .open()
-            }
+            move || crate::raft::open_storage(&path)
         })
-        .await?
-        .context("open sled")?;
-        let log = LogStore::open(&db).context("open the Raft log")?;
-        let sm = StateMachineStore::open(&db).map_err(|e| anyhow::anyhow!("open the state machine: {e}"))?;
+        .await??;
         let shared = sm.shared();
         let config = Config {
             cluster_name: "quire-metadata".into(),

@@ -13,9 +13,7 @@ struct SledBuilder;
 impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> for SledBuilder {
     async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachineStore), StorageError<u64>> {
         let dir = tempfile::tempdir().expect("temp dir");
-        let db = sled::Config::new().path(dir.path()).open().expect("open sled");
-        let log = LogStore::open(&db).expect("log store");
-        let sm = StateMachineStore::open(&db)?;
+        let (log, sm) = quire_metadata::raft::open_storage(&dir.path().join("raft")).expect("open storage");
         Ok((dir, log, sm))
     }
 }

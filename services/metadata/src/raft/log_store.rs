@@ -3,14 +3,18 @@
 //! Entries are postcard-encoded under their index (big-endian, so sled's order is the log's
 //! order). The vote, the last purged log id and the committed log id live in a
 //! second tree. Every write that openraft must find after a crash (appended
-//! entries, the vote, purge and truncation marks) is flushed before it is
-//! acknowledged.
+//! entries, the vote, purge and truncation marks) is flushed and fsynced
+//! (`SyncedSled`: sled's own flush is not durable) before it is acknowledged;
+//! after a failed sync every later one fails, so nothing more is acknowledged.
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 
+use std::sync::Arc;
+
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{Entry, LogId, OptionalSend, RaftLogReader, StorageError, StorageIOError, Vote};
+use quire_durable::SyncedSled;
 
 use super::TypeConfig;
 
@@ -20,14 +24,15 @@ type SErr = StorageError<u64>;
 #[derive(Clone)]
 pub struct LogStore {
     db: sled::Db,
+    synced: Arc<SyncedSled>,
     logs: sled::Tree,
     meta: sled::Tree,
 }
 
 impl LogStore {
     /// Opens the log in `db`.
-    pub fn open(db: &sled::Db) -> Result<LogStore, sled::Error> {
-        Ok(LogStore { db: db.clone(), logs: db.open_tree("raft_log")?, meta: db.open_tree("raft_meta")? })
+    pub fn open(db: &sled::Db, synced: Arc<SyncedSled>) -> Result<LogStore, sled::Error> {
+        Ok(LogStore { db: db.clone(), synced, logs: db.open_tree("raft_log")?, meta: db.open_tree("raft_meta")? })
     }
 
     fn get_meta<T: serde::de::DeserializeOwned>(&self, key: &str) -> Result<Option<T>, SErr> {
@@ -45,8 +50,8 @@ impl LogStore {
     }
 
     async fn flush(&self) -> Result<(), std::io::Error> {
-        let db = self.db.clone();
-        tokio::task::spawn_blocking(move || db.flush().map(|_| ()).map_err(std::io::Error::from))
+        let (db, synced) = (self.db.clone(), self.synced.clone());
+        tokio::task::spawn_blocking(move || synced.flush(&db).map_err(std::io::Error::other))
             .await
             .map_err(std::io::Error::other)?
     }

@@ -11,6 +11,9 @@ pub mod network;
 pub mod state_machine;
 
 use std::io::Cursor;
+use std::path::Path;
+
+use anyhow::Context;
 
 use crate::state::{Command, Outcome};
 
@@ -26,3 +29,21 @@ openraft::declare_raft_types!(
 
 /// A Raft handle of this service.
 pub type MetaRaft = openraft::Raft<TypeConfig>;
+
+/// Opens a replica's Raft storage (log, vote and state machine, one sled
+/// database) under `dir`. Every flush the stores make is followed by the
+/// fsyncs sled never does (quire-durable's `SyncedSled`): what openraft is
+/// told is durable survives a power cut.
+pub fn open_storage(dir: &Path) -> anyhow::Result<(log_store::LogStore, state_machine::StateMachineStore)> {
+    let config = sled::Config::new()
+        .path(dir)
+        .cache_capacity(64 * 1024 * 1024)
+        .flush_every_ms(None)
+        .mode(sled::Mode::HighThroughput);
+    let (db, synced) = quire_durable::SyncedSled::open(config, dir).context("open sled")?;
+    let synced = std::sync::Arc::new(synced);
+    let log = log_store::LogStore::open(&db, synced.clone()).context("open the Raft log")?;
+    let sm = state_machine::StateMachineStore::open(&db, synced)
+        .map_err(|e| anyhow::anyhow!("open the state machine: {e}"))?;
+    Ok((log, sm))
+}

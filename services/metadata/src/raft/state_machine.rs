@@ -16,6 +16,7 @@ use openraft::{
     BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, StorageError, StorageIOError,
     StoredMembership,
 };
+use quire_durable::SyncedSled;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
@@ -145,6 +146,7 @@ struct StoredSnapshot {
 /// The state machine store.
 pub struct StateMachineStore {
     db: sled::Db,
+    synced: Arc<SyncedSled>,
     sm: sled::Tree,
     snap: sled::Tree,
     shared: Arc<Shared>,
@@ -206,7 +208,7 @@ fn unjson<T: serde::de::DeserializeOwned>(v: &[u8]) -> Result<T, SErr> {
 
 impl StateMachineStore {
     /// Opens the state persisted in `db`.
-    pub fn open(db: &sled::Db) -> Result<StateMachineStore, SErr> {
+    pub fn open(db: &sled::Db, synced: Arc<SyncedSled>) -> Result<StateMachineStore, SErr> {
         let sm = db.open_tree("state").map_err(|e| StorageIOError::read_state_machine(&e))?;
         let snap = db.open_tree("snapshot").map_err(|e| StorageIOError::read_state_machine(&e))?;
         let mut state = MetaState::default();
@@ -281,7 +283,7 @@ impl StateMachineStore {
             applied: watch::Sender::new(last_applied.map_or(0, |l| l.index)),
             snapshots_installed: std::sync::atomic::AtomicU64::new(0),
         });
-        Ok(StateMachineStore { db: db.clone(), sm, snap, shared, last_applied, membership })
+        Ok(StateMachineStore { db: db.clone(), synced, sm, snap, shared, last_applied, membership })
     }
 
     /// The state shared with the RPC handlers.
@@ -349,7 +351,7 @@ impl StateMachineStore {
     }
 
     fn flush(&self) -> Result<(), SErr> {
-        self.db.flush().map(|_| ()).map_err(|e| StorageIOError::write_state_machine(&e).into())
+        self.synced.flush(&self.db).map_err(|e| StorageIOError::write_state_machine(&e).into())
     }
 }
 
@@ -359,6 +361,7 @@ pub struct SnapshotBuilder {
     last_applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, BasicNode>,
     db: sled::Db,
+    synced: Arc<SyncedSled>,
     snap: sled::Tree,
 }
 
@@ -376,7 +379,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         self.snap.insert("current", stored).map_err(|e| StorageIOError::write_snapshot(None, &e))?;
         // Durable before openraft purges the log it covers (the state too: it
         // was persisted by apply up to last_applied).
-        self.db.flush().map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        self.synced.flush(&self.db).map_err(|e| StorageIOError::write_snapshot(None, &e))?;
         Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
     }
 }
@@ -432,6 +435,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             last_applied: self.last_applied,
             membership: self.membership.clone(),
             db: self.db.clone(),
+            synced: self.synced.clone(),
             snap: self.snap.clone(),
         }
     }
