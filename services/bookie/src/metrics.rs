@@ -63,7 +63,17 @@ pub fn render(store: &Store, add_seconds: &quire_metrics::Histogram, limbo: &cra
     );
     let st = store.stats();
     let j = store.journal_stats();
-    let counters: [(&str, &str, u64); 18] = [
+    let counters: [(&str, &str, u64); 20] = [
+        (
+            "quire_bookie_journal_failed",
+            "1 once a journal write or fsync (file or directory) failed: every add is refused until a restart, which replays what is durable.",
+            store.journal_failed() as u64,
+        ),
+        (
+            "quire_bookie_read_only",
+            "1 while the bookie refuses normal adds (journal or flush failure, disk guard, operator).",
+            store.read_only().is_some() as u64,
+        ),
         ("quire_bookie_adds_total", "Adds acknowledged.", st.adds.load(Relaxed)),
         ("quire_bookie_reads_total", "Reads served.", st.reads.load(Relaxed)),
         ("quire_bookie_range_reads_total", "Range reads (ReadEntries) answered.", st.range_reads.load(Relaxed)),

@@ -22,7 +22,7 @@ use fuser::{
 use crate::names::{NameOp, Names, Trash};
 use crate::nodes::{Nodes, Place};
 use crate::undo::FileLog;
-use crate::{FsyncFault, Stats};
+use crate::{FsyncFault, Stats, SyncTarget};
 
 const TTL: Duration = Duration::from_secs(1);
 
@@ -64,11 +64,16 @@ impl State {
     }
 
     /// Whether this sync of `ino` is one a fault says must fail.
-    fn sync_fails(&mut self, ino: u64) -> bool {
+    fn sync_fails(&mut self, ino: u64, dir: bool) -> bool {
         let Some(path) = self.nodes.live_path(ino) else { return false };
         let rel = path.strip_prefix(&self.root).unwrap_or(path).to_string_lossy().into_owned();
         for f in &mut self.faults {
-            if !rel.contains(&f.path_contains) {
+            let target = match f.target {
+                SyncTarget::Any => true,
+                SyncTarget::Files => !dir,
+                SyncTarget::Dirs => dir,
+            };
+            if !target || !rel.contains(&f.path_contains) {
                 continue;
             }
             if f.skip > 0 {
@@ -448,7 +453,7 @@ impl Filesystem for CrashFs {
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         let mut st = tri!(reply, self.lock());
         let st = &mut *st;
-        if st.sync_fails(ino.0) {
+        if st.sync_fails(ino.0, false) {
             st.stats.failed_syncs += 1;
             if let (Some(log), Some(path)) = (st.files.get_mut(&ino.0), st.nodes.data_path(ino.0)) {
                 let file = tri!(reply, io(File::open(path)));
@@ -496,7 +501,7 @@ impl Filesystem for CrashFs {
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         let mut st = tri!(reply, self.lock());
         let st = &mut *st;
-        if st.sync_fails(ino.0) {
+        if st.sync_fails(ino.0, true) {
             st.stats.failed_syncs += 1;
             reply.error(Errno::EIO);
             return;

@@ -83,14 +83,35 @@ pub struct CrashReport {
     pub names_kept: u64,
 }
 
-/// Fails fsync/fdatasync (and directory fsync) with EIO on paths (relative to
+/// Fails fsync/fdatasync (or directory fsync) with EIO on paths (relative to
 /// the mount) containing `path_contains`: the first `skip` matching syncs
 /// pass, the next `fail` fail.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FsyncFault {
     pub path_contains: String,
+    pub target: SyncTarget,
     pub skip: u64,
     pub fail: u64,
+}
+
+impl FsyncFault {
+    /// The next sync of a file whose path contains `path_contains` fails.
+    pub fn next_file(path_contains: &str) -> Self {
+        FsyncFault { path_contains: path_contains.into(), target: SyncTarget::Files, skip: 0, fail: 1 }
+    }
+
+    /// The next fsync of a directory whose path contains `path_contains` fails.
+    pub fn next_dir(path_contains: &str) -> Self {
+        FsyncFault { path_contains: path_contains.into(), target: SyncTarget::Dirs, skip: 0, fail: 1 }
+    }
+}
+
+/// Which syncs an [`FsyncFault`] matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncTarget {
+    Any,
+    Files,
+    Dirs,
 }
 
 /// Counters of a mount.

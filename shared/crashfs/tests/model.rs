@@ -176,7 +176,7 @@ fn run(mount: &Mount, root: &Path, ops: &[Op], m: &mut Model) {
             }
             Op::FailingFsync(f) => {
                 let Some(&ino) = m.names.get(&f) else { continue };
-                mount.fail_fsync(FsyncFault { path_contains: format!("dir/{}", NAMES[f]), skip: 0, fail: 1 });
+                mount.fail_fsync(FsyncFault::next_file(&format!("dir/{}", NAMES[f])));
                 let err = OpenOptions::new().read(true).open(path(root, f)).unwrap().sync_data().unwrap_err();
                 assert_eq!(err.raw_os_error(), Some(libc::EIO), "an injected fsync failure is EIO");
                 m.inodes[ino].sync_failed();

@@ -815,6 +815,12 @@ impl Store {
         *self.inner.read_only.lock().expect("read-only lock") = reason;
     }
 
+    /// Whether a journal write or fsync failed: fail-stop, every add is
+    /// refused until the store is opened again.
+    pub fn journal_failed(&self) -> bool {
+        self.inner.journal.has_failed()
+    }
+
     /// Why the store refuses adds, if it does (read-only, or a failed flush or journal).
     pub fn read_only(&self) -> Option<String> {
         if self.inner.journal.has_failed() {

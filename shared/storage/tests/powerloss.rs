@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bytes::Bytes;
-use quire_crashfs::{Crash, DataLoss, Mount, NameLoss};
+use quire_crashfs::{Crash, DataLoss, FsyncFault, Mount, NameLoss};
 use quire_proto::v1::Entry;
 use quire_storage::{StorageError, Store, StoreConfig};
 
@@ -133,4 +133,77 @@ async fn acknowledged_adds_and_fences_survive_a_power_cut_that_tears_sectors() {
     for seed in 0..8 {
         cut_and_check(seed, DataLoss::Torn, NameLoss::Prefix).await;
     }
+}
+
+/// Finding 4: a failed directory fsync when flushed segments are retired
+/// was ignored. After a failed fsync the kernel may report success to the
+/// next one without having written anything ("fsyncgate"): the journal must
+/// stop acknowledging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_journal_directory_fsync_stops_every_later_add() {
+    let mut disks = Disks::new();
+    let store = Store::open(disks.config()).unwrap();
+    let acked = workload(&store).await;
+    disks.mounts[0].fail_fsync(FsyncFault::next_dir("journal"));
+    // A flush checkpoints, and the journal thread retires segments: a
+    // directory fsync, which fails. The add is queued behind the retirement.
+    let _ = store.flush();
+    let refused = store.add(entry(1, 1000), false).await;
+    assert_eq!(disks.mounts[0].stats().failed_syncs, 1, "the retirement synced the journal directory");
+    assert!(matches!(refused, Err(StorageError::JournalFailed)), "an add after a failed fsync: {refused:?}");
+    assert!(store.read_only().is_some(), "the store says it refuses adds");
+    disks.power_cut(store, 7, DataLoss::Drop, NameLoss::All);
+    let store = Store::open(disks.config()).unwrap();
+    check(&store, &acked);
+}
+
+/// Deliverable 4: EIO on a journal fdatasync. The batch it covered and every
+/// later add are refused, the store says why, and after a restart the
+/// journal replays what is durable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_journal_fdatasync_refuses_its_batch_and_every_later_add() {
+    let mut disks = Disks::new();
+    let store = Store::open(disks.config()).unwrap();
+    let acked = workload(&store).await;
+    disks.mounts[0].fail_fsync(FsyncFault::next_file("journal/journal-"));
+    let failed = store.add(entry(1, 500), false).await;
+    assert!(matches!(failed, Err(StorageError::JournalFailed) | Err(StorageError::Io { .. })), "{failed:?}");
+    for e in 501..510 {
+        let later = store.add(entry(1, e), false).await;
+        assert!(matches!(later, Err(StorageError::JournalFailed)), "an add after a failed fdatasync: {later:?}");
+    }
+    assert_eq!(store.read_only().as_deref(), Some("journal write failed"));
+    assert!(store.journal_failed(), "the bookie's quire_bookie_journal_failed gauge reads this");
+    disks.power_cut(store, 8, DataLoss::Drop, NameLoss::All);
+    let store = Store::open(disks.config()).unwrap();
+    check(&store, &acked);
+    store.add(entry(1, 500), false).await.expect("a restarted store takes adds again");
+}
+
+/// Finding 3: the checkpoint's own journal segment missing (lost, or a
+/// directory restored without it) is damage, never a clean start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_checkpoint_segment_is_damage() {
+    let t = tempfile::tempdir().unwrap();
+    let mut c = StoreConfig::new(t.path().join("journal"), t.path().join("ledgers"));
+    c.flush_interval = Duration::from_secs(3600);
+    c.journal.segment_bytes = 64 * 1024;
+    c.journal.prealloc_bytes = 16 * 1024;
+    {
+        let store = Store::open(c.clone()).unwrap();
+        workload(&store).await;
+        store.flush().unwrap();
+        store.close();
+    }
+    let mut segments: Vec<_> = std::fs::read_dir(t.path().join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("journal-"))
+        .collect();
+    segments.sort();
+    assert!(!segments.is_empty());
+    // The checkpoint is in the newest segment: take it away.
+    std::fs::remove_file(segments.last().unwrap()).unwrap();
+    let store = Store::open(c).unwrap();
+    assert!(store.journal_damaged(), "a journal without its checkpoint segment opened as if clean");
 }

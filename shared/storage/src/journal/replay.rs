@@ -27,6 +27,9 @@ pub struct ReplayOutcome {
     pub damaged: Vec<(JournalPos, &'static str)>,
 }
 
+/// Why a checkpoint whose segment is gone is reported as damage.
+const MISSING_CHECKPOINT_SEGMENT: &str = "the checkpoint's journal segment is missing";
+
 /// Why a zero length with written bytes after it is reported as damage.
 const ZEROED_LENGTH: &str = "zero record length with written bytes after it";
 
@@ -74,6 +77,14 @@ pub fn replay(
 ) -> Result<ReplayOutcome, StorageError> {
     let ids = list_segments(dir).map_err(|e| StorageError::io(dir, e))?;
     let mut out = ReplayOutcome { end: from, last_segment: ids.last().copied(), ..Default::default() };
+    // A checkpoint names the segment the flush stopped in, and retirement
+    // only takes segments before it: that segment must be here. Without it,
+    // whatever it held past the checkpoint was acknowledged and is gone
+    // (segment ids start at 1: 0 is no checkpoint).
+    if from.segment != 0 && !ids.contains(&from.segment) {
+        tracing::error!(segment = from.segment, "the journal segment holding the checkpoint is missing");
+        out.damaged.push((from, MISSING_CHECKPOINT_SEGMENT));
+    }
     for (i, id) in ids.iter().copied().enumerate() {
         if id < from.segment {
             continue;

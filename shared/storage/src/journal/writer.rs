@@ -402,8 +402,15 @@ impl Writer {
                 Err(e) => tracing::warn!(segment = id, error = %e, "could not delete checkpointed journal segment"),
             }
         }
+        // A failed directory fsync is fail-stop like a failed fdatasync:
+        // after it the kernel may report success to the next fsync without
+        // having written the directory ("fsyncgate"), and the next segment's
+        // durability rests on that directory.
         if changed {
-            let _ = sync_dir(&self.dir);
+            if let Err(e) = sync_dir(&self.dir) {
+                tracing::error!(error = %e, dir = %self.dir.display(), "journal directory fsync failed; the journal refuses all further appends");
+                self.failed.store(true, Ordering::SeqCst);
+            }
         }
     }
 }
