@@ -326,3 +326,40 @@ proptest! {
         prop_assert!(list_segments(t.path()).unwrap().iter().all(|s| *s >= ckpt.segment), "checkpointed segments retired");
     }
 }
+
+/// Finding 2 of issue #45: a torn write makes replay scan forward for the
+/// next good record, through the torn record's own payload. A record is
+/// told from a payload's bytes only by its seal; a seal anyone can predict
+/// (the segment id) lets a client's payload carry records (here a fence and
+/// an entry of another ledger) that replay takes for real after a crash
+/// tears the record holding them. No payload may forge a record.
+#[test]
+fn a_payload_cannot_forge_records_that_replay_takes_after_a_torn_write() {
+    let t = tempfile::tempdir().unwrap();
+    let j = FileJournal::start(config(t.path())).unwrap();
+    let seg = *list_segments(t.path()).unwrap().last().unwrap();
+    // What a client knowing the file layout would put in its payload: records
+    // sealed for every seal it can guess (this segment's id, and version 1).
+    let mut forged = BytesMut::new();
+    for format in [Format::v2(seg), Format::V1] {
+        forged.extend_from_slice(&[0u8; 37]);
+        Record::Fence { ledger_id: 666 }.encode(&mut forged, format);
+        entry(666, 0, b"forged").encode(&mut forged, format);
+    }
+    let first = append_all(&j, &[entry(1, 0, b"first")])[0];
+    let attack = append_all(&j, &[entry(1, 1, &forged)])[0];
+    append_all(&j, &[entry(1, 2, b"after")]);
+    drop(j);
+    // Tear the attacker's record: its first sector as zeros (a torn write).
+    let f = std::fs::OpenOptions::new().write(true).open(segment_path(t.path(), seg)).unwrap();
+    f.write_all_at(&[0u8; 16], first.offset).unwrap();
+    let _ = attack;
+    let (got, _) = replayed(t.path(), JournalPos::default());
+    assert!(
+        got.iter().all(|r| match r {
+            Record::Fence { ledger_id } => *ledger_id != 666,
+            Record::Entry { ledger_id, .. } => *ledger_id != 666,
+        }),
+        "replay took a record forged inside a payload: {got:?}"
+    );
+}

@@ -7,11 +7,13 @@
 //! +-----------+-------------+---------+-----------------+
 //! ```
 //! `len` counts kind and body; `crc32c` covers kind and body, and is sealed
-//! with the segment's [`Format`]: in a version 2 segment the CRC starts from
-//! the segment's id, so the records a reused file still holds from its
-//! previous life (another id) never pass for this segment's, whatever their
-//! bytes; every batch is followed by a tail marker ([`RecordEnd::Tail`]) that
-//! the next batch overwrites: the clean end of the written part.
+//! with the segment's [`Format`]: in a version 3 segment (all written now)
+//! the body starts with the segment life's random nonce and the CRC starts
+//! from it, so neither the records a reused file still holds from its
+//! previous life nor bytes inside a payload ever pass for this segment's
+//! (version 2 sealed with the segment id, which anyone can predict); every
+//! batch is followed by a tail marker ([`RecordEnd::Tail`]) that the next
+//! batch overwrites: the clean end of the written part.
 //!
 //! Version 1 segments (no header, written before reuse existed) are
 //! preallocated with zeros, so a zero `len` is where their written part may
@@ -55,6 +57,17 @@ pub enum Format {
         /// The CRC's initial value.
         salt: u32,
     },
+    /// As version 2, but sealed with a random 64-bit `nonce` drawn when the
+    /// segment (or a spare's new life) begins: in its header and in every
+    /// record after the kind byte, covered by the CRC (which starts from the
+    /// nonce's folded halves). Nothing outside the journal knows it, so no
+    /// payload can carry bytes that pass for a record of this segment: not
+    /// when replay scans past a torn or damaged record, not ever (issue #45
+    /// finding 2: version 2's seal, the segment id, anyone can predict).
+    V3 {
+        /// The segment life's secret.
+        nonce: u64,
+    },
 }
 
 impl Format {
@@ -70,6 +83,26 @@ impl Format {
         match self {
             Format::V1 => crc32c::crc32c(body),
             Format::V2 { salt } => crc32c::crc32c_append(salt, body),
+            Format::V3 { nonce } => crc32c::crc32c_append((nonce ^ (nonce >> 32)) as u32, body),
+        }
+    }
+
+    /// Bytes every record carries after its kind byte: version 3's nonce.
+    pub fn seal_bytes(self) -> usize {
+        match self {
+            Format::V3 { .. } => 8,
+            _ => 0,
+        }
+    }
+
+    /// Encoded size of the tail marker.
+    pub fn tail_bytes(self) -> usize {
+        TAIL_BYTES + self.seal_bytes()
+    }
+
+    fn put_seal(self, out: &mut BytesMut) {
+        if let Format::V3 { nonce } = self {
+            out.put_u64(nonce);
         }
     }
 }
@@ -77,9 +110,13 @@ impl Format {
 /// Appends the tail marker (version 2): where replay finds the written part
 /// of the segment to end. The next batch is written over it.
 pub fn encode_tail(out: &mut BytesMut, format: Format) {
-    out.put_u32(1);
-    out.put_u32(format.crc(&[KIND_TAIL]));
+    let start = out.len();
+    out.put_u32((1 + format.seal_bytes()) as u32);
+    out.put_u32(0); // crc, patched below
     out.put_u8(KIND_TAIL);
+    format.put_seal(out);
+    let crc = format.crc(&out[start + 8..]);
+    out[start + 4..start + 8].copy_from_slice(&crc.to_be_bytes());
 }
 
 /// Re-seals every record in `buf` (whole records, as encoded) for `format`:
@@ -90,6 +127,10 @@ pub fn reseal(buf: &mut [u8], format: Format) {
         let len = u32::from_be_bytes(buf[at..at + 4].try_into().expect("4 bytes")) as usize;
         let end = at + 8 + len;
         assert!(len > 0 && end <= buf.len(), "reseal: {at} does not start a whole record");
+        if let Format::V3 { nonce } = format {
+            assert!(len >= 9, "reseal: a version 3 record carries its nonce");
+            buf[at + 9..at + 17].copy_from_slice(&nonce.to_be_bytes());
+        }
         let crc = format.crc(&buf[at + 8..end]);
         buf[at + 4..at + 8].copy_from_slice(&crc.to_be_bytes());
         at = end;
@@ -136,7 +177,12 @@ pub enum RecordEnd {
 }
 
 impl Record {
-    /// Encoded size, header included.
+    /// Encoded size in `format`, header and seal included.
+    pub fn encoded_len_in(&self, format: Format) -> usize {
+        self.encoded_len() + format.seal_bytes()
+    }
+
+    /// Encoded size in versions 1 and 2, header included.
     pub fn encoded_len(&self) -> usize {
         RECORD_HEADER_BYTES
             + match self {
@@ -147,13 +193,14 @@ impl Record {
 
     /// Appends the framed record to `out`, sealed for `format`.
     pub fn encode(&self, out: &mut BytesMut, format: Format) {
-        out.reserve(self.encoded_len());
+        out.reserve(self.encoded_len_in(format));
         let start = out.len();
         out.put_u32(0); // len, patched below
         out.put_u32(0); // crc, patched below
         match self {
             Record::Entry { ledger_id, entry_id, last_add_confirmed, ledger_length, crc32c, payload } => {
                 out.put_u8(KIND_ENTRY);
+                format.put_seal(out);
                 out.put_u64(*ledger_id);
                 out.put_u64(*entry_id);
                 out.put_i64(*last_add_confirmed);
@@ -163,6 +210,7 @@ impl Record {
             }
             Record::Fence { ledger_id } => {
                 out.put_u8(KIND_FENCE);
+                format.put_seal(out);
                 out.put_u64(*ledger_id);
             }
         }
@@ -194,32 +242,41 @@ impl Record {
                 Format::V1 => Err(RecordEnd::Clean),
                 // Version 2 ends at a tail marker, never at zeros: zeros here
                 // are a torn write or a damaged length.
-                Format::V2 { .. } => Err(RecordEnd::Torn("zero record length")),
+                Format::V2 { .. } | Format::V3 { .. } => Err(RecordEnd::Torn("zero record length")),
             };
         }
         if buf.len() < 8 + len {
             return Err(RecordEnd::Torn("record runs past the end of the file"));
         }
         let crc = u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
-        let body = buf.slice(8..8 + len);
-        if format.crc(&body) != crc {
+        let sealed = buf.slice(8..8 + len);
+        if format.crc(&sealed) != crc {
             return Err(RecordEnd::Torn("record CRC mismatch"));
         }
+        if let Format::V3 { nonce } = format {
+            // The CRC matched by chance, or the bytes hold another life's nonce.
+            if sealed.len() < 9 || sealed[1..9] != nonce.to_be_bytes() {
+                return Err(RecordEnd::Torn("record sealed for another segment"));
+            }
+        }
+        // The fields start after the kind byte and the seal.
+        let o = 1 + format.seal_bytes();
+        let body = sealed;
         let rec = match body[0] {
-            KIND_TAIL if body.len() == 1 && format != Format::V1 => return Err(RecordEnd::Tail),
-            KIND_ENTRY if body.len() > ENTRY_FIXED_BYTES => {
-                let u64_at = |i: usize| u64::from_be_bytes(body[i..i + 8].try_into().expect("8 bytes"));
+            KIND_TAIL if body.len() == o && format != Format::V1 => return Err(RecordEnd::Tail),
+            KIND_ENTRY if body.len() > o - 1 + ENTRY_FIXED_BYTES => {
+                let u64_at = |i: usize| u64::from_be_bytes(body[o + i..o + i + 8].try_into().expect("8 bytes"));
                 Record::Entry {
-                    ledger_id: u64_at(1),
-                    entry_id: u64_at(9),
-                    last_add_confirmed: u64_at(17) as i64,
-                    ledger_length: u64_at(25),
-                    crc32c: u32::from_be_bytes(body[33..37].try_into().expect("4 bytes")),
-                    payload: body.slice(1 + ENTRY_FIXED_BYTES..),
+                    ledger_id: u64_at(0),
+                    entry_id: u64_at(8),
+                    last_add_confirmed: u64_at(16) as i64,
+                    ledger_length: u64_at(24),
+                    crc32c: u32::from_be_bytes(body[o + 32..o + 36].try_into().expect("4 bytes")),
+                    payload: body.slice(o + ENTRY_FIXED_BYTES..),
                 }
             }
-            KIND_FENCE if body.len() == 9 => {
-                Record::Fence { ledger_id: u64::from_be_bytes(body[1..9].try_into().expect("8 bytes")) }
+            KIND_FENCE if body.len() == o + 8 => {
+                Record::Fence { ledger_id: u64::from_be_bytes(body[o..o + 8].try_into().expect("8 bytes")) }
             }
             // A valid CRC over an unknown or misshapen record: written by a newer
             // version, or corrupt in a way the CRC missed. Either way, stop here.
@@ -244,7 +301,13 @@ mod tests {
         }
     }
 
-    const FORMATS: [Format; 3] = [Format::V1, Format::V2 { salt: 1 }, Format::V2 { salt: 0xffff_fffe }];
+    const FORMATS: [Format; 5] = [
+        Format::V1,
+        Format::V2 { salt: 1 },
+        Format::V2 { salt: 0xffff_fffe },
+        Format::V3 { nonce: 0x0123_4567_89ab_cdef },
+        Format::V3 { nonce: 1 },
+    ];
 
     #[test]
     fn records_round_trip() {
@@ -252,11 +315,11 @@ mod tests {
             for rec in [entry(b""), entry(b"hello"), Record::Fence { ledger_id: u64::MAX }] {
                 let mut buf = BytesMut::new();
                 rec.encode(&mut buf, f);
-                assert_eq!(buf.len(), rec.encoded_len());
+                assert_eq!(buf.len(), rec.encoded_len_in(f));
                 buf.extend_from_slice(&[0; 16]);
                 let (got, n) = Record::decode(&buf.freeze(), f).unwrap();
                 assert_eq!(got, rec);
-                assert_eq!(n, rec.encoded_len());
+                assert_eq!(n, rec.encoded_len_in(f));
             }
         }
     }
@@ -307,6 +370,48 @@ mod tests {
         }
         // Version 2 has no clean end at zeros: a tail marker ends it.
         assert!(matches!(Record::decode(&Bytes::from_static(&[0; 32]), Format::v2(1)), Err(RecordEnd::Torn(_))));
+    }
+
+    /// Version 3: a record (or tail marker) of one nonce never passes for
+    /// another's, even where the CRC seeds collide (nonces whose folded
+    /// halves are equal): the nonce itself is checked.
+    #[test]
+    fn a_version_3_record_is_torn_under_any_other_nonce() {
+        let a = Format::V3 { nonce: 0x1111_2222_3333_4444 };
+        // Same CRC seed (folded halves equal), different nonce.
+        let b = Format::V3 { nonce: 0x0000_0000_2222_6666 ^ 0x1111_2222_3333_4444 ^ 0x0000_0000_1111_2222 };
+        for other in [b, Format::V3 { nonce: 0x1111_2222_3333_4445 }, Format::v2(0x3333_4444), Format::V1] {
+            for rec in [entry(b""), entry(b"x"), Record::Fence { ledger_id: 3 }] {
+                let mut buf = BytesMut::new();
+                rec.encode(&mut buf, a);
+                assert!(Record::decode(&buf.freeze(), other).is_err(), "{a:?} read as {other:?}");
+            }
+            let mut tail = BytesMut::new();
+            encode_tail(&mut tail, a);
+            assert_eq!(tail.len(), a.tail_bytes());
+            assert_eq!(Record::decode(&tail.clone().freeze(), a), Err(RecordEnd::Tail));
+            assert!(Record::decode(&tail.freeze(), other).is_err());
+        }
+    }
+
+    #[test]
+    fn reseal_moves_a_version_3_batch_to_another_nonce() {
+        let recs = [entry(b"a"), Record::Fence { ledger_id: 9 }, entry(b"bcd")];
+        let (a, b) = (Format::V3 { nonce: 4 }, Format::V3 { nonce: u64::MAX - 4 });
+        let mut buf = BytesMut::new();
+        for r in &recs {
+            r.encode(&mut buf, a);
+        }
+        reseal(&mut buf, b);
+        let all = buf.freeze();
+        let mut at = 0;
+        for r in &recs {
+            let (got, n) = Record::decode(&all.slice(at..), b).unwrap();
+            assert_eq!(&got, r);
+            assert!(Record::decode(&all.slice(at..), a).is_err());
+            at += n;
+        }
+        assert_eq!(at, all.len());
     }
 
     #[test]

@@ -95,7 +95,7 @@ pub fn replay(
         let format = format_of(&data, id);
         let first = match format {
             Format::V1 => 0,
-            Format::V2 { .. } => (HEADER_BYTES as usize).min(data.len()),
+            Format::V2 { .. } | Format::V3 { .. } => (HEADER_BYTES as usize).min(data.len()),
         };
         let mut offset = if id == from.segment { (from.offset as usize).max(first) } else { first };
         if offset > data.len() {

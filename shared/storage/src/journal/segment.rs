@@ -28,6 +28,17 @@ pub const HEADER_BYTES: u64 = 4096;
 /// A version 2 segment starts with this; version 1 segments have no header.
 pub const MAGIC: &[u8; 8] = b"QUIREJ2\n";
 
+/// A version 3 segment (every segment written now) starts with this, then
+/// its id, its nonce and a CRC32C of the three.
+pub const MAGIC_V3: &[u8; 8] = b"QUIREJ3\n";
+
+/// A fresh nonce for a segment's life: 8 bytes of the kernel's randomness.
+fn new_nonce() -> io::Result<u64> {
+    let mut b = [0u8; 8];
+    std::io::Read::read_exact(&mut File::open("/dev/urandom")?, &mut b)?;
+    Ok(u64::from_be_bytes(b))
+}
+
 /// A segment's file name: `journal-<id, 16 hex digits>.log`.
 pub fn segment_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("journal-{id:016x}.log"))
@@ -82,6 +93,22 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
 /// the header's magic or id, or (the header damaged) if its first record or
 /// tail marker is sealed for it; else version 1.
 pub fn format_of(data: &[u8], id: u64) -> Format {
+    // Version 3: the header's nonce, if its CRC holds; else (the header
+    // damaged) the nonce the first record carries, if it decodes with it.
+    if data.get(..MAGIC_V3.len()) == Some(&MAGIC_V3[..]) && data.len() >= 28 {
+        let nonce = u64::from_be_bytes(data[16..24].try_into().expect("8 bytes"));
+        if crc32c::crc32c(&data[..24]).to_be_bytes() == data[24..28] && data[8..16] == id.to_be_bytes() {
+            return Format::V3 { nonce };
+        }
+    }
+    let h = HEADER_BYTES as usize;
+    if let Some(b) = data.get(h + 9..h + 17) {
+        let v3 = Format::V3 { nonce: u64::from_be_bytes(b.try_into().expect("8 bytes")) };
+        let first = bytes::Bytes::copy_from_slice(&data[h..]);
+        if matches!(super::record::Record::decode(&first, v3), Ok(_) | Err(super::record::RecordEnd::Tail)) {
+            return v3;
+        }
+    }
     let v2 = Format::v2(id);
     if data.get(..MAGIC.len()) == Some(&MAGIC[..]) || data.get(8..16) == Some(&id.to_be_bytes()[..]) {
         return v2;
@@ -104,6 +131,8 @@ pub struct Segment {
     prealloc_bytes: u64,
     /// The header and the first tail marker, written at the start.
     reused: bool,
+    /// This life's seal (version 3).
+    nonce: u64,
 }
 
 impl Segment {
@@ -112,8 +141,9 @@ impl Segment {
     pub fn create(dir: &Path, id: u64, prealloc_bytes: u64) -> io::Result<Segment> {
         let path = segment_path(dir, id);
         let file = OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
+        let nonce = new_nonce()?;
         let mut seg =
-            Segment { id, file, written: 0, zeroed: 0, prealloc_bytes: prealloc_bytes.max(4096), reused: false };
+            Segment { id, file, written: 0, zeroed: 0, prealloc_bytes: prealloc_bytes.max(4096), reused: false, nonce };
         seg.zero_ahead(HEADER_BYTES)?;
         seg.write_header()?;
         seg.file.sync_all()?;
@@ -129,8 +159,16 @@ impl Segment {
         let spare = spare_path(dir, last_id);
         let file = OpenOptions::new().read(true).write(true).open(&spare)?;
         let len = file.metadata()?.len();
-        let mut seg =
-            Segment { id, file, written: 0, zeroed: len, prealloc_bytes: prealloc_bytes.max(4096), reused: true };
+        let nonce = new_nonce()?;
+        let mut seg = Segment {
+            id,
+            file,
+            written: 0,
+            zeroed: len,
+            prealloc_bytes: prealloc_bytes.max(4096),
+            reused: true,
+            nonce,
+        };
         seg.zero_ahead(HEADER_BYTES)?;
         seg.write_header()?;
         seg.file.sync_data()?;
@@ -140,9 +178,10 @@ impl Segment {
     }
 
     fn write_header(&mut self) -> io::Result<()> {
-        let mut h = BytesMut::with_capacity(HEADER_BYTES as usize + super::record::TAIL_BYTES);
-        h.extend_from_slice(MAGIC);
+        let mut h = BytesMut::with_capacity(HEADER_BYTES as usize + self.format().tail_bytes());
+        h.extend_from_slice(MAGIC_V3);
         h.extend_from_slice(&self.id.to_be_bytes());
+        h.extend_from_slice(&self.nonce.to_be_bytes());
         let crc = crc32c::crc32c(&h);
         h.extend_from_slice(&crc.to_be_bytes());
         h.resize(HEADER_BYTES as usize, 0);
@@ -160,7 +199,7 @@ impl Segment {
 
     /// How its records are sealed.
     pub fn format(&self) -> Format {
-        Format::v2(self.id)
+        Format::V3 { nonce: self.nonce }
     }
 
     /// Whether this segment reuses a spare's file.

@@ -15,7 +15,7 @@ use std::time::Instant;
 use bytes::BytesMut;
 
 use super::policy::{Decision, GroupCommit, GroupCommitPolicy};
-use super::record::{encode_tail, reseal, Record, TAIL_BYTES};
+use super::record::{encode_tail, reseal, Record};
 use super::segment::{list_segments, list_spares, segment_path, spare_path, sync_dir, Segment, HEADER_BYTES};
 use super::{Completion, Journal, JournalPos};
 use crate::error::StorageError;
@@ -294,14 +294,15 @@ impl Writer {
                     return;
                 }
                 // All in one batch: one completion cannot be half durable.
-                let len: usize = records.iter().map(Record::encoded_len).sum();
+                let format = self.segment.format();
+                let len: usize = records.iter().map(|r| r.encoded_len_in(format)).sum();
                 if self.gc.would_overflow(len, records.len()) {
                     self.flush();
                 }
                 let now = Instant::now();
                 for r in &records {
                     r.encode(&mut self.buf, self.segment.format());
-                    self.gc.gathered(r.encoded_len(), enqueued_at, now);
+                    self.gc.gathered(r.encoded_len_in(format), enqueued_at, now);
                 }
                 self.pending.push((len, records.len(), done));
             }
@@ -354,7 +355,7 @@ impl Writer {
     fn write_and_sync(&mut self) -> Result<u64, StorageError> {
         let records = self.buf.len();
         if self.segment.written() > HEADER_BYTES
-            && self.segment.written() + (records + TAIL_BYTES) as u64 > self.segment_bytes
+            && self.segment.written() + (records + self.segment.format().tail_bytes()) as u64 > self.segment_bytes
         {
             // The segment that ends here already ends in a durable tail
             // marker (the last batch's): nothing more to write to it.
