@@ -261,8 +261,8 @@ impl Nemesis {
         let t = Target::Bookie(bookie);
         self.cluster.kill(t)?;
         // Record starts (len: u32 BE, crc: u32, then len bytes) of records
-        // followed by another (or, version 2, by the tail marker), per
-        // segment that has any. A version 2 segment's records start after
+        // followed by another (or, versions 2 and 3, by the tail marker), per
+        // segment that has any. A version 2 or 3 segment's records start after
         // its header and end at the tail marker; what lies after that is a
         // reused file's previous life, never read.
         use quire_storage::journal::{record::KIND_TAIL, segment};
@@ -272,10 +272,14 @@ impl Nemesis {
             let len_at = |off: usize| {
                 bytes.get(off..off + 4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize).unwrap_or(0)
             };
-            let v2 = bytes.starts_with(segment::MAGIC);
-            let is_tail = |off: usize| v2 && len_at(off) == 1 && bytes.get(off + 8) == Some(&KIND_TAIL);
+            // Versions 2 and 3 have a header; a version 3 tail marker carries
+            // the segment's nonce after its kind byte.
+            let v3 = bytes.starts_with(segment::MAGIC_V3);
+            let headed = v3 || bytes.starts_with(segment::MAGIC);
+            let tail_len = if v3 { 9 } else { 1 };
+            let is_tail = |off: usize| headed && len_at(off) == tail_len && bytes.get(off + 8) == Some(&KIND_TAIL);
             let mut starts = Vec::new();
-            let mut off = if v2 { segment::HEADER_BYTES as usize } else { 0 };
+            let mut off = if headed { segment::HEADER_BYTES as usize } else { 0 };
             while len_at(off) > 0 && !is_tail(off) {
                 let next = off + 8 + len_at(off);
                 if next > bytes.len() {
