@@ -63,7 +63,8 @@ impl State {
         }
     }
 
-    /// Whether this sync of `ino` is one a fault says must fail.
+    /// Whether this sync of `ino` is one a fault says must fail (a fault
+    /// that cuts the power freezes the mount too).
     fn sync_fails(&mut self, ino: u64, dir: bool) -> bool {
         let Some(path) = self.nodes.live_path(ino) else { return false };
         let rel = path.strip_prefix(&self.root).unwrap_or(path).to_string_lossy().into_owned();
@@ -82,6 +83,9 @@ impl State {
             }
             if f.fail > 0 {
                 f.fail -= 1;
+                if f.cut {
+                    self.frozen = true;
+                }
                 return true;
             }
         }
@@ -455,6 +459,11 @@ impl Filesystem for CrashFs {
         let st = &mut *st;
         if st.sync_fails(ino.0, false) {
             st.stats.failed_syncs += 1;
+            if st.frozen {
+                // The power went as this sync arrived: its writes are unsynced, not lost.
+                reply.error(Errno::EIO);
+                return;
+            }
             if let (Some(log), Some(path)) = (st.files.get_mut(&ino.0), st.nodes.data_path(ino.0)) {
                 let file = tri!(reply, io(File::open(path)));
                 tri!(reply, io(log.sync_failed(&file)));

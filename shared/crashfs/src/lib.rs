@@ -92,17 +92,26 @@ pub struct FsyncFault {
     pub target: SyncTarget,
     pub skip: u64,
     pub fail: u64,
+    /// The failing sync is where the power goes: the mount freezes as it
+    /// arrives (what it was to sync stays unsynced), so a crash then sees
+    /// the writes before it as a cut mid-flight would.
+    pub cut: bool,
 }
 
 impl FsyncFault {
     /// The next sync of a file whose path contains `path_contains` fails.
     pub fn next_file(path_contains: &str) -> Self {
-        FsyncFault { path_contains: path_contains.into(), target: SyncTarget::Files, skip: 0, fail: 1 }
+        FsyncFault { path_contains: path_contains.into(), target: SyncTarget::Files, skip: 0, fail: 1, cut: false }
+    }
+
+    /// The power goes at the next sync of a file whose path contains `path_contains`.
+    pub fn cut_at_next_file(path_contains: &str) -> Self {
+        FsyncFault { cut: true, ..FsyncFault::next_file(path_contains) }
     }
 
     /// The next fsync of a directory whose path contains `path_contains` fails.
     pub fn next_dir(path_contains: &str) -> Self {
-        FsyncFault { path_contains: path_contains.into(), target: SyncTarget::Dirs, skip: 0, fail: 1 }
+        FsyncFault { path_contains: path_contains.into(), target: SyncTarget::Dirs, skip: 0, fail: 1, cut: false }
     }
 }
 

@@ -356,3 +356,32 @@ fn an_unsynced_write_is_gone_and_a_synced_one_stays() {
     assert!(!mnt.join("late").exists());
     mount.unmount().unwrap();
 }
+
+/// A fault that cuts the power at a chosen fsync: the mount freezes as the
+/// sync arrives, so the writes it was to make durable are simply unsynced
+/// (a torn or dropped batch at the crash), not lost to a failed writeback.
+#[test]
+fn the_power_can_go_at_a_chosen_fsync() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (state, mnt) = (tmp.path().join("state"), tmp.path().join("mnt"));
+    let mount = Mount::new(&state, &mnt).unwrap();
+    let f = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(mnt.join("log")).unwrap();
+    std::fs::File::open(&mnt).unwrap().sync_all().unwrap();
+    f.write_all_at(&[1u8; 2000], 0).unwrap();
+    f.sync_data().unwrap();
+    mount.fail_fsync(FsyncFault::cut_at_next_file("log"));
+    f.write_all_at(&[2u8; 3000], 2000).unwrap();
+    let err = f.sync_data().unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO));
+    assert!(f.write_all_at(b"after", 0).is_err(), "after the cut nothing answers");
+    // One write, or two where the kernel split it at a page boundary.
+    assert!(mount.stats().pending_writes >= 1, "the cut sync's write stays pending, not lost");
+    drop(f);
+    mount.crash(Crash { seed: 3, data: DataLoss::Prefix, names: NameLoss::All }).unwrap();
+    let mount = Mount::new(&state, &mnt).unwrap();
+    let got = std::fs::read(mnt.join("log")).unwrap();
+    // The synced bytes, then a prefix of the unsynced write.
+    assert!((2000..=5000).contains(&got.len()), "{} bytes", got.len());
+    assert!(got[..2000].iter().all(|b| *b == 1) && got[2000..].iter().all(|b| *b == 2), "not a prefix");
+    mount.unmount().unwrap();
+}

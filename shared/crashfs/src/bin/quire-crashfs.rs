@@ -98,6 +98,7 @@ fn parse(mount: &Mount, line: &str) -> anyhow::Result<Next> {
                 target,
                 skip: skip.parse().context("SKIP")?,
                 fail: fail.parse().context("FAIL")?,
+                cut: false,
             });
             Next::Reply("ok".into())
         }
