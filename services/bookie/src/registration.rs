@@ -64,16 +64,28 @@ fn follow_operator(draining: &AtomicBool, operator_state: i32) {
 pub async fn keep_registered(meta: Arc<MetaClient>, me: Registration, store: Arc<Store>, draining: Arc<AtomicBool>) {
     let renew_every = Duration::from_millis(u64::from(me.lease_ms) / 3).max(Duration::from_millis(100));
     let mut lease: Option<u64> = None;
+    // The state the registry holds for us: a renewal carries none, so a
+    // change (read-only after a journal or flush failure or a full disk, and
+    // back) is registered again at the next tick (issue #45 finding 7: the
+    // registry showed a read-only bookie available for as long as it lived).
+    let mut registered: Option<i32> = None;
     let mut tick = tokio::time::interval(renew_every);
     loop {
         tick.tick().await;
+        let now = record(&me, &store);
+        if lease.is_some() && registered != Some(now.state) {
+            tracing::warn!(state = ?v1::BookieState::try_from(now.state), "bookie state changed: registering it");
+            lease = None;
+        }
         match lease {
             None => {
-                let req = v1::RegisterBookieRequest { bookie: Some(record(&me, &store)), lease_ms: me.lease_ms };
+                let state = now.state;
+                let req = v1::RegisterBookieRequest { bookie: Some(now), lease_ms: me.lease_ms };
                 match meta.call(req).await {
                     Ok(r) => {
                         tracing::info!(lease_id = r.lease_id, address = %me.address, "registered with the metadata service");
                         lease = Some(r.lease_id);
+                        registered = Some(state);
                         follow_operator(&draining, r.operator_state);
                     }
                     Err(e) if e.code() == Some(ErrorCode::BookieDecommissioned) => {

@@ -21,12 +21,16 @@ struct Setup {
 }
 
 fn setup(extra: &[&str]) -> Setup {
-    let dir = tempfile::tempdir().unwrap();
+    setup_in(tempfile::tempdir().unwrap(), None, extra)
+}
+
+/// As [`setup`], with the bookie's data under `data` if given.
+fn setup_in(dir: tempfile::TempDir, data: Option<std::path::PathBuf>, extra: &[&str]) -> Setup {
     let certs = dir.path().join("certs");
     init_dir(&certs, "test", &LocalCluster { metadata: 3, bookies: 1 }, &IssueOptions::default()).unwrap();
     let meta_cluster = MetadataCluster::start(&certs, dir.path(), 3).unwrap();
     let ready = dir.path().join("bookie.ready");
-    let data = dir.path().join("bookie");
+    let data = data.unwrap_or_else(|| dir.path().join("bookie"));
     let metadata = meta_cluster.addrs.join(",");
     let mut args = vec![
         "--certs-dir",
@@ -141,4 +145,57 @@ async fn a_bookie_refuses_adds_to_a_ledger_the_metadata_service_closed() {
     // Recovery and re-replication still write to a closed ledger.
     peer.call(add(closed.ledger_id, true)).await.unwrap();
     bookie.terminate(Duration::from_secs(10)).unwrap();
+}
+
+/// Finding 7 of issue #45: a bookie that turns read-only (here its journal's
+/// fdatasync fails: EIO from crashfs, under its data directory) must say so
+/// in the registry within a lease renewal, so that placement, the auditor
+/// and the operator learn it. The lease renewal carried no state: the
+/// registry showed the bookie available for as long as it lived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bookie_whose_journal_fails_is_read_only_in_the_registry_within_a_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = quire_crashfs::Mount::new(&dir.path().join("disk"), &dir.path().join("mnt"))
+        .expect("mount crashfs (needs /dev/fuse and root)");
+    let data = dir.path().join("mnt").join("bookie");
+    let Setup { dir: _dir, meta_cluster: _cluster, mut bookie, addr, rpc, meta } =
+        setup_in(dir, Some(data), &["--lease-ms", "1500"]);
+    let state_of = |list: &v1::ListBookiesResponse| {
+        list.bookies.iter().find(|b| b.bookie_id == "1").map(|b| v1::BookieState::try_from(b.state).unwrap())
+    };
+    let registered = quire_testkit::eventually(Duration::from_secs(20), "the bookie to register", || async {
+        state_of(&meta.call(v1::ListBookiesRequest {}).await.ok()?)
+    })
+    .await
+    .unwrap();
+    assert_eq!(registered, v1::BookieState::Available);
+    let ledger = meta
+        .call(v1::CreateLedgerRequest {
+            ensemble_size: 1,
+            write_quorum: 1,
+            ack_quorum: 1,
+            bookie_ids: vec!["1".into()],
+            instance_ids: vec![],
+            custom: Default::default(),
+            request_id: String::new(),
+        })
+        .await
+        .unwrap()
+        .ledger
+        .unwrap();
+    disk.fail_fsync(quire_crashfs::FsyncFault::next_file("journal-"));
+    let peer = rpc.peer(&addr, Role::Bookie, Some("1"));
+    let add = v1::AddEntryRequest {
+        entry: Some(v1::Entry::sealed(ledger.ledger_id, 0, -1, bytes::Bytes::from_static(b"never durable"))),
+        ..Default::default()
+    };
+    assert!(peer.call(add).await.is_err(), "an add whose fdatasync failed was acknowledged");
+    // Within a lease (renewals every third of it), with room for a loaded machine.
+    let seen = Instant::now();
+    quire_testkit::eventually(Duration::from_secs(6), "the registry to show the bookie read-only", || async {
+        (state_of(&meta.call(v1::ListBookiesRequest {}).await.ok()?) == Some(v1::BookieState::ReadOnly)).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#} ({:?} after the failure)\n{}", seen.elapsed(), bookie.log()));
+    bookie.kill().unwrap();
 }
