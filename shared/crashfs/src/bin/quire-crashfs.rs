@@ -13,6 +13,10 @@
 //! mount the same state directory again. One command per connection, one
 //! line each way: `ok ...` or `error ...`.
 
+// The workspace's allocator, as every binary (services/quire/tests/workspace.rs).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
