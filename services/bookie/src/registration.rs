@@ -74,8 +74,20 @@ pub async fn keep_registered(meta: Arc<MetaClient>, me: Registration, store: Arc
         tick.tick().await;
         let now = record(&me, &store);
         if lease.is_some() && registered != Some(now.state) {
-            tracing::warn!(state = ?v1::BookieState::try_from(now.state), "bookie state changed: registering it");
-            lease = None;
+            // The old lease stays until the new registration is taken: a
+            // failed call renews it below and tries again at the next tick.
+            let state = now.state;
+            tracing::warn!(state = ?v1::BookieState::try_from(state), "bookie state changed: registering it");
+            let req = v1::RegisterBookieRequest { bookie: Some(now.clone()), lease_ms: me.lease_ms };
+            match meta.call(req).await {
+                Ok(r) => {
+                    lease = Some(r.lease_id);
+                    registered = Some(state);
+                    follow_operator(&draining, r.operator_state);
+                    continue;
+                }
+                Err(e) => tracing::warn!(error = %e, "registering the new state failed; renewing the lease meanwhile"),
+            }
         }
         match lease {
             None => {

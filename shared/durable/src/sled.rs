@@ -95,7 +95,14 @@ impl SyncedSled {
         if let Some(e) = self.failed() {
             return Err(e);
         }
-        db.flush().map_err(|e| SyncError::Flush { path: self.dir.clone(), message: e.to_string() })?;
+        if let Err(e) = db.flush() {
+            // A failed write or sync_file_range is a writeback error like a
+            // failed fsync: nothing after it may be called durable.
+            let e = SyncError::Flush { path: self.dir.clone(), message: e.to_string() };
+            tracing::error!(error = %e, "sled flush failed: refusing every later sync");
+            self.inner.lock().unwrap_or_else(|p| p.into_inner()).failed.get_or_insert(e.clone());
+            return Err(e);
+        }
         self.sync()
     }
 
@@ -122,27 +129,32 @@ impl SyncedSled {
         let fsync_err =
             |path: &Path, e: io::Error| SyncError::Fsync { path: path.to_path_buf(), message: e.to_string() };
         let blobs = self.dir.join("blobs");
-        if let Ok(rd) = std::fs::read_dir(&blobs) {
-            let mut present = HashSet::new();
-            let mut new = false;
-            for e in rd {
-                let e = e.map_err(|e| fsync_err(&blobs, e))?;
-                let name = e.file_name();
-                if !inner.synced_blobs.contains(&name) {
+        // Every blob file, every time: one sled is still writing when it is
+        // listed would otherwise be synced half written and never again
+        // (an fsync of a file with nothing dirty costs next to nothing).
+        // The directory is synced when a name is new.
+        match std::fs::read_dir(&blobs) {
+            Ok(rd) => {
+                let mut present = HashSet::new();
+                let mut new = false;
+                for e in rd {
+                    let e = e.map_err(|e| fsync_err(&blobs, e))?;
                     match File::open(e.path()) {
                         Ok(f) => f.sync_all().map_err(|err| fsync_err(&e.path(), err))?,
                         // Deleted by sled meanwhile: nothing to make durable.
                         Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
                         Err(err) => return Err(fsync_err(&e.path(), err)),
                     }
-                    new = true;
+                    new |= !inner.synced_blobs.contains(&e.file_name());
+                    present.insert(e.file_name());
                 }
-                present.insert(name);
+                if new {
+                    sync_dir(&blobs).map_err(|e| fsync_err(&blobs, e))?;
+                }
+                inner.synced_blobs = present;
             }
-            if new {
-                sync_dir(&blobs).map_err(|e| fsync_err(&blobs, e))?;
-            }
-            inner.synced_blobs = present;
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(fsync_err(&blobs, e)),
         }
         inner.db_file.sync_data().map_err(|e| fsync_err(&self.dir.join("db"), e))
     }

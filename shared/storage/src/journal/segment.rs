@@ -89,35 +89,78 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// The format of segment `id` whose bytes are `data`: version 2 if it has
-/// the header's magic or id, or (the header damaged) if its first record or
-/// tail marker is sealed for it; else version 1.
+/// Where the version 3 header's copy starts: the header block's last
+/// sector, so that one damaged sector never loses the nonce.
+const HEADER_COPY_AT: usize = HEADER_BYTES as usize - 512;
+
+/// The version 3 header at `at`: magic, id, nonce, CRC32C of the three.
+fn v3_header(magic: &[u8], id: u64, nonce: u64) -> [u8; 28] {
+    let mut h = [0u8; 28];
+    h[..8].copy_from_slice(magic);
+    h[8..16].copy_from_slice(&id.to_be_bytes());
+    h[16..24].copy_from_slice(&nonce.to_be_bytes());
+    let crc = crc32c::crc32c(&h[..24]);
+    h[24..].copy_from_slice(&crc.to_be_bytes());
+    h
+}
+
+/// The nonce of a version 3 header copy at `at` of `data`, if it is whole.
+fn v3_nonce_at(data: &[u8], at: usize, id: u64) -> Option<u64> {
+    let h = data.get(at..at + 28)?;
+    let nonce = u64::from_be_bytes(h[16..24].try_into().expect("8 bytes"));
+    (h == v3_header(MAGIC_V3, id, nonce)).then_some(nonce)
+}
+
+/// The format of segment `id` whose bytes are `data`.
+/// - Version 3: a whole copy of its header (the first sector, or the copy in
+///   the header block's last) gives the nonce; with both damaged, the nonce
+///   the first record carries, if that record decodes with it.
+/// - Version 2: its magic; or, the header damaged, its first record or tail
+///   marker sealed for it, or its id in place.
+/// - Else version 1.
+///
+/// A version 2 header is believed before any version 3 guess: a version 2
+/// record's ledger id sits where a version 3 record keeps its nonce, and a
+/// ledger id whose halves fold to the segment id would seal alike.
 pub fn format_of(data: &[u8], id: u64) -> Format {
-    // Version 3: the header's nonce, if its CRC holds; else (the header
-    // damaged) the nonce the first record carries, if it decodes with it.
-    if data.get(..MAGIC_V3.len()) == Some(&MAGIC_V3[..]) && data.len() >= 28 {
-        let nonce = u64::from_be_bytes(data[16..24].try_into().expect("8 bytes"));
-        if crc32c::crc32c(&data[..24]).to_be_bytes() == data[24..28] && data[8..16] == id.to_be_bytes() {
-            return Format::V3 { nonce };
-        }
-    }
-    let h = HEADER_BYTES as usize;
-    if let Some(b) = data.get(h + 9..h + 17) {
-        let v3 = Format::V3 { nonce: u64::from_be_bytes(b.try_into().expect("8 bytes")) };
-        let first = bytes::Bytes::copy_from_slice(&data[h..]);
-        if matches!(super::record::Record::decode(&first, v3), Ok(_) | Err(super::record::RecordEnd::Tail)) {
-            return v3;
-        }
+    if let Some(nonce) = v3_nonce_at(data, 0, id).or_else(|| v3_nonce_at(data, HEADER_COPY_AT, id)) {
+        return Format::V3 { nonce };
     }
     let v2 = Format::v2(id);
-    if data.get(..MAGIC.len()) == Some(&MAGIC[..]) || data.get(8..16) == Some(&id.to_be_bytes()[..]) {
+    if data.get(..MAGIC.len()) == Some(&MAGIC[..]) {
         return v2;
     }
-    let first = data.get(HEADER_BYTES as usize..).map(bytes::Bytes::copy_from_slice);
-    match first.map(|b| super::record::Record::decode(&b, v2)) {
-        Some(Ok(_)) | Some(Err(super::record::RecordEnd::Tail)) => v2,
-        _ => Format::V1,
+    let h = HEADER_BYTES as usize;
+    let first = data.get(h..).map(bytes::Bytes::copy_from_slice);
+    let decodes = |f: Format| {
+        first
+            .as_ref()
+            .is_some_and(|b| matches!(super::record::Record::decode(b, f), Ok(_) | Err(super::record::RecordEnd::Tail)))
+    };
+    if decodes(v2) {
+        return v2;
     }
+    let v3_magic = data.get(..MAGIC_V3.len()) == Some(&MAGIC_V3[..]);
+    let id_in_place = data.get(8..16) == Some(&id.to_be_bytes()[..]);
+    if v3_magic || id_in_place {
+        if let Some(b) = data.get(h + 9..h + 17) {
+            let v3 = Format::V3 { nonce: u64::from_be_bytes(b.try_into().expect("8 bytes")) };
+            if decodes(v3) {
+                return v3;
+            }
+        }
+    }
+    if v3_magic {
+        // Both header copies and the first record damaged: the nonce is
+        // unknown. The header's bytes are the best guess; what does not
+        // decode with them is damage or a torn tail, as replay judges.
+        let nonce = data.get(16..24).map_or(0, |b| u64::from_be_bytes(b.try_into().expect("8 bytes")));
+        return Format::V3 { nonce };
+    }
+    if id_in_place {
+        return v2;
+    }
+    Format::V1
 }
 
 /// An open segment being appended to.
@@ -179,11 +222,10 @@ impl Segment {
 
     fn write_header(&mut self) -> io::Result<()> {
         let mut h = BytesMut::with_capacity(HEADER_BYTES as usize + self.format().tail_bytes());
-        h.extend_from_slice(MAGIC_V3);
-        h.extend_from_slice(&self.id.to_be_bytes());
-        h.extend_from_slice(&self.nonce.to_be_bytes());
-        let crc = crc32c::crc32c(&h);
-        h.extend_from_slice(&crc.to_be_bytes());
+        let header = v3_header(MAGIC_V3, self.id, self.nonce);
+        h.extend_from_slice(&header);
+        h.resize(HEADER_COPY_AT, 0);
+        h.extend_from_slice(&header);
         h.resize(HEADER_BYTES as usize, 0);
         encode_tail(&mut h, self.format());
         self.zero_ahead(h.len() as u64)?;
@@ -240,5 +282,73 @@ impl Segment {
     pub fn sync(&self) -> io::Result<()> {
         crate::failpoint::slow_disk();
         self.file.sync_data()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::record::Record;
+
+    fn header_v2(id: u64) -> Vec<u8> {
+        let mut h = MAGIC.to_vec();
+        h.extend_from_slice(&id.to_be_bytes());
+        let crc = crc32c::crc32c(&h);
+        h.extend_from_slice(&crc.to_be_bytes());
+        h.resize(HEADER_BYTES as usize, 0);
+        h
+    }
+
+    fn fence(ledger_id: u64, format: Format) -> Vec<u8> {
+        let mut b = BytesMut::new();
+        Record::Fence { ledger_id }.encode(&mut b, format);
+        b.to_vec()
+    }
+
+    fn entry(ledger_id: u64, format: Format) -> Vec<u8> {
+        let mut b = BytesMut::new();
+        Record::Entry {
+            ledger_id,
+            entry_id: 0,
+            last_add_confirmed: -1,
+            ledger_length: 16,
+            crc32c: 1,
+            payload: bytes::Bytes::from_static(b"sixteen bytes..."),
+        }
+        .encode(&mut b, format);
+        b.to_vec()
+    }
+
+    /// A version 2 segment whose first record's ledger id folds to the
+    /// segment id (segment 1, ledger 1) seals like a version 3 record
+    /// carrying that id as its nonce: it must still read as version 2.
+    #[test]
+    fn a_version_2_segment_is_never_taken_for_version_3() {
+        for (id, ledger) in [(1u64, 1u64), (7, 7), (0x1234, 0x1234)] {
+            let mut data = header_v2(id);
+            data.extend(entry(ledger, Format::v2(id)));
+            data.extend(fence(ledger + 1, Format::v2(id)));
+            assert_eq!(format_of(&data, id), Format::v2(id), "segment {id}, ledger {ledger}");
+        }
+    }
+
+    /// A version 3 segment keeps its nonce through a damaged first sector
+    /// and a damaged first record: the header's copy in the block's last sector.
+    #[test]
+    fn a_version_3_nonce_survives_a_damaged_header_sector() {
+        let (id, nonce) = (9u64, 0xfeed_beef_0bad_cafe_u64);
+        let f = Format::V3 { nonce };
+        let mut data = vec![0u8; HEADER_BYTES as usize];
+        let h = v3_header(MAGIC_V3, id, nonce);
+        data[..28].copy_from_slice(&h);
+        data[HEADER_COPY_AT..HEADER_COPY_AT + 28].copy_from_slice(&h);
+        data.extend(fence(3, f));
+        assert_eq!(format_of(&data, id), f);
+        data[20] ^= 1; // the first copy's nonce
+        let first = HEADER_BYTES as usize;
+        data[first + 12] ^= 1; // and the first record's
+        assert_eq!(format_of(&data, id), f);
+        data[HEADER_COPY_AT + 3] ^= 1; // and the copy: the first record is the last resort, damaged too
+        assert!(matches!(format_of(&data, id), Format::V3 { .. }), "a version 3 magic never reads as version 2");
     }
 }
