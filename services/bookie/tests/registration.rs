@@ -105,12 +105,9 @@ async fn a_bookie_registers_renews_and_expires_with_its_lease() {
     );
 }
 
-/// Seed 003's second guard: a bookie asked to take an add for a ledger it has
-/// never seen checks the ledger with the metadata service first.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bookie_refuses_adds_to_a_ledger_the_metadata_service_closed() {
-    let Setup { dir: _dir, meta_cluster: _cluster, mut bookie, addr, rpc, meta } = setup(&[]);
-    let create = || v1::CreateLedgerRequest {
+/// A ledger on bookie 1 alone.
+fn one_bookie_ledger() -> v1::CreateLedgerRequest {
+    v1::CreateLedgerRequest {
         ensemble_size: 1,
         write_quorum: 1,
         ack_quorum: 1,
@@ -118,7 +115,15 @@ async fn a_bookie_refuses_adds_to_a_ledger_the_metadata_service_closed() {
         instance_ids: vec![],
         custom: Default::default(),
         request_id: String::new(),
-    };
+    }
+}
+
+/// Seed 003's second guard: a bookie asked to take an add for a ledger it has
+/// never seen checks the ledger with the metadata service first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bookie_refuses_adds_to_a_ledger_the_metadata_service_closed() {
+    let Setup { dir: _dir, meta_cluster: _cluster, mut bookie, addr, rpc, meta } = setup(&[]);
+    let create = one_bookie_ledger;
     let open = meta.call(create()).await.unwrap().ledger.unwrap();
     let mut closed = meta.call(create()).await.unwrap().ledger.unwrap();
     let v = closed.version;
@@ -169,20 +174,7 @@ async fn a_bookie_whose_journal_fails_is_read_only_in_the_registry_within_a_leas
     .await
     .unwrap();
     assert_eq!(registered, v1::BookieState::Available);
-    let ledger = meta
-        .call(v1::CreateLedgerRequest {
-            ensemble_size: 1,
-            write_quorum: 1,
-            ack_quorum: 1,
-            bookie_ids: vec!["1".into()],
-            instance_ids: vec![],
-            custom: Default::default(),
-            request_id: String::new(),
-        })
-        .await
-        .unwrap()
-        .ledger
-        .unwrap();
+    let ledger = meta.call(one_bookie_ledger()).await.unwrap().ledger.unwrap();
     disk.fail_fsync(quire_crashfs::FsyncFault::next_file("journal-"));
     let peer = rpc.peer(&addr, Role::Bookie, Some("1"));
     let add = v1::AddEntryRequest {

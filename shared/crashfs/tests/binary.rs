@@ -1,9 +1,9 @@
 //! The quire-crashfs binary: a mount in a process of its own, cut over its
 //! control socket, as the fault suite drives it. Needs /dev/fuse and root.
 
+use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, Stdio};
 
 const BIN: &str = env!("CARGO_BIN_EXE_quire-crashfs");
 
@@ -17,23 +17,21 @@ impl Drop for Daemon {
 }
 
 fn mount(state: &Path, mnt: &Path, control: &Path) -> Daemon {
-    let child = Command::new(BIN)
+    let mut child = Command::new(BIN)
         .args(["mount", "--state"])
         .arg(state)
         .arg("--mount")
         .arg(mnt)
         .arg("--control")
         .arg(control)
+        .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let d = Daemon(child);
-    // The socket is bound once the filesystem is mounted.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::os::unix::net::UnixStream::connect(control).is_err() {
-        assert!(Instant::now() < deadline, "quire-crashfs did not start serving");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    d
+    // It says "ready" once mounted and listening (a read that waits for it).
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.starts_with("ready"), "quire-crashfs did not start serving: {line:?}");
+    Daemon(child)
 }
 
 fn ctl(control: &Path, words: &[&str]) -> (bool, String) {

@@ -36,11 +36,7 @@ impl Disks {
     }
 
     fn config(&self) -> StoreConfig {
-        let mut c = StoreConfig::new(self.mnt[0].join("journal"), self.mnt[1].join("ledgers"));
-        c.flush_interval = Duration::from_secs(3600); // flushed by the test
-        c.journal.segment_bytes = 64 * 1024; // several segments, retired by flushes
-        c.journal.prealloc_bytes = 16 * 1024;
-        c
+        config(self.mnt[0].join("journal"), self.mnt[1].join("ledgers"))
     }
 
     /// Cuts the power of both disks at once and mounts them again. The
@@ -57,6 +53,15 @@ impl Disks {
         }
         self.mount();
     }
+}
+
+/// Flushed by the test; several journal segments, retired by flushes.
+fn config(journal: PathBuf, ledgers: PathBuf) -> StoreConfig {
+    let mut c = StoreConfig::new(journal, ledgers);
+    c.flush_interval = Duration::from_secs(3600);
+    c.journal.segment_bytes = 64 * 1024;
+    c.journal.prealloc_bytes = 16 * 1024;
+    c
 }
 
 fn entry(l: u64, e: u64) -> Entry {
@@ -185,10 +190,7 @@ async fn a_failed_journal_fdatasync_refuses_its_batch_and_every_later_add() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_checkpoint_segment_is_damage() {
     let t = tempfile::tempdir().unwrap();
-    let mut c = StoreConfig::new(t.path().join("journal"), t.path().join("ledgers"));
-    c.flush_interval = Duration::from_secs(3600);
-    c.journal.segment_bytes = 64 * 1024;
-    c.journal.prealloc_bytes = 16 * 1024;
+    let c = config(t.path().join("journal"), t.path().join("ledgers"));
     {
         let store = Store::open(c.clone()).unwrap();
         workload(&store).await;

@@ -2,7 +2,7 @@
 //! Unix socket, for tests whose services run as processes (the fault suite).
 //!
 //! ```text
-//! quire-crashfs mount --state DIR --mount MNT --control SOCK   # serves until crash or unmount
+//! quire-crashfs mount --state DIR --mount MNT --control SOCK   # prints "ready SOCK", serves until crash or unmount
 //! quire-crashfs ctl --control SOCK freeze                      # the power goes: every call fails (EIO)
 //! quire-crashfs ctl --control SOCK crash SEED drop|torn|prefix all|prefix
 //! quire-crashfs ctl --control SOCK fail-fsync files|dirs|any PATH_CONTAINS SKIP FAIL
@@ -140,6 +140,9 @@ fn serve(state: &std::path::Path, mnt: &std::path::Path, control: &std::path::Pa
     let _ = std::fs::remove_file(control);
     // Bound after the mount: a caller that can connect finds it mounted.
     let listener = UnixListener::bind(control).with_context(|| format!("bind {}", control.display()))?;
+    // One line on stdout once commands are taken: what a caller waits for.
+    println!("ready {}", control.display());
+    std::io::stdout().flush()?;
     let mut mount = Some(mount);
     for conn in listener.incoming() {
         let mut conn = match conn {

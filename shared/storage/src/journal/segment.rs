@@ -84,10 +84,8 @@ pub fn list_spares(dir: &Path) -> io::Result<Vec<u64>> {
     list_named(dir, |n| parse_hex_name(n, "spare-"))
 }
 
-/// Makes a directory entry durable (a created or removed file).
-pub fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
+/// Makes a directory entry durable (a created or removed file): quire-durable's.
+pub use quire_durable::sync_dir;
 
 /// Where the version 3 header's copy starts: the header block's last
 /// sector, so that one damaged sector never loses the nonce.
