@@ -772,7 +772,9 @@ fn damage_journal_record(journal_dir: &std::path::Path, ledger: u64, entry: u64)
     let end = end_of_record.unwrap_or_else(|| panic!("no journal record for ledger {ledger} entry {entry}"));
     let path = journal::segment::segment_path(journal_dir, end.segment);
     let mut bytes = std::fs::read(&path).unwrap();
-    bytes[end.offset as usize - 3] ^= 0x10;
+    let spans = journal::inspect::record_spans(&bytes, end.segment);
+    let span = spans.iter().find(|s| s.end == end.offset).expect("the record's place in its file");
+    bytes[span.file_offset(span.len - 3) as usize] ^= 0x10;
     std::fs::write(&path, &bytes).unwrap();
 }
 

@@ -251,16 +251,20 @@ fn runs(locations: &[(u64, u64, Location)]) -> Vec<(u64, u64, Run)> {
         if let Some((rl, first, run)) = out.last_mut() {
             let next_id = first.checked_add(run.ends.len() as u64);
             let end = run.base + *run.ends.last().expect("runs are never empty") as u64;
-            let rel_end = loc.offset + loc.len as u64 - run.base;
-            if *rl == *l
-                && Some(*e) == next_id
-                && loc.log_id == run.log_id
-                && loc.offset == end
-                && run.ends.len() < RUN_ENTRIES_MAX
-                && rel_end <= u32::MAX as u64
-            {
-                run.ends.push(rel_end as u32);
-                continue;
+            // An entry of another log may lie before the run's base: only
+            // one that follows the run's end is measured from it (a debug
+            // build's overflow check found the subtraction wrapping).
+            let rel_end = (loc.offset + loc.len as u64).checked_sub(run.base);
+            if let Some(rel_end) = rel_end.filter(|r| *r <= u32::MAX as u64) {
+                if *rl == *l
+                    && Some(*e) == next_id
+                    && loc.log_id == run.log_id
+                    && loc.offset == end
+                    && run.ends.len() < RUN_ENTRIES_MAX
+                {
+                    run.ends.push(rel_end as u32);
+                    continue;
+                }
             }
         }
         out.push((*l, *e, Run { log_id: loc.log_id, base: loc.offset, ends: vec![loc.len] }));

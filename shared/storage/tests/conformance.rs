@@ -159,22 +159,25 @@ fn journal_torn_tail_is_cut_and_stays_cut(start: &dyn Fn(&Path) -> Box<dyn Journ
     let t = tempfile::tempdir().unwrap();
     let j = start(t.path());
     let records: Vec<Record> = (0..10).map(|i| entry(3, i, &[3u8; 100])).collect();
-    let pos = append_all(j.as_ref(), records.clone());
+    let pos = append_all(j.as_ref(), records[..9].to_vec());
+    // The last batch: one record of several sectors, alone in its batch.
+    let big = entry(3, 9, &[3u8; 3000]);
+    let last = append_all(j.as_ref(), vec![big])[0];
     j.stop();
-    // Tear the last record: keep only half of it, as a crash mid-write would.
-    let last = pos[9];
+    // Tear it as a crash before its sync would: its first sectors reached
+    // the disk, the rest never did, and garbage lies where they would be.
     let seg = journal::segment::segment_path(t.path(), last.segment);
     let half = pos[8].offset + (last.offset - pos[8].offset) / 2;
     let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
     f.set_len(half).unwrap();
-    // And garbage after it, as a torn sector would leave.
     use std::os::unix::fs::FileExt;
     f.write_all_at(&[0xAB; 40], half).unwrap();
     drop(f);
     let mut got = Vec::new();
     let out = journal::replay(t.path(), JournalPos::default(), |_, r| got.push(r)).unwrap();
     assert_eq!(got, records[..9].to_vec());
-    assert!(out.cut.is_some(), "the cut is reported");
+    assert!(out.cut.is_some(), "the cut is reported: {out:?}");
+    assert!(out.damaged.is_empty(), "a torn batch is not damage: {out:?}");
     // The cut is durable: the next replay agrees without cutting again.
     let again = journal::replay(t.path(), JournalPos::default(), |_, _| {}).unwrap();
     assert_eq!(again.records, 9);
@@ -188,6 +191,14 @@ fn journal_torn_tail_is_cut_and_stays_cut(start: &dyn Fn(&Path) -> Box<dyn Journ
     assert_eq!(replayed(t.path(), JournalPos::default()), expected);
 }
 
+/// The file offset of byte `i` of the record whose completion gave `end`.
+fn record_byte(seg: &Path, end: JournalPos, i: usize) -> u64 {
+    let data = std::fs::read(seg).unwrap();
+    let spans = journal::inspect::record_spans(&data, end.segment);
+    let span = spans.iter().find(|s| s.end == end.offset).expect("the record is in its segment");
+    span.file_offset(if i == usize::MAX { span.len - 10 } else { i })
+}
+
 fn journal_damage_with_records_after_it_is_skipped_not_cut(start: &dyn Fn(&Path) -> Box<dyn JournalUnderTest>) {
     use std::os::unix::fs::FileExt;
     for damage_length in [false, true] {
@@ -199,7 +210,7 @@ fn journal_damage_with_records_after_it_is_skipped_not_cut(start: &dyn Fn(&Path)
         // Record 3 (from pos[2] to pos[3]) rots on the disk: a bit of its
         // payload, or of its length prefix.
         let seg = journal::segment::segment_path(t.path(), pos[3].segment);
-        let at = if damage_length { pos[2].offset + 2 } else { pos[3].offset - 10 };
+        let at = record_byte(&seg, pos[3], if damage_length { 2 } else { usize::MAX });
         let f = std::fs::OpenOptions::new().read(true).write(true).open(&seg).unwrap();
         let mut b = [0u8; 1];
         f.read_exact_at(&mut b, at).unwrap();
@@ -239,8 +250,11 @@ fn journal_a_zeroed_length_is_damage_not_a_clean_end(start: &dyn Fn(&Path) -> Bo
         j.stop();
         // Record `zeroed` runs from pos[zeroed - 1] to pos[zeroed].
         let seg = journal::segment::segment_path(t.path(), pos[zeroed].segment);
+        let at: Vec<u64> = (0..4).map(|i| record_byte(&seg, pos[zeroed], i)).collect();
         let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
-        f.write_all_at(&[0u8; 4], pos[zeroed - 1].offset).unwrap();
+        for at in at {
+            f.write_all_at(&[0u8], at).unwrap();
+        }
         drop(f);
         let mut got = Vec::new();
         let out = journal::replay(t.path(), JournalPos::default(), |_, r| got.push(r)).unwrap();

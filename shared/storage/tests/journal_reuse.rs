@@ -145,28 +145,55 @@ fn a_previous_lifes_records_are_never_replayed() {
     assert!(len > pos[0].offset + 10_000, "the test needs stale bytes after the tail ({len} bytes)");
 }
 
+/// Tears a batch after the last one in segment `id` of `dir`, as a crash
+/// before its sync leaves it: its first sector holds `first` (what was there
+/// before, or garbage), its second reached the disk, its third did not.
+/// Returns where it starts.
+fn tear_next_batch(dir: &Path, id: u64, first: &[u8]) -> u64 {
+    let path = segment_path(dir, id);
+    let data = std::fs::read(&path).unwrap();
+    let Format::V4 { nonce } = journal::segment::format_of(&data, id) else { panic!("not version 4") };
+    let read = journal::batches::read_batches(&data, nonce);
+    let journal::batches::SegmentEnd::Clean(at) = read.end else { panic!("{:?}", read.end) };
+    let seq = read.batches.last().map_or(1, |b| b.seq + 1);
+    let mut second = BytesMut::new();
+    journal::sector::stamp_batch(&[0x5a; 3 * journal::sector::SECTOR_DATA_BYTES], seq, nonce, &mut second);
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_all_at(first, at).unwrap();
+    let s = journal::sector::SECTOR_BYTES;
+    f.write_all_at(&second[s..2 * s], at + s as u64).unwrap();
+    at
+}
+
 #[test]
 fn a_torn_batch_in_a_reused_segment_is_cut_before_the_stale_records() {
-    for (what, bytes) in [("garbage", vec![0xABu8; 9]), ("zeros", vec![0u8; 9])] {
+    for (what, bytes) in [("garbage", vec![0xABu8; 512]), ("zeros", vec![0u8; 512])] {
         let t = tempfile::tempdir().unwrap();
         let (recs, pos) = reused_segment_with_stale_records_after(t.path());
-        // The next batch tore over the tail marker: its first bytes are
-        // garbage, or never reached the disk as zeros would.
-        let path = segment_path(t.path(), pos[0].segment);
-        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        f.write_all_at(&bytes, pos[0].offset).unwrap();
-        drop(f);
+        let at = tear_next_batch(t.path(), pos[0].segment, &bytes);
+        assert!(at > pos[0].offset);
         let (got, out) = replayed(t.path(), JournalPos { segment: pos[0].segment, offset: 0 });
         assert_eq!(got, recs, "{what}: the completed record replays, and nothing else");
-        assert_eq!(out.cut.map(|c| c.0), Some(pos[0]), "{what}: cut right after the last completed record");
-        assert!(out.damaged.is_empty(), "{what}: a torn tail, not damage: {out:?}");
+        assert_eq!(
+            out.cut.map(|c| c.0),
+            Some(JournalPos { segment: pos[0].segment, offset: at }),
+            "{what}: cut where the torn batch starts"
+        );
+        assert!(out.damaged.is_empty(), "{what}: a torn batch, not damage: {out:?}");
         let again = journal::replay(t.path(), JournalPos::default(), |_, _| {}).unwrap();
         assert!(again.cut.is_none(), "{what}: the cut is durable");
     }
 }
 
+/// The file offset of byte `i` of the record whose completion gave `end`.
+fn record_byte(dir: &Path, end: JournalPos, i: usize) -> u64 {
+    let data = std::fs::read(segment_path(dir, end.segment)).unwrap();
+    let spans = journal::inspect::record_spans(&data, end.segment);
+    spans.iter().find(|s| s.end == end.offset).expect("the record is in its segment").file_offset(i)
+}
+
 #[test]
-fn a_damaged_last_record_is_told_from_a_torn_one_by_the_tail_marker() {
+fn a_damaged_last_record_is_told_from_a_torn_one_by_its_stamps() {
     let t = tempfile::tempdir().unwrap();
     let j = FileJournal::start(config(t.path())).unwrap();
     let recs: Vec<Record> = (0..8).map(|i| entry(4, i, &[4u8; 200])).collect();
@@ -174,10 +201,11 @@ fn a_damaged_last_record_is_told_from_a_torn_one_by_the_tail_marker() {
     j.close();
     // The last record's payload rots after it was synced and acknowledged.
     let path = segment_path(t.path(), pos[7].segment);
+    let at = record_byte(t.path(), pos[7], 200);
     let f = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
     let mut b = [0u8; 1];
-    f.read_exact_at(&mut b, pos[7].offset - 20).unwrap();
-    f.write_all_at(&[b[0] ^ 0x10], pos[7].offset - 20).unwrap();
+    f.read_exact_at(&mut b, at).unwrap();
+    f.write_all_at(&[b[0] ^ 0x10], at).unwrap();
     drop(f);
     let (got, out) = replayed(t.path(), JournalPos::default());
     assert_eq!(got, recs[..7].to_vec());
@@ -253,8 +281,9 @@ enum Op {
     Append(u8, u16),
     /// Checkpoint at the n-th completed record from the end.
     Checkpoint(u8),
-    /// Stop (everything completed is synced) and write garbage where the
-    /// next batch would have gone, as a crash mid-write leaves it; restart.
+    /// Stop (everything completed is synced) and tear a batch where the
+    /// next would have gone, as a crash mid-write leaves it (its first
+    /// sector garbage, its second landed); restart.
     CrashTorn(u8),
 }
 
@@ -299,16 +328,8 @@ proptest! {
                 }
                 Op::CrashTorn(len) => {
                     j.close();
-                    // Where the next batch would have gone: after the last
-                    // completed record, or at the start of a newer segment
-                    // that a restart opened and nothing was written to.
                     let newest = *list_segments(t.path()).unwrap().last().unwrap();
-                    let at = match done.last() {
-                        Some((p, _)) if p.segment == newest => p.offset,
-                        _ => HEADER_BYTES,
-                    };
-                    let f = std::fs::OpenOptions::new().write(true).open(segment_path(t.path(), newest)).unwrap();
-                    f.write_all_at(&vec![len.wrapping_mul(37) | 1; len as usize], at).unwrap();
+                    tear_next_batch(t.path(), newest, &vec![len.wrapping_mul(37) | 1; 512]);
                     // The bookie replays before it starts the journal again.
                     let (got, _) = replayed(t.path(), ckpt);
                     let want: Vec<Record> = done.iter().filter(|(p, _)| *p > ckpt).map(|(_, r)| r.clone()).collect();
@@ -346,14 +367,17 @@ fn a_payload_cannot_forge_records_that_replay_takes_after_a_torn_write() {
         Record::Fence { ledger_id: 666 }.encode(&mut forged, format);
         entry(666, 0, b"forged").encode(&mut forged, format);
     }
-    let first = append_all(&j, &[entry(1, 0, b"first")])[0];
+    append_all(&j, &[entry(1, 0, b"first")]);
     let attack = append_all(&j, &[entry(1, 1, &forged)])[0];
     append_all(&j, &[entry(1, 2, b"after")]);
     drop(j);
-    // Tear the attacker's record: its first sector as zeros (a torn write).
+    // Damage the attacker's record: its first 16 bytes zeros, so replay
+    // scans on through its payload.
+    let at: Vec<u64> = (0..16).map(|i| record_byte(t.path(), attack, i)).collect();
     let f = std::fs::OpenOptions::new().write(true).open(segment_path(t.path(), seg)).unwrap();
-    f.write_all_at(&[0u8; 16], first.offset).unwrap();
-    let _ = attack;
+    for at in at {
+        f.write_all_at(&[0u8], at).unwrap();
+    }
     let (got, _) = replayed(t.path(), JournalPos::default());
     assert!(
         got.iter().all(|r| match r {

@@ -260,52 +260,38 @@ impl Nemesis {
     fn zero_journal_length(&mut self, bookie: u32) -> anyhow::Result<String> {
         let t = Target::Bookie(bookie);
         self.cluster.kill(t)?;
-        // Record starts (len: u32 BE, crc: u32, then len bytes) of records
-        // followed by another (or, versions 2 and 3, by the tail marker), per
-        // segment that has any. A version 2 or 3 segment's records start after
-        // its header and end at the tail marker; what lies after that is a
-        // reused file's previous life, never read.
-        use quire_storage::journal::{record::KIND_TAIL, segment};
-        let mut candidates: Vec<(std::path::PathBuf, Vec<usize>)> = Vec::new();
+        // The records of each segment that have another after it, as the
+        // storage crate finds them (a version 4 record's bytes are split by
+        // the stamp that starts every sector: its length field's four bytes
+        // are aimed at one by one).
+        use quire_storage::journal::{inspect, segment};
+        let mut candidates: Vec<(std::path::PathBuf, Vec<inspect::RecordSpan>)> = Vec::new();
         for path in self.cluster.bookie_files(bookie, FileKind::Journal) {
-            let bytes = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
-            let len_at = |off: usize| {
-                bytes.get(off..off + 4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize).unwrap_or(0)
+            let Some(id) = path.file_name().and_then(|n| n.to_str()).and_then(segment::parse_segment_name) else {
+                continue;
             };
-            // Versions 2 and 3 have a header; a version 3 tail marker carries
-            // the segment's nonce after its kind byte.
-            let v3 = bytes.starts_with(segment::MAGIC_V3);
-            let headed = v3 || bytes.starts_with(segment::MAGIC);
-            let tail_len = if v3 { 9 } else { 1 };
-            let is_tail = |off: usize| headed && len_at(off) == tail_len && bytes.get(off + 8) == Some(&KIND_TAIL);
-            let mut starts = Vec::new();
-            let mut off = if headed { segment::HEADER_BYTES as usize } else { 0 };
-            while len_at(off) > 0 && !is_tail(off) {
-                let next = off + 8 + len_at(off);
-                if next > bytes.len() {
-                    break;
-                }
-                if len_at(next) > 0 {
-                    starts.push(off);
-                }
-                off = next;
-            }
-            if !starts.is_empty() {
-                candidates.push((path, starts));
+            let bytes = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
+            let mut spans = inspect::record_spans(&bytes, id);
+            spans.pop();
+            if !spans.is_empty() {
+                candidates.push((path, spans));
             }
         }
-        candidates.sort();
+        candidates.sort_by(|a, b| a.0.cmp(&b.0));
         let what = match candidates.pop() {
             None => format!("bookie-{bookie}: no journal record with another after it"),
-            Some((path, starts)) => {
-                let at = *self.rng.pick(&starts[starts.len().saturating_sub(ZEROED_AMONG_LAST)..]);
+            Some((path, spans)) => {
+                let span = *self.rng.pick(&spans[spans.len().saturating_sub(ZEROED_AMONG_LAST)..]);
                 let mut bytes = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
-                bytes[at..at + 4].fill(0);
+                for i in 0..4 {
+                    bytes[span.file_offset(i) as usize] = 0;
+                }
                 std::fs::write(&path, &bytes).with_context(|| format!("write {}", path.display()))?;
                 format!(
-                    "zeroed the length of the record at {at} of {} ({} records in the segment have another after it)",
+                    "zeroed the length of the record at {} of {} ({} records in the segment have another after it)",
+                    span.file_offset(0),
                     path.display(),
-                    starts.len()
+                    spans.len()
                 )
             }
         };

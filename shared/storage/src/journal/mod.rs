@@ -9,12 +9,18 @@
 //! - [`record`]: the record format and torn-tail detection;
 //! - [`policy`]: when to sync (a pure type);
 //! - [`segment`]: one preallocated file;
+//! - [`sector`]: version 4's stamped sectors, which tell a torn batch from damage;
+//! - [`batches`]: reading a version 4 segment back as judged batches;
+//! - [`inspect`]: where each record lies in its file (for tests that damage one);
 //! - [`writer`]: the thread that gathers, writes, syncs and completes;
 //! - [`replay`]: reading back after a restart.
 
+pub mod batches;
+pub mod inspect;
 pub mod policy;
 pub mod record;
 pub mod replay;
+pub mod sector;
 pub mod segment;
 pub mod writer;
 

@@ -7,21 +7,22 @@
 //! +-----------+-------------+---------+-----------------+
 //! ```
 //! `len` counts kind and body; `crc32c` covers kind and body, and is sealed
-//! with the segment's [`Format`]: in a version 3 segment (all written now)
-//! the body starts with the segment life's random nonce and the CRC starts
-//! from it, so neither the records a reused file still holds from its
-//! previous life nor bytes inside a payload ever pass for this segment's
-//! (version 2 sealed with the segment id, which anyone can predict); every
-//! batch is followed by a tail marker ([`RecordEnd::Tail`]) that the next
-//! batch overwrites: the clean end of the written part.
+//! with the segment's [`Format`]: in versions 3 and 4 the body starts with
+//! the segment life's random nonce and the CRC starts from it, so neither
+//! the records a reused file still holds from its previous life nor bytes
+//! inside a payload ever pass for this segment's (version 2 sealed with the
+//! segment id, which anyone can predict). Every batch ends in a tail marker
+//! ([`RecordEnd::Tail`]). In version 4 (all written now) a batch fills
+//! whole sectors, each stamped with the batch ([`super::sector`]), and the
+//! marker stays; in versions 2 and 3 the next batch overwrote it.
 //!
 //! Version 1 segments (no header, written before reuse existed) are
 //! preallocated with zeros, so a zero `len` is where their written part may
 //! end ([`RecordEnd::Clean`]; replay checks that only zeros follow, else it is
-//! a damaged length). In either version a `len` past the end of the file, or a
-//! CRC mismatch, is a torn write (the process or the machine died mid-append)
-//! or damage, which replay tells apart by what follows. A record is never
-//! split across files.
+//! a damaged length). A `len` past the end, or a CRC mismatch, is a torn
+//! write or damage: version 4's stamps tell which ([`super::batches`]);
+//! before it, replay guessed from what follows. A record is never split
+//! across files.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -68,6 +69,14 @@ pub enum Format {
         /// The segment life's secret.
         nonce: u64,
     },
+    /// Records as version 3; every sector of the file after the header
+    /// carries a stamp of the batch that wrote it, and each batch fills
+    /// whole sectors (its tail marker kept, not overwritten): replay tells
+    /// a batch torn by a power cut from damage ([`super::sector`]).
+    V4 {
+        /// The segment life's secret.
+        nonce: u64,
+    },
 }
 
 impl Format {
@@ -79,19 +88,28 @@ impl Format {
         Format::V2 { salt: segment_id as u32 }
     }
 
+    /// The nonce records are sealed with (versions 3 and 4).
+    pub fn nonce(self) -> Option<u64> {
+        match self {
+            Format::V3 { nonce } | Format::V4 { nonce } => Some(nonce),
+            Format::V1 | Format::V2 { .. } => None,
+        }
+    }
+
     fn crc(self, body: &[u8]) -> u32 {
         match self {
             Format::V1 => crc32c::crc32c(body),
             Format::V2 { salt } => crc32c::crc32c_append(salt, body),
-            Format::V3 { nonce } => crc32c::crc32c_append((nonce ^ (nonce >> 32)) as u32, body),
+            Format::V3 { nonce } | Format::V4 { nonce } => crc32c::crc32c_append((nonce ^ (nonce >> 32)) as u32, body),
         }
     }
 
-    /// Bytes every record carries after its kind byte: version 3's nonce.
+    /// Bytes every record carries after its kind byte: the nonce (versions 3 and 4).
     pub fn seal_bytes(self) -> usize {
-        match self {
-            Format::V3 { .. } => 8,
-            _ => 0,
+        if self.nonce().is_some() {
+            8
+        } else {
+            0
         }
     }
 
@@ -101,7 +119,7 @@ impl Format {
     }
 
     fn put_seal(self, out: &mut BytesMut) {
-        if let Format::V3 { nonce } = self {
+        if let Some(nonce) = self.nonce() {
             out.put_u64(nonce);
         }
     }
@@ -127,8 +145,8 @@ pub fn reseal(buf: &mut [u8], format: Format) {
         let len = u32::from_be_bytes(buf[at..at + 4].try_into().expect("4 bytes")) as usize;
         let end = at + 8 + len;
         assert!(len > 0 && end <= buf.len(), "reseal: {at} does not start a whole record");
-        if let Format::V3 { nonce } = format {
-            assert!(len >= 9, "reseal: a version 3 record carries its nonce");
+        if let Some(nonce) = format.nonce() {
+            assert!(len >= 9, "reseal: a version 3 or 4 record carries its nonce");
             buf[at + 9..at + 17].copy_from_slice(&nonce.to_be_bytes());
         }
         let crc = format.crc(&buf[at + 8..end]);
@@ -242,7 +260,7 @@ impl Record {
                 Format::V1 => Err(RecordEnd::Clean),
                 // Version 2 ends at a tail marker, never at zeros: zeros here
                 // are a torn write or a damaged length.
-                Format::V2 { .. } | Format::V3 { .. } => Err(RecordEnd::Torn("zero record length")),
+                Format::V2 { .. } | Format::V3 { .. } | Format::V4 { .. } => Err(RecordEnd::Torn("zero record length")),
             };
         }
         if buf.len() < 8 + len {
@@ -253,7 +271,7 @@ impl Record {
         if format.crc(&sealed) != crc {
             return Err(RecordEnd::Torn("record CRC mismatch"));
         }
-        if let Format::V3 { nonce } = format {
+        if let Some(nonce) = format.nonce() {
             // The CRC matched by chance, or the bytes hold another life's nonce.
             if sealed.len() < 9 || sealed[1..9] != nonce.to_be_bytes() {
                 return Err(RecordEnd::Torn("record sealed for another segment"));

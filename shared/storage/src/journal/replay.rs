@@ -4,7 +4,9 @@ use std::path::Path;
 
 use bytes::Bytes;
 
+use super::batches::{read_batches, Judged, SegmentEnd};
 use super::record::{is_record_kind, Format, Record, RecordEnd, RECORD_HEADER_BYTES};
+use super::sector;
 use super::segment::{format_of, list_segments, segment_path, sync_dir, HEADER_BYTES};
 use super::JournalPos;
 use crate::error::StorageError;
@@ -93,9 +95,13 @@ pub fn replay(
         let path = segment_path(dir, id);
         let data = Bytes::from(std::fs::read(&path).map_err(|e| StorageError::io(&path, e))?);
         let format = format_of(&data, id);
+        if let Format::V4 { nonce } = format {
+            replay_stamped(dir, &path, id, &data, nonce, from, newest, &mut out, &mut f)?;
+            continue;
+        }
         let first = match format {
             Format::V1 => 0,
-            Format::V2 { .. } | Format::V3 { .. } => (HEADER_BYTES as usize).min(data.len()),
+            Format::V2 { .. } | Format::V3 { .. } | Format::V4 { .. } => (HEADER_BYTES as usize).min(data.len()),
         };
         let mut offset = if id == from.segment { (from.offset as usize).max(first) } else { first };
         if offset > data.len() {
@@ -193,4 +199,128 @@ pub fn replay(
         }
     }
     Ok(out)
+}
+
+/// Why a batch that a later one proves synced, but whose sectors are not
+/// all its own, is reported.
+const DAMAGED_BATCH: &str = "journal batch with sectors not its own, and a later batch after it";
+
+/// Why whole batches missing before a later one are reported.
+const MISSING_BATCH: &str = "journal batch missing, and a later batch after it";
+
+/// Why a torn batch before the checkpoint is reported (a checkpoint covers
+/// only synced records, so this is damage, and nothing is cut).
+const TORN_BEFORE_CHECKPOINT: &str = "journal batch torn before the checkpoint";
+
+/// Replays a version 4 segment: batch by batch, as [`read_batches`] judges
+/// them. A batch that reached the disk whole, or that a later batch proves
+/// synced, holds acknowledged records: a bad record in it is damage
+/// (skipped, reported, the rest read). A torn batch at the end of the
+/// newest segment was never acknowledged: the file is cut at its start.
+/// Records at or before `from` are read (a batch is judged whole) but not
+/// handed on, and damage there is not reported (the index holds them).
+#[allow(clippy::too_many_arguments)]
+fn replay_stamped(
+    dir: &Path,
+    path: &Path,
+    id: u64,
+    data: &[u8],
+    nonce: u64,
+    from: JournalPos,
+    newest: bool,
+    out: &mut ReplayOutcome,
+    f: &mut impl FnMut(JournalPos, Record),
+) -> Result<(), StorageError> {
+    let format = Format::V4 { nonce };
+    let from_offset = if id == from.segment { from.offset } else { 0 };
+    let read = read_batches(data, nonce);
+    let damage = |out: &mut ReplayOutcome, at: u64, why: &'static str| {
+        if at >= from_offset {
+            tracing::error!(
+                segment = id,
+                offset = at,
+                reason = why,
+                "damaged journal record: what it held is lost here"
+            );
+            out.damaged.push((JournalPos { segment: id, offset: at }, why));
+        }
+    };
+    for at in &read.missing {
+        damage(out, *at, MISSING_BATCH);
+    }
+    // Where the last record read ends: a bad record is reported there, the
+    // position a completion gave the record before it.
+    let mut last_end = HEADER_BYTES;
+    for batch in &read.batches {
+        if batch.judged == Judged::Damaged {
+            damage(out, batch.base, DAMAGED_BATCH);
+        }
+        let mut off = 0usize;
+        loop {
+            let at = last_end;
+            match Record::decode(&batch.data.slice(off..), format) {
+                Ok((rec, n)) => {
+                    off += n;
+                    let pos = JournalPos { segment: id, offset: sector::end_offset(batch.base, off) };
+                    last_end = pos.offset;
+                    if pos.offset > from_offset {
+                        out.records += 1;
+                        out.end = pos;
+                        f(pos, rec);
+                    }
+                }
+                Err(RecordEnd::Tail) => break,
+                Err(_) if batch.data[off..].iter().all(|b| *b == 0) => {
+                    // Zeros to the batch's end: its tail marker (and maybe
+                    // records before it) zeroed on the disk.
+                    if batch.judged == Judged::Whole {
+                        damage(out, at, "journal batch without its tail marker");
+                    }
+                    break;
+                }
+                Err(end) => {
+                    let why = match end {
+                        RecordEnd::Torn(why) => why,
+                        RecordEnd::Clean | RecordEnd::Tail => "record ends early",
+                    };
+                    // The batch is whole (or proven synced): this is damage.
+                    damage(out, at, why);
+                    match next_good_record(&batch.data, off, format) {
+                        Some(next) => {
+                            off = next;
+                            last_end = sector::end_offset(batch.base, off);
+                        }
+                        None => break,
+                    }
+                }
+            }
+        }
+    }
+    let stopped_at;
+    match read.end {
+        SegmentEnd::Clean(at) => stopped_at = at,
+        SegmentEnd::Torn(at) if newest && at >= from_offset => {
+            let pos = JournalPos { segment: id, offset: at };
+            tracing::warn!(segment = id, offset = at, "cutting a journal batch torn by a crash before its sync");
+            let file = std::fs::OpenOptions::new().write(true).open(path).map_err(|e| StorageError::io(path, e))?;
+            file.set_len(at).map_err(|e| StorageError::io(path, e))?;
+            file.sync_all().map_err(|e| StorageError::io(path, e))?;
+            sync_dir(dir).map_err(|e| StorageError::io(dir, e))?;
+            out.cut = Some((pos, "batch torn by a crash before its sync"));
+            stopped_at = at;
+        }
+        SegmentEnd::Torn(at) if newest => {
+            damage(out, from_offset, TORN_BEFORE_CHECKPOINT);
+            stopped_at = at;
+        }
+        SegmentEnd::Torn(at) => {
+            // An older segment was whole when the next one began.
+            damage(out, at, "damaged journal batch in a segment before the newest");
+            stopped_at = at;
+        }
+    }
+    if out.end.segment < id {
+        out.end = JournalPos { segment: id, offset: stopped_at.max(from_offset) };
+    }
+    Ok(())
 }

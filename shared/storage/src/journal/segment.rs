@@ -1,5 +1,7 @@
-//! One journal file ("segment"): a header, then records appended with pwrite
-//! and made durable with fdatasync, each batch followed by a tail marker.
+//! One journal file ("segment"): a header block, then batches of records
+//! appended with pwrite and made durable with fdatasync. Version 4 (every
+//! segment written now) lays each batch out as whole 512-byte sectors, each
+//! stamped with the batch that wrote it ([`super::sector`]).
 //!
 //! An fdatasync that must also record a larger file size or newly written
 //! extents costs a metadata commit (on this machine's disk: 2.0 K synced
@@ -20,7 +22,8 @@ use std::path::{Path, PathBuf};
 
 use bytes::BytesMut;
 
-use super::record::{encode_tail, Format};
+use super::record::Format;
+use super::sector::{sectors_for, stamp_batch, SECTOR_BYTES};
 
 /// Bytes before a version 2 segment's first record (one block).
 pub const HEADER_BYTES: u64 = 4096;
@@ -28,9 +31,13 @@ pub const HEADER_BYTES: u64 = 4096;
 /// A version 2 segment starts with this; version 1 segments have no header.
 pub const MAGIC: &[u8; 8] = b"QUIREJ2\n";
 
-/// A version 3 segment (every segment written now) starts with this, then
-/// its id, its nonce and a CRC32C of the three.
+/// A version 3 segment starts with this, then its id, its nonce and a
+/// CRC32C of the three.
 pub const MAGIC_V3: &[u8; 8] = b"QUIREJ3\n";
+
+/// A version 4 segment (every segment written now) starts with this, laid
+/// out as version 3's header.
+pub const MAGIC_V4: &[u8; 8] = b"QUIREJ4\n";
 
 /// A fresh nonce for a segment's life: 8 bytes of the kernel's randomness.
 fn new_nonce() -> io::Result<u64> {
@@ -102,14 +109,17 @@ fn v3_header(magic: &[u8], id: u64, nonce: u64) -> [u8; 28] {
     h
 }
 
-/// The nonce of a version 3 header copy at `at` of `data`, if it is whole.
-fn v3_nonce_at(data: &[u8], at: usize, id: u64) -> Option<u64> {
+/// The nonce of a header copy with `magic` at `at` of `data`, if it is whole.
+fn nonce_at(data: &[u8], magic: &[u8], at: usize, id: u64) -> Option<u64> {
     let h = data.get(at..at + 28)?;
     let nonce = u64::from_be_bytes(h[16..24].try_into().expect("8 bytes"));
-    (h == v3_header(MAGIC_V3, id, nonce)).then_some(nonce)
+    (h == v3_header(magic, id, nonce)).then_some(nonce)
 }
 
 /// The format of segment `id` whose bytes are `data`.
+/// - Version 4: a whole copy of its header; with both damaged, the nonce
+///   the first sector's stamp was made with, if one of the header's
+///   damaged copies holds it.
 /// - Version 3: a whole copy of its header (the first sector, or the copy in
 ///   the header block's last) gives the nonce; with both damaged, the nonce
 ///   the first record carries, if that record decodes with it.
@@ -121,8 +131,26 @@ fn v3_nonce_at(data: &[u8], at: usize, id: u64) -> Option<u64> {
 /// record's ledger id sits where a version 3 record keeps its nonce, and a
 /// ledger id whose halves fold to the segment id would seal alike.
 pub fn format_of(data: &[u8], id: u64) -> Format {
-    if let Some(nonce) = v3_nonce_at(data, 0, id).or_else(|| v3_nonce_at(data, HEADER_COPY_AT, id)) {
+    if let Some(nonce) = nonce_at(data, MAGIC_V4, 0, id).or_else(|| nonce_at(data, MAGIC_V4, HEADER_COPY_AT, id)) {
+        return Format::V4 { nonce };
+    }
+    if let Some(nonce) = nonce_at(data, MAGIC_V3, 0, id).or_else(|| nonce_at(data, MAGIC_V3, HEADER_COPY_AT, id)) {
         return Format::V3 { nonce };
+    }
+    let first_sector = data.get(HEADER_BYTES as usize..);
+    let v4_nonce = [0usize, HEADER_COPY_AT].into_iter().find_map(|at| {
+        let nonce = u64::from_be_bytes(data.get(at + 16..at + 24)?.try_into().expect("8 bytes"));
+        first_sector.and_then(|s| super::sector::Stamp::decode(s, nonce)).map(|_| nonce)
+    });
+    if let Some(nonce) = v4_nonce {
+        return Format::V4 { nonce };
+    }
+    if data.get(..MAGIC_V4.len()) == Some(&MAGIC_V4[..]) {
+        // Both header copies damaged and no stamp to confirm a nonce: the
+        // header's bytes are the best guess (nothing decodes with a wrong
+        // one: the segment then reads as empty, never as another's records).
+        let nonce = data.get(16..24).map_or(0, |b| u64::from_be_bytes(b.try_into().expect("8 bytes")));
+        return Format::V4 { nonce };
     }
     let v2 = Format::v2(id);
     if data.get(..MAGIC.len()) == Some(&MAGIC[..]) {
@@ -170,10 +198,14 @@ pub struct Segment {
     /// records): appends below this overwrite, above it they would grow it.
     zeroed: u64,
     prealloc_bytes: u64,
-    /// The header and the first tail marker, written at the start.
+    /// Whether the file was a spare's (its previous life's bytes follow).
     reused: bool,
-    /// This life's seal (version 3).
+    /// This life's seal.
     nonce: u64,
+    /// The next batch's number in this life.
+    next_seq: u32,
+    /// The last batch as written: stamped sectors.
+    stamped: BytesMut,
 }
 
 impl Segment {
@@ -183,8 +215,17 @@ impl Segment {
         let path = segment_path(dir, id);
         let file = OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
         let nonce = new_nonce()?;
-        let mut seg =
-            Segment { id, file, written: 0, zeroed: 0, prealloc_bytes: prealloc_bytes.max(4096), reused: false, nonce };
+        let mut seg = Segment {
+            id,
+            file,
+            written: 0,
+            zeroed: 0,
+            prealloc_bytes: prealloc_bytes.max(4096),
+            reused: false,
+            nonce,
+            next_seq: 1,
+            stamped: BytesMut::new(),
+        };
         seg.zero_ahead(HEADER_BYTES)?;
         seg.write_header()?;
         seg.file.sync_all()?;
@@ -193,7 +234,7 @@ impl Segment {
     }
 
     /// Makes the spare that last was segment `last_id` segment `id`: a new
-    /// header and tail marker, synced, then renamed into place (durably).
+    /// header, synced, then renamed into place (durably).
     /// Until the rename, a crash leaves a spare (ignored by replay); after
     /// it, an empty segment.
     pub fn reuse(dir: &Path, last_id: u64, id: u64, prealloc_bytes: u64) -> io::Result<Segment> {
@@ -209,6 +250,8 @@ impl Segment {
             prealloc_bytes: prealloc_bytes.max(4096),
             reused: true,
             nonce,
+            next_seq: 1,
+            stamped: BytesMut::new(),
         };
         seg.zero_ahead(HEADER_BYTES)?;
         seg.write_header()?;
@@ -218,14 +261,16 @@ impl Segment {
         Ok(seg)
     }
 
+    /// The header block. No tail marker follows: the first sector after it
+    /// holds zeros or a previous life's bytes, which no stamp of this life
+    /// matches, so an empty segment reads as empty.
     fn write_header(&mut self) -> io::Result<()> {
-        let mut h = BytesMut::with_capacity(HEADER_BYTES as usize + self.format().tail_bytes());
-        let header = v3_header(MAGIC_V3, self.id, self.nonce);
+        let mut h = BytesMut::with_capacity(HEADER_BYTES as usize);
+        let header = v3_header(MAGIC_V4, self.id, self.nonce);
         h.extend_from_slice(&header);
         h.resize(HEADER_COPY_AT, 0);
         h.extend_from_slice(&header);
         h.resize(HEADER_BYTES as usize, 0);
-        encode_tail(&mut h, self.format());
         self.zero_ahead(h.len() as u64)?;
         self.file.write_all_at(&h, 0)?;
         self.written = HEADER_BYTES;
@@ -239,7 +284,7 @@ impl Segment {
 
     /// How its records are sealed.
     pub fn format(&self) -> Format {
-        Format::V3 { nonce: self.nonce }
+        Format::V4 { nonce: self.nonce }
     }
 
     /// Whether this segment reuses a spare's file.
@@ -247,7 +292,7 @@ impl Segment {
         self.reused
     }
 
-    /// Bytes written so far (the offset of the next record).
+    /// Bytes written so far (the offset of the next batch's first sector).
     pub fn written(&self) -> u64 {
         self.written
     }
@@ -265,15 +310,23 @@ impl Segment {
         Ok(())
     }
 
-    /// Appends `buf`: whole records sealed for this segment, the first
-    /// `records` bytes, then a tail marker (which the next append
-    /// overwrites). Not durable until [`Segment::sync`].
-    pub fn append(&mut self, buf: &[u8], records: usize) -> io::Result<()> {
-        debug_assert!(records <= buf.len());
-        self.zero_ahead(buf.len() as u64)?;
-        self.file.write_all_at(buf, self.written)?;
-        self.written += records as u64;
-        Ok(())
+    /// File bytes a batch of `len` record bytes (tail marker included) takes.
+    pub fn batch_bytes(len: usize) -> u64 {
+        (sectors_for(len) * SECTOR_BYTES) as u64
+    }
+
+    /// Appends one batch: `batch` is whole records sealed for this segment
+    /// and a tail marker, written as stamped sectors. Returns the offset of
+    /// its first sector. Not durable until [`Segment::sync`].
+    pub fn append_batch(&mut self, batch: &[u8]) -> io::Result<u64> {
+        self.stamped.clear();
+        stamp_batch(batch, self.next_seq, self.nonce, &mut self.stamped);
+        let base = self.written;
+        self.zero_ahead(self.stamped.len() as u64)?;
+        self.file.write_all_at(&self.stamped, base)?;
+        self.written += self.stamped.len() as u64;
+        self.next_seq += 1;
+        Ok(base)
     }
 
     /// fdatasync: everything appended so far is durable on return.

@@ -16,6 +16,7 @@ use bytes::BytesMut;
 
 use super::policy::{Decision, GroupCommit, GroupCommitPolicy};
 use super::record::{encode_tail, reseal, Record};
+use super::sector;
 use super::segment::{list_segments, list_spares, segment_path, spare_path, sync_dir, Segment, HEADER_BYTES};
 use super::{Completion, Journal, JournalPos};
 use crate::error::StorageError;
@@ -329,9 +330,12 @@ impl Writer {
                 self.stats.sync_us_max.fetch_max(took_us, Ordering::Relaxed);
                 self.stats.sync_seconds.observe(took_us as f64 / 1e6);
                 self.stats.batch_records.observe(records as f64);
-                let mut offset = base;
+                // Each completion's position is the file offset just after
+                // its last record (stamps skipped).
+                let mut len_so_far = 0;
                 for (len, _, done) in pending {
-                    offset += len as u64;
+                    len_so_far += len;
+                    let offset = sector::end_offset(base, len_so_far);
                     done(Ok(JournalPos { segment: self.segment.id(), offset }));
                 }
             }
@@ -350,28 +354,27 @@ impl Writer {
         self.gc.synced(started.elapsed());
     }
 
-    /// Writes the gathered batch at the end of the current segment (rotating
-    /// first if it would overflow) and syncs. Returns the batch's start offset.
+    /// Writes the gathered batch after the current segment's last (rotating
+    /// first if it would overflow) and syncs. Returns the offset of the
+    /// batch's first sector.
     fn write_and_sync(&mut self) -> Result<u64, StorageError> {
         let records = self.buf.len();
-        if self.segment.written() > HEADER_BYTES
-            && self.segment.written() + (records + self.segment.format().tail_bytes()) as u64 > self.segment_bytes
-        {
-            // The segment that ends here already ends in a durable tail
-            // marker (the last batch's): nothing more to write to it.
+        let need = Segment::batch_bytes(records + self.segment.format().tail_bytes());
+        if self.segment.written() > HEADER_BYTES && self.segment.written() + need > self.segment_bytes {
+            // The segment that ends here ends in its last batch, whole and
+            // durable: nothing more to write to it.
             let next = self.segment.id() + 1;
             self.segment = open_segment(&self.dir, &mut self.spares, next, self.prealloc_bytes, &self.stats)?;
             reseal(&mut self.buf, self.segment.format());
         }
         let path = segment_path(&self.dir, self.segment.id());
-        let base = self.segment.written();
         encode_tail(&mut self.buf, self.segment.format());
         // A bookie that dies before any byte of a batch reaches its journal
         // (the recovery tests' member that never stored a write-back).
         crate::failpoint::hit("journal.before_write");
-        let written = self.segment.append(&self.buf, records);
+        let written = self.segment.append_batch(&self.buf);
         self.buf.truncate(records);
-        written.map_err(|e| StorageError::io(&path, e))?;
+        let base = written.map_err(|e| StorageError::io(&path, e))?;
         self.segment.sync().map_err(|e| StorageError::io(&path, e))?;
         Ok(base)
     }
