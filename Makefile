@@ -7,7 +7,7 @@ BENCH_SECS ?= 5
 FUZZ_SECS ?= 60
 DATA ?= $(CURDIR)/data
 
-.PHONY: check-model all build test jepsen jepsen-seeds verify fmt fmt-check clippy lint bench loadtest-build loadtest bench-rpc bench-bookie bench-metadata bench-client bench-failover bench-gateway bench-rereplicate bench-compaction sim fuzz run images up down e2e-compose clean
+.PHONY: check-model all build test jepsen jepsen-negative ext4-powerloss jepsen-seeds verify fmt fmt-check clippy lint bench loadtest-build loadtest bench-rpc bench-bookie bench-metadata bench-client bench-failover bench-gateway bench-rereplicate bench-compaction sim fuzz run images up down e2e-compose clean
 
 all: build
 
@@ -32,6 +32,9 @@ test: build loadtest-build
 	bash loadtest/api/check.sh
 	bash deploy/local/readme-check.sh
 	target/release/quire-jepsen --seed $(JEPSEN_CI_SEED) --duration-secs $(JEPSEN_CI_SECS)
+	bash faults/scripts/negative-control.sh
+	bash faults/scripts/ext4-powerloss.sh
+	EATMYDATA=1 bash faults/scripts/ext4-powerloss.sh
 
 fmt:
 	$(CARGO) fmt --all
@@ -145,6 +148,19 @@ JEPSEN_CI_SEED ?= 98
 JEPSEN_CI_SECS ?= 90
 jepsen: build
 	target/release/quire-jepsen --seed $(SEED) --duration-secs $(DURATION)
+
+# The negative control: storage nodes under eatmydata (fsync a no-op) and a
+# power cut of all of them; the run must fail (faults/scripts/negative-control.sh).
+jepsen-negative: build
+	bash faults/scripts/negative-control.sh
+
+# A whole cluster on ext4 loop devices (commit=60), HTTP writers, a power cut
+# of every filesystem at once (xfs_io shutdown without a log flush), remount,
+# restart, every acknowledged creation, entry and close checked. As root.
+# `make ext4-powerloss EATMYDATA=1` is its negative control (fsync a no-op):
+# it passes only when the check finds acknowledged operations lost.
+ext4-powerloss: build
+	EATMYDATA=$(EATMYDATA) SECS=$(or $(SECS),20) bash faults/scripts/ext4-powerloss.sh
 
 # Several seeds in a row, stopping at the first that breaks a guarantee:
 # `make jepsen-seeds JEPSEN_SEEDS="1 2 3" DURATION=120` (issue #19's soak: 1-10).

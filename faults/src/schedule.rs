@@ -93,6 +93,16 @@ pub enum Fault {
         target: Target,
         offset_ms: i64,
     },
+    /// Cut the power of one bookie or metadata replica: its disks lose what
+    /// no fsync made durable (crashfs), the process dies with them. A
+    /// `Restart` powers it on again.
+    PowerLoss {
+        target: Target,
+    },
+    /// Cut the power of every bookie and metadata replica at one instant,
+    /// then power them all on again (once per run: outside the one-away
+    /// fault model on purpose; nothing acknowledged may be lost).
+    PowerLossAll,
 }
 
 impl Fault {
@@ -114,6 +124,9 @@ impl Fault {
             Fault::FlipBits { file: FileKind::Journal, .. } => "flip journal bits",
             Fault::ZeroJournalLength { .. } => "zero a journal length",
             Fault::ClockJump { .. } => "clock jump",
+            Fault::PowerLoss { target: Target::Bookie(_) } => "power loss bookie",
+            Fault::PowerLoss { .. } => "power loss metadata",
+            Fault::PowerLossAll => "power loss all",
         }
     }
 
@@ -155,11 +168,21 @@ pub struct Timing {
     /// seed's schedule is what it was before the fault existed (to replay
     /// the findings recorded then).
     pub zeroed_lengths: bool,
+    /// Whether power cuts are scheduled (one node's, and once per run all
+    /// storage nodes'). Off, every seed's schedule is what it was before
+    /// they existed (to replay the findings recorded then).
+    pub power_loss: bool,
 }
 
 impl Default for Timing {
     fn default() -> Timing {
-        Timing { episode_ms: (1_000, 6_000), pause_ms: (500, 3_000), destructive_gap_ms: 20_000, zeroed_lengths: true }
+        Timing {
+            episode_ms: (1_000, 6_000),
+            pause_ms: (500, 3_000),
+            destructive_gap_ms: 20_000,
+            zeroed_lengths: true,
+            power_loss: true,
+        }
     }
 }
 
@@ -175,7 +198,17 @@ pub fn schedule(seed: u64, duration_ms: u64, topo: Topology, timing: Timing) -> 
     let mut t = rng.range(timing.pause_ms.0, timing.pause_ms.1 + 1);
     let mut last_destructive: Option<u64> = None;
     let bookies = ids(topo.bookies);
+    // Every storage node loses power at once, once: at the first episode
+    // past a third of the run, so that the rest of the run (and the
+    // finale) sees what came back.
+    let mut all_down_at = (timing.power_loss && topo.metadata + topo.bookies > 0).then_some(duration_ms / 3);
     while t < duration_ms {
+        if all_down_at.is_some_and(|at| t >= at) {
+            all_down_at = None;
+            out.push(Step { at_ms: t, fault: Fault::PowerLossAll });
+            t += rng.range(timing.pause_ms.0, timing.pause_ms.1 + 1);
+            continue;
+        }
         let len = rng.range(timing.episode_ms.0, timing.episode_ms.1 + 1);
         let end = (t + len).min(duration_ms);
         let destructive_ok = last_destructive.is_none_or(|d| t >= d + timing.destructive_gap_ms);
@@ -190,6 +223,9 @@ pub fn schedule(seed: u64, duration_ms: u64, topo: Topology, timing: Timing) -> 
         }
         if topo.workers + topo.gateways + topo.auditors > 0 {
             kinds.push((8, 1));
+        }
+        if timing.power_loss {
+            kinds.push((9, 2));
         }
         let total: u64 = kinds.iter().map(|k| k.1).sum();
         let mut roll = rng.range(0, total);
@@ -273,6 +309,18 @@ pub fn schedule(seed: u64, duration_ms: u64, topo: Topology, timing: Timing) -> 
                 let offset_ms = rng.range(1_000, 60_001) as i64 * if rng.chance(0.5) { 1 } else { -1 };
                 (Fault::ClockJump { target, offset_ms }, Some(Fault::ClockJump { target, offset_ms: -offset_ms }))
             }
+            9 => {
+                let target = if topo.metadata >= 3 && rng.chance(0.5) {
+                    if rng.chance(0.5) {
+                        Target::MetadataLeader
+                    } else {
+                        Target::Metadata(*rng.pick(&ids(topo.metadata)))
+                    }
+                } else {
+                    Target::Bookie(*rng.pick(&bookies))
+                };
+                (Fault::PowerLoss { target }, Some(Fault::Restart { target }))
+            }
             _ => {
                 let mut others: Vec<Target> = ids(topo.workers).into_iter().map(Target::Worker).collect();
                 others.extend(ids(topo.gateways).into_iter().map(Target::Gateway));
@@ -325,7 +373,7 @@ mod tests {
         let mut out = Vec::new();
         for s in steps {
             match &s.fault {
-                Fault::Kill { target } => down.push(*target),
+                Fault::Kill { target } | Fault::PowerLoss { target } => down.push(*target),
                 Fault::Restart { target } => down.retain(|t| t != target),
                 Fault::Partition { a, .. } => cut.extend(a.iter().copied()),
                 Fault::Heal => cut.clear(),
@@ -347,6 +395,11 @@ mod tests {
             assert!(steps.windows(2).all(|w| w[0].at_ms <= w[1].at_ms), "seed {seed}: {steps:?}");
             assert!(steps.iter().all(|s| s.at_ms <= 300_000), "seed {seed}");
             assert_eq!(steps.last().unwrap().fault, Fault::Heal, "seed {seed}");
+            // Every storage node's power cut once, when nothing else is away.
+            let all: Vec<usize> = (0..steps.len()).filter(|i| steps[*i].fault == Fault::PowerLossAll).collect();
+            assert_eq!(all.len(), 1, "seed {seed}: {all:?}");
+            let before = replay(&steps[..all[0]]);
+            assert!(before.last().is_none_or(|(_, b, m)| *b == 0 && *m == 0), "seed {seed}: {before:?}");
             // At most one bookie and one metadata replica away at once.
             for (at, bookies, metadata) in replay(&steps) {
                 assert!(
@@ -357,7 +410,7 @@ mod tests {
             // Every kill restarted, every slow disk made fast, every clock jumped back.
             let count = |f: &dyn Fn(&Fault) -> bool| steps.iter().filter(|s| f(&s.fault)).count();
             assert_eq!(
-                count(&|f| matches!(f, Fault::Kill { .. })),
+                count(&|f| matches!(f, Fault::Kill { .. } | Fault::PowerLoss { .. })),
                 count(&|f| matches!(f, Fault::Restart { .. })),
                 "seed {seed}"
             );
@@ -417,10 +470,25 @@ mod tests {
             "flip_bits",
             "zero_journal_length",
             "clock_jump",
+            "power_loss",
+            "power_loss_all",
         ];
         for k in all {
             assert!(seen.contains(k), "{k} never scheduled: {seen:?}");
         }
+    }
+
+    const PINNED_98: [&str; 3] = ["1388 kill worker/auditor/gateway", "6366 restart", "7358 kill metadata"];
+
+    /// Power cuts off: each seed's schedule is what it was before they existed.
+    #[test]
+    fn without_power_loss_a_seed_schedules_what_it_did_before() {
+        let old = Timing { power_loss: false, ..Timing::default() };
+        let steps = schedule(98, 90_000, TOPO, old);
+        assert!(steps.iter().all(|s| !matches!(s.fault, Fault::PowerLoss { .. } | Fault::PowerLossAll)));
+        // Seed 98's first steps as recorded before power cuts existed.
+        let first: Vec<String> = steps.iter().take(3).map(|s| format!("{} {}", s.at_ms, s.fault.kind())).collect();
+        assert_eq!(first, PINNED_98, "{steps:?}");
     }
 
     #[test]

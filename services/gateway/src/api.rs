@@ -817,7 +817,7 @@ async fn cluster(state: State) -> Result<HttpResponse, ApiError> {
         .run(async move {
             let meta = s.client.meta();
             let status = meta
-                .call(v1::MetadataStatusRequest {})
+                .call(v1::MetadataStatusRequest::default())
                 .await
                 .map_err(|e| ApiError::from(quire_client::ClientError::from_metadata(e, None)))?;
             let list = meta_call(&s, v1::ListBookiesRequest {}).await?;

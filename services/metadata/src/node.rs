@@ -68,7 +68,11 @@ impl Node {
         timing: RaftTiming,
     ) -> anyhow::Result<Node> {
         anyhow::ensure!(members.contains_key(&id), "replica {id} is not among the members {members:?}");
-        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        // Every level made durably: a data directory whose name a power cut
+        // forgets takes the replica's whole Raft state with it, and the
+        // lowest id then initialises a new cluster (the fault suite's first
+        // power cut of every node did that to all three replicas).
+        quire_durable::create_dir_all_durable(dir).with_context(|| format!("create {}", dir.display()))?;
         let (log, sm) = tokio::task::spawn_blocking({
             let path = dir.join("raft");
             move || crate::raft::open_storage(&path)

@@ -668,10 +668,18 @@ impl quire_rpc::Service for MetaService {
                     Ok(v1::DeleteCursorResponse {}.into())
                 }
                 Req::ChangeMembership(c) => change_membership(&raft, c).await,
-                Req::MetadataStatus(_) => {
+                Req::MetadataStatus(r) => {
                     let m = raft.metrics().borrow().clone();
                     let (voters, nodes) = voters_of(&m);
                     let st = shared.state.read().expect("state lock");
+                    // `applied` moves under the state's write lock: read
+                    // under its read lock, it is the index the state is at.
+                    let state_applied_index = *shared.applied.borrow();
+                    let state_crc32c = r
+                        .with_state_digest
+                        .then(|| crate::raft::state_machine::encode_snapshot(&st).map(|b| crc32c::crc32c(&b)))
+                        .transpose()
+                        .map_err(|e| ServiceError::new(ErrorCode::Internal, format!("encode the state: {e}")))?;
                     Ok(v1::MetadataStatusResponse {
                         replica_id: m.id,
                         raft_state: format!("{:?}", m.state).to_lowercase(),
@@ -685,6 +693,8 @@ impl quire_rpc::Service for MetaService {
                         audit: (!st.audit_report.is_empty())
                             .then(|| <v1::AuditReport as prost::Message>::decode(st.audit_report.as_slice()).ok())
                             .flatten(),
+                        state_crc32c,
+                        state_applied_index,
                     }
                     .into())
                 }

@@ -534,7 +534,7 @@ async fn a_replica_is_added_and_another_replaced_without_losing_writes() {
     );
     let later = meta.call(create(1, 1, 1)).await.unwrap().ledger.unwrap();
     assert!(later.ledger_id > first.ledger_id);
-    let status = meta.call(v1::MetadataStatusRequest {}).await.unwrap();
+    let status = meta.call(v1::MetadataStatusRequest::default()).await.unwrap();
     assert_eq!(status.voters.iter().map(|v| v.id).collect::<Vec<_>>(), vec![1, 2, 4]);
     assert!(status.leader_id.is_some() && !status.leader_address.is_empty(), "{status:?}");
 }
@@ -588,7 +588,7 @@ async fn a_follower_that_cannot_win_raises_no_term_and_deposes_no_leader() {
     let admin = cluster.rpc(Role::Admin, "1");
     let status = |id: u64| {
         let peer = admin.peer(&cluster.addr(id), Role::Metadata, None);
-        async move { peer.call(v1::MetadataStatusRequest {}).await.unwrap() }
+        async move { peer.call(v1::MetadataStatusRequest::default()).await.unwrap() }
     };
     let leader = cluster.id_of(&meta.leader().unwrap());
     let before = status(leader).await;
@@ -643,13 +643,13 @@ async fn a_restarted_replica_resets_its_predecessors_connections() {
     let addr = cluster.addr(2);
     let peer = rpc.peer(&addr, Role::Metadata, None);
     let opts = quire_rpc::CallOptions::timeout(Duration::from_secs(5));
-    peer.call_full(v1::MetadataStatusRequest {}, opts).await.unwrap();
+    peer.call_full(v1::MetadataStatusRequest::default(), opts).await.unwrap();
     cluster.procs.get_mut(&2).unwrap().kill().unwrap();
     cluster.launch(2);
-    match peer.call_full(v1::MetadataStatusRequest {}, opts).await {
+    match peer.call_full(v1::MetadataStatusRequest::default(), opts).await {
         Ok(_) => {}
         Err(RpcError::ConnectionLost { .. } | RpcError::Unavailable { .. }) => {
-            peer.call_full(v1::MetadataStatusRequest {}, opts).await.unwrap();
+            peer.call_full(v1::MetadataStatusRequest::default(), opts).await.unwrap();
         }
         Err(e) => panic!("the old connection was not reset: {e:?}"),
     }
@@ -705,7 +705,7 @@ async fn an_outage_longer_than_a_lease_expires_no_registration_and_no_lock() {
     let live: Vec<String> = (1..=3).filter(|i| *i != leader).map(|i| cluster.addr(i)).collect();
     quire_testkit::eventually(Duration::from_secs(20), "a leader elected after the outage", || async {
         for a in &live {
-            let s = admin.peer(a, Role::Metadata, None).call(v1::MetadataStatusRequest {}).await;
+            let s = admin.peer(a, Role::Metadata, None).call(v1::MetadataStatusRequest::default()).await;
             if s.is_ok_and(|s| s.raft_state == "leader") {
                 return Some(());
             }

@@ -50,7 +50,7 @@ pub fn run(a: MetadataArgs) -> anyhow::Result<()> {
                 for addr in &a.target.metadata()? {
                     let peer = rpc.peer(addr, Role::Metadata, None);
                     let answer = peer
-                        .call_full(v1::MetadataStatusRequest {}, CallOptions::timeout(Duration::from_secs(3)))
+                        .call_full(v1::MetadataStatusRequest::default(), CallOptions::timeout(Duration::from_secs(3)))
                         .await;
                     match (answer, json) {
                         (Ok(r), true) => {

@@ -217,7 +217,7 @@ async fn a_lost_bookies_copies_return_to_live_bookies_without_an_operator() {
             .await
             .unwrap_or_else(|e| panic!("{e}\n{m:?}\n--- worker ---\n{}", worker.log()));
     }
-    let status = client.meta().call(v1::MetadataStatusRequest {}).await.unwrap();
+    let status = client.meta().call(v1::MetadataStatusRequest::default()).await.unwrap();
     let audit = status.audit.expect("the auditor published a report");
     assert_eq!(audit.ledgers_checked, 101);
     // The same story in Prometheus metrics.
@@ -539,7 +539,7 @@ fn now_ms() -> u64 {
 
 /// The active auditor's last report, once it has published one.
 async fn audit_report(client: &Client) -> Option<v1::AuditReport> {
-    client.meta().call(v1::MetadataStatusRequest {}).await.ok()?.audit
+    client.meta().call(v1::MetadataStatusRequest::default()).await.ok()?.audit
 }
 
 /// The fault suite's seed 98: a bookie replaced by an empty process while

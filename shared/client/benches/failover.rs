@@ -45,7 +45,7 @@ struct Op {
 
 async fn status(rpc: &RpcClient, addr: &str) -> Option<v1::MetadataStatusResponse> {
     let peer = rpc.peer(addr, Role::Metadata, None);
-    peer.call_full(v1::MetadataStatusRequest {}, CallOptions::timeout(Duration::from_millis(300)))
+    peer.call_full(v1::MetadataStatusRequest::default(), CallOptions::timeout(Duration::from_millis(300)))
         .await
         .ok()
         .map(|r| r.body)

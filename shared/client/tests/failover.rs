@@ -42,7 +42,7 @@ async fn a_killed_metadata_leader_costs_appends_the_failover_and_never_a_bookie(
     let fresh = client.create(spec.clone()).await.unwrap();
 
     let admin = s.rpc(Role::Admin);
-    let status = s.meta(&admin).call(v1::MetadataStatusRequest {}).await.unwrap();
+    let status = s.meta(&admin).call(v1::MetadataStatusRequest::default()).await.unwrap();
     let leader = s
         .cluster
         .metadata

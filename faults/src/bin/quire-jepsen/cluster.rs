@@ -1,13 +1,18 @@
 //! The cluster under test: every service as its own process in its own
 //! network namespace ([`quire_faults::lab`]), with the hooks the nemesis
 //! needs: stop and start any process, a per-bookie disk-delay file, a
-//! per-process clock (libfaketime, wall clock only), and the bookies' files.
+//! per-process clock (libfaketime, wall clock only), the bookies' files,
+//! and disks whose power can be cut: every metadata replica's data, and
+//! each bookie's journal and ledger directories (two disks), live on
+//! crashfs mounts ([`quire_crashfs`]), which forget at a cut what no fsync
+//! made durable.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
+use quire_crashfs::{Crash, DataLoss, Mount, NameLoss};
 use quire_faults::lab::Lab;
 use quire_faults::{FileKind, Target, Topology};
 use quire_pki::{init_dir, IssueOptions, LocalCluster};
@@ -23,6 +28,24 @@ const HTTP_PORT: u16 = 8080;
 
 /// libfaketime's multithreaded build, as Debian's `faketime` package installs it.
 const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+/// Debian's eatmydata: fsync, fdatasync, sync_file_range and O_SYNC made
+/// no-ops (the negative control: with it, a power cut must lose data).
+pub const EATMYDATA_LIB: &str = "/usr/lib/x86_64-linux-gnu/libeatmydata.so";
+
+/// One disk: a crashfs mount whose bytes live in `state`.
+struct Disk {
+    state: PathBuf,
+    mnt: PathBuf,
+    mount: Option<Mount>,
+}
+
+impl Disk {
+    fn mount(state: PathBuf, mnt: PathBuf) -> anyhow::Result<Disk> {
+        let mount = Mount::new(&state, &mnt).with_context(|| format!("mount crashfs at {}", mnt.display()))?;
+        Ok(Disk { state, mnt, mount: Some(mount) })
+    }
+}
 
 /// One process of the cluster.
 pub struct Node {
@@ -42,11 +65,16 @@ pub struct Cluster {
     nodes: BTreeMap<Target, Node>,
     /// Whether processes run under libfaketime (clock jumps possible).
     pub clocks: bool,
+    /// Every storage node's disks.
+    disks: BTreeMap<Target, Vec<Disk>>,
+    /// Metadata replicas and bookies run under eatmydata.
+    eatmydata: bool,
 }
 
 impl Cluster {
-    /// Creates the network, the certificates, and starts every process.
-    pub fn launch(dir: &Path, topo: Topology) -> anyhow::Result<Cluster> {
+    /// Creates the network, the certificates and the disks, and starts
+    /// every process (`eatmydata`: the storage nodes' syncs made no-ops).
+    pub fn launch(dir: &Path, topo: Topology, eatmydata: bool) -> anyhow::Result<Cluster> {
         let certs = dir.join("certs");
         let ca = init_dir(
             &certs,
@@ -75,7 +103,15 @@ impl Cluster {
             .map(|(index, target)| (target, Node { index, proc: None, generation: 0, clock_offset_ms: 0 }))
             .collect();
         let clocks = Path::new(FAKETIME_LIB).exists();
-        let mut c = Cluster { lab, dir: dir.to_path_buf(), certs, topo, nodes, clocks };
+        if eatmydata {
+            anyhow::ensure!(Path::new(EATMYDATA_LIB).exists(), "{EATMYDATA_LIB} is missing (Debian's eatmydata)");
+        }
+        let mut c =
+            Cluster { lab, dir: dir.to_path_buf(), certs, topo, nodes, clocks, disks: BTreeMap::new(), eatmydata };
+        for t in c.nodes.keys().copied().collect::<Vec<_>>() {
+            let disks = c.disk_paths(t).into_iter().map(|(s, m)| Disk::mount(s, m)).collect::<anyhow::Result<_>>()?;
+            c.disks.insert(t, disks);
+        }
         let all: Vec<Target> = c.nodes.keys().copied().collect();
         for t in all {
             c.set_clock_file(t, 0)?;
@@ -135,6 +171,63 @@ impl Cluster {
         self.dir.join(format!("bookie-{b}"))
     }
 
+    /// A storage node's disks: (backing state, mount point) each. A bookie
+    /// has two (journal, ledgers) inside its data directory, a metadata
+    /// replica one, its data directory's parent; other processes none.
+    fn disk_paths(&self, t: Target) -> Vec<(PathBuf, PathBuf)> {
+        let state = |n: &str| self.dir.join("disks").join(n);
+        match t {
+            Target::Bookie(b) => vec![
+                (state(&format!("bookie-{b}-journal")), self.bookie_dir(b).join("journal-disk")),
+                (state(&format!("bookie-{b}-ledgers")), self.bookie_dir(b).join("ledger-disk")),
+            ],
+            Target::Metadata(i) => vec![(state(&format!("metadata-{i}")), self.dir.join(format!("metadata-{i}")))],
+            _ => Vec::new(),
+        }
+    }
+
+    /// The log file of `t`'s current (or last) process.
+    pub fn log_path(&self, t: Target) -> anyhow::Result<PathBuf> {
+        Ok(self.dir.join(format!("{}-{}.log", name(t), self.node(t)?.generation)))
+    }
+
+    /// The power of `targets` goes at one instant (every disk frozen before
+    /// any process is killed), then their disks lose what no fsync made
+    /// durable (each disk a way of losing it chosen by `seed`) and are
+    /// mounted again. The processes stay down: [`Cluster::start`] them.
+    pub fn power_cut(&mut self, targets: &[Target], seed: u64) -> anyhow::Result<String> {
+        for t in targets {
+            for d in self.disks.get(t).into_iter().flatten() {
+                if let Some(m) = &d.mount {
+                    m.freeze();
+                }
+            }
+        }
+        for t in targets {
+            self.kill(*t)?;
+        }
+        let mut said = Vec::new();
+        let mut k = 0u64;
+        for t in targets {
+            let mut modes = Vec::new();
+            for d in self.disks.get_mut(t).into_iter().flatten() {
+                let mix = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(k);
+                k += 1;
+                let data = [DataLoss::Drop, DataLoss::Torn, DataLoss::Prefix][(mix % 3) as usize];
+                let names = [NameLoss::All, NameLoss::Prefix][((mix / 3) % 2) as usize];
+                let mount = d.mount.take().context("a disk without its mount")?;
+                let report = mount.crash(Crash { seed: mix, data, names })?;
+                d.mount = Some(Mount::new(&d.state, &d.mnt).with_context(|| format!("mount {}", d.mnt.display()))?);
+                modes.push(format!(
+                    "{data:?}/{names:?}: {} writes and {} names undone",
+                    report.writes_undone, report.names_undone
+                ));
+            }
+            said.push(format!("{} ({})", name(*t), modes.join("; ")));
+        }
+        Ok(said.join(", "))
+    }
+
     fn disk_delay_file(&self, b: u32) -> PathBuf {
         self.dir.join(format!("bookie-{b}.disk-delay"))
     }
@@ -165,12 +258,14 @@ impl Cluster {
                 let peers: Vec<String> = (1..=self.topo.metadata)
                     .map(|i| format!("{i}={}", self.addr(Target::Metadata(i)).expect("replica")))
                     .collect();
-                a.extend(["--data-dir".into(), s(&self.dir.join(format!("metadata-{id}")))?]);
+                a.extend(["--data-dir".into(), s(&self.dir.join(format!("metadata-{id}")).join("data"))?]);
                 a.extend(["--peers".into(), peers.join(",")]);
                 a.extend(["--heartbeat-ms".into(), "100".into(), "--election-timeout-ms".into(), "600".into()]);
             }
             Target::Bookie(b) => {
                 a.extend(["--data-dir".into(), s(&self.bookie_dir(b))?]);
+                a.extend(["--journal-dir".into(), s(&self.bookie_dir(b).join("journal-disk").join("journal"))?]);
+                a.extend(["--ledger-dir".into(), s(&self.bookie_dir(b).join("ledger-disk").join("ledgers"))?]);
                 a.extend(["--metadata".into(), metadata, "--rack".into(), format!("rack-{b}")]);
                 a.extend(["--lease-ms".into(), "3000".into(), "--limbo-idle-writer-ms".into(), "5000".into()]);
             }
@@ -199,13 +294,20 @@ impl Cluster {
         if let Target::Bookie(b) = t {
             env.push(("QUIRE_DISK_DELAY_FILE".into(), self.disk_delay_file(b).display().to_string()));
         }
+        let mut preload = Vec::new();
+        if self.eatmydata && matches!(t, Target::Bookie(_) | Target::Metadata(_)) {
+            preload.push(EATMYDATA_LIB);
+        }
         if self.clocks {
             // Wall clock only: a stepped clock (NTP, an operator) moves
             // CLOCK_REALTIME; CLOCK_MONOTONIC never jumps.
-            env.push(("LD_PRELOAD".into(), FAKETIME_LIB.into()));
+            preload.push(FAKETIME_LIB);
             env.push(("FAKETIME_TIMESTAMP_FILE".into(), self.clock_file(t).display().to_string()));
             env.push(("FAKETIME_CACHE_DURATION".into(), "1".into()));
             env.push(("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()));
+        }
+        if !preload.is_empty() {
+            env.push(("LD_PRELOAD".into(), preload.join(" ")));
         }
         env
     }
@@ -262,14 +364,27 @@ impl Cluster {
         write_atomically(&self.clock_file(t), &format!("{secs:+.3}"))
     }
 
-    /// Removes bookie `b`'s disks (it must be stopped): seed 003's new, empty
-    /// machine at the old address.
-    pub fn wipe_bookie(&self, b: u32) -> anyhow::Result<()> {
+    /// Replaces bookie `b`'s disks by new, empty ones (it must be stopped):
+    /// seed 003's new, empty machine at the old address.
+    pub fn wipe_bookie(&mut self, b: u32) -> anyhow::Result<()> {
         anyhow::ensure!(!self.is_running(Target::Bookie(b)), "bookie {b} still runs");
-        let d = self.bookie_dir(b);
-        if d.exists() {
-            std::fs::remove_dir_all(&d).with_context(|| format!("remove {}", d.display()))?;
+        let old = self.disks.remove(&Target::Bookie(b)).unwrap_or_default();
+        for mut d in old {
+            if let Some(m) = d.mount.take() {
+                m.unmount().with_context(|| format!("unmount {}", d.mnt.display()))?;
+            }
+            std::fs::remove_dir_all(&d.state).with_context(|| format!("remove {}", d.state.display()))?;
         }
+        let dir = self.bookie_dir(b);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).with_context(|| format!("remove {}", dir.display()))?;
+        }
+        let disks = self
+            .disk_paths(Target::Bookie(b))
+            .into_iter()
+            .map(|(s, m)| Disk::mount(s, m))
+            .collect::<anyhow::Result<_>>()?;
+        self.disks.insert(Target::Bookie(b), disks);
         Ok(())
     }
 
@@ -341,6 +456,7 @@ fn binary(t: Target) -> &'static str {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // Processes first: a disk is unmounted (its mount dropped) after.
         self.stop_all();
     }
 }

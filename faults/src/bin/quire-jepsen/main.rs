@@ -69,6 +69,14 @@ struct Args {
     /// findings docs/faults.md recorded then).
     #[arg(long)]
     no_zeroed_lengths: bool,
+    /// No power cuts: each seed's schedule as it was before they existed.
+    #[arg(long)]
+    no_power_loss: bool,
+    /// The negative control: metadata replicas and bookies run under
+    /// eatmydata (every fsync a no-op), so a power cut loses acknowledged
+    /// data, and the run must fail (docs/faults.md).
+    #[arg(long)]
+    eatmydata: bool,
     /// Print the schedule and exit.
     #[arg(long)]
     dry_run: bool,
@@ -96,7 +104,8 @@ fn client(certs: &std::path::Path, metadata: Vec<String>) -> anyhow::Result<Clie
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let duration_ms = args.duration_secs * 1000;
-    let timing = Timing { zeroed_lengths: !args.no_zeroed_lengths, ..Timing::default() };
+    let timing =
+        Timing { zeroed_lengths: !args.no_zeroed_lengths, power_loss: !args.no_power_loss, ..Timing::default() };
     let steps = schedule(args.seed, duration_ms, TOPOLOGY, timing);
     if args.dry_run {
         for s in &steps {
@@ -122,7 +131,7 @@ fn main() -> anyhow::Result<()> {
     );
 
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let cluster = cluster::Cluster::launch(&dir, TOPOLOGY)?;
+    let cluster = cluster::Cluster::launch(&dir, TOPOLOGY, args.eatmydata)?;
     if !cluster.clocks && steps.iter().any(|s| matches!(s.fault, quire_faults::Fault::ClockJump { .. })) {
         // A fault not applied is a fault not tested: never a pass.
         anyhow::bail!("the schedule jumps clocks and libfaketime is not installed (Debian's faketime)");
@@ -236,7 +245,11 @@ fn main() -> anyhow::Result<()> {
             nem.cluster.set_disk_delay(b, 0)?;
         }
         if !nem.cluster.is_running(t) {
-            nem.cluster.start(t)?;
+            // One that cannot start is a failure of the run, checked as far
+            // as it goes (the negative control's storage nodes may not).
+            if let Err(e) = nem.cluster.start(t) {
+                failures.push(format!("{} did not start for the finale: {e:#}", cluster::name(t)));
+            }
         }
     }
     eprintln!("[{:>7.1}s] finale: recovering and reading every ledger", t0.elapsed().as_secs_f64());
@@ -252,6 +265,9 @@ fn main() -> anyhow::Result<()> {
     let log_final = rt.block_on(logs::read_back(430, &c, &sh, finale));
     eprintln!("[{:>7.1}s] finale: log {}: {:?} records read back", t0.elapsed().as_secs_f64(), logs::LOG, log_final);
     let short = copies.short;
+    // Power cuts or not, the metadata replicas hold one state.
+    let converged = nem.metadata_converged(Duration::from_secs(60));
+    eprintln!("[{:>7.1}s] finale: {}", t0.elapsed().as_secs_f64(), converged.as_ref().unwrap_or_else(|e| e));
     progress.abort();
 
     let events = sh.history.events();
@@ -264,6 +280,9 @@ fn main() -> anyhow::Result<()> {
     }
     if let Err(e) = &log_final {
         failures.push(format!("log {} never read back: {e}", logs::LOG));
+    }
+    if let Err(e) = converged {
+        failures.push(e);
     }
     for (id, e) in &copies.uncounted {
         failures.push(format!("ledger {id}'s copies were never counted: {e}"));

@@ -416,12 +416,14 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     }
                 }
             }
+            // Under the write lock: a reader holding the read lock sees the
+            // state and the index it is at together (the status's digest).
+            if let Some(l) = self.last_applied {
+                self.shared.applied.send_replace(l.index);
+            }
         }
         batch.insert(b"m/last_applied".to_vec(), json(&self.last_applied)?);
         self.sm.apply_batch(batch).map_err(|e| StorageIOError::write_state_machine(&e))?;
-        if let Some(l) = self.last_applied {
-            self.shared.applied.send_replace(l.index);
-        }
         Ok(out)
     }
 
@@ -480,9 +482,12 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         self.snap.insert("current", stored).map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         self.flush()?;
-        *self.shared.state.write().expect("state lock") = new_state;
-        if let Some(l) = self.last_applied {
-            self.shared.applied.send_replace(l.index);
+        {
+            let mut state = self.shared.state.write().expect("state lock");
+            *state = new_state;
+            if let Some(l) = self.last_applied {
+                self.shared.applied.send_replace(l.index);
+            }
         }
         self.shared.snapshots_installed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::info!(last_log = ?meta.last_log_id, "installed a snapshot from the leader");
