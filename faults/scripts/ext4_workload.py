@@ -14,7 +14,8 @@ tail) and its tail is at or past its last acknowledged entry; every
 acknowledged entry reads back with its bytes; each log is taken over (one
 more append through the new gateway, which seals the old writer's ledger)
 and every acknowledged record reads back at its offset. Exit status 1 on
-any loss.
+any loss, or when too little was acknowledged to check (floors: 10 ledgers,
+1 000 entries, a close, 2 logs, 100 log records; not with --expect-loss).
 """
 
 import argparse
@@ -199,6 +200,14 @@ def check(args):
         f"checked {len(created)} ledgers, {n_entries} acknowledged entries ({read} read back), "
         f"{len(closes)} acknowledged closes, {len(logs)} logs with {n_records} acknowledged records"
     )
+    # A check of almost nothing proves nothing: a run whose writers were
+    # hardly acknowledged (a gateway that never served, say) fails.
+    floors = {"ledgers": (len(created), 10), "entries": (n_entries, 1000), "closes": (len(closes), 1),
+              "logs": (len(logs), 2), "log records": (n_records, 100)}
+    short = [f"{k}: {got} < {want}" for k, (got, want) in floors.items() if got < want]
+    if short and not args.expect_loss:
+        print(f"too little was acknowledged to check: {', '.join(short)}")
+        sys.exit(1)
     for l in lost[:20]:
         print(f"LOST: {l}")
     if lost:
@@ -216,6 +225,7 @@ def main():
     p.add_argument("--writers", type=int, default=4)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--cut", default="true")
+    p.add_argument("--expect-loss", action="store_true", help="the negative control: no floors")
     args = p.parse_args()
     write(args) if args.mode == "write" else check(args)
 

@@ -97,8 +97,18 @@ impl Nemesis {
         if self.damaged.contains(&b) {
             return;
         }
-        let Ok(path) = self.cluster.log_path(t) else { return };
-        let log = std::fs::read_to_string(&path).unwrap_or_default();
+        // A log that cannot be read is no evidence of a clean start.
+        let log =
+            match self.cluster.log_path(t).and_then(|p| {
+                std::fs::read_to_string(&p).with_context(|| format!("read {}", p.display())).map(|l| (p, l))
+            }) {
+                Ok(pl) => pl,
+                Err(e) => {
+                    self.failures.push(format!("bookie-{b} after a power cut: its log could not be checked: {e:#}"));
+                    return;
+                }
+            };
+        let (path, log) = log;
         if let Some(said) = DAMAGE_REPORTS.iter().find(|m| log.contains(**m)) {
             self.failures.push(format!(
                 "bookie-{b} reported damage after a power cut, and none was injected: \"{said}\" in {}",
@@ -475,4 +485,21 @@ fn damage_in_place(path: &std::path::Path, at: &[(u64, u8)]) -> anyhow::Result<(
         f.write_all_at(&[*b], *off).with_context(|| format!("write {}", path.display()))?;
     }
     f.sync_all().with_context(|| format!("sync {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The damage check reads the bookie's log: each phrase it looks for
+    /// must still be one the bookie writes, or the check sees nothing.
+    #[test]
+    fn the_damage_reports_are_phrases_the_bookie_logs() {
+        let bookie = [
+            include_str!("../../../../services/bookie/src/main.rs"),
+            include_str!("../../../../services/bookie/src/integrity.rs"),
+        ]
+        .concat();
+        for phrase in super::DAMAGE_REPORTS {
+            assert!(bookie.contains(phrase), "the bookie no longer logs {phrase:?}");
+        }
+    }
 }

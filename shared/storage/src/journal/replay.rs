@@ -169,13 +169,7 @@ pub fn replay(
                     None if newest => {
                         let at = JournalPos { segment: id, offset: offset as u64 };
                         tracing::warn!(segment = id, offset, reason = why, "cutting torn journal tail");
-                        let file = std::fs::OpenOptions::new()
-                            .write(true)
-                            .open(&path)
-                            .map_err(|e| StorageError::io(&path, e))?;
-                        file.set_len(offset as u64).map_err(|e| StorageError::io(&path, e))?;
-                        file.sync_all().map_err(|e| StorageError::io(&path, e))?;
-                        sync_dir(dir).map_err(|e| StorageError::io(dir, e))?;
+                        cut_at(dir, &path, offset as u64)?;
                         out.cut = Some((at, why));
                         break;
                     }
@@ -199,6 +193,15 @@ pub fn replay(
         }
     }
     Ok(out)
+}
+
+/// Truncates segment `path` at `offset` and makes the cut durable (file and
+/// directory), so that the next replay agrees without cutting again.
+fn cut_at(dir: &Path, path: &Path, offset: u64) -> Result<(), StorageError> {
+    let file = std::fs::OpenOptions::new().write(true).open(path).map_err(|e| StorageError::io(path, e))?;
+    file.set_len(offset).map_err(|e| StorageError::io(path, e))?;
+    file.sync_all().map_err(|e| StorageError::io(path, e))?;
+    sync_dir(dir).map_err(|e| StorageError::io(dir, e))
 }
 
 /// Why a batch that a later one proves synced, but whose sectors are not
@@ -302,10 +305,7 @@ fn replay_stamped(
         SegmentEnd::Torn(at) if newest && at >= from_offset => {
             let pos = JournalPos { segment: id, offset: at };
             tracing::warn!(segment = id, offset = at, "cutting a journal batch torn by a crash before its sync");
-            let file = std::fs::OpenOptions::new().write(true).open(path).map_err(|e| StorageError::io(path, e))?;
-            file.set_len(at).map_err(|e| StorageError::io(path, e))?;
-            file.sync_all().map_err(|e| StorageError::io(path, e))?;
-            sync_dir(dir).map_err(|e| StorageError::io(dir, e))?;
+            cut_at(dir, path, at)?;
             out.cut = Some((pos, "batch torn by a crash before its sync"));
             stopped_at = at;
         }
