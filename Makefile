@@ -7,7 +7,7 @@ BENCH_SECS ?= 5
 FUZZ_SECS ?= 60
 DATA ?= $(CURDIR)/data
 
-.PHONY: check-model all build test jepsen jepsen-negative ext4-powerloss jepsen-seeds verify fmt fmt-check clippy lint bench loadtest-build loadtest bench-rpc bench-bookie bench-metadata bench-client bench-failover bench-gateway bench-rereplicate bench-compaction sim fuzz run images up down e2e-compose clean
+.PHONY: check-model all build test jepsen jepsen-negative ext4-powerloss jepsen-seeds verify fmt fmt-check clippy lint bench loadtest-build loadtest bench-rpc bench-bookie bench-metadata bench-client bench-failover bench-gateway bench-rereplicate bench-compaction bench-scale sim fuzz run images up down e2e-compose clean
 
 all: build
 
@@ -136,6 +136,14 @@ bench-compaction:
 # Three metadata replicas, 64 clients doing CAS updates: see docs/benchmarks.md.
 bench-metadata: build
 	BENCH_SECS=$(BENCH_SECS) $(CARGO) bench -p quire-metadata --bench metadata
+
+# Production size (issue #46): the metadata state machine alone at
+# LEDGERS (1 000 000) ledgers (apply rate, memory, snapshot, a takeover's
+# sweep), then one gateway holding OPEN (100 000) idle open ledgers (CPU,
+# memory): docs/benchmarks.md, "Production size".
+bench-scale: build
+	BENCH_LEDGERS=$(or $(LEDGERS),1000000) $(CARGO) bench -p quire-metadata --bench scale
+	BENCH_LEDGERS=$(or $(OPEN),100000) $(CARGO) bench -p quire-gateway --bench idle
 
 # The fault suite (docs/faults.md): the whole cluster as processes in their
 # own network namespaces (root), a seeded fault schedule (kills, partitions,

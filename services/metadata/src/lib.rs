@@ -8,9 +8,11 @@
 //! - [`node`]: starting a replica;
 //! - [`logs`]: logs' records beside their ledgers (issue #23);
 //! - [`convert`]: wire messages to records and back;
+//! - [`index`]: the ledgers and logs with their derived indexes;
 //! - [`revocation`]: the replica's own deny list of certificates.
 
 pub mod convert;
+pub mod index;
 pub mod logs;
 pub mod metrics;
 pub mod node;

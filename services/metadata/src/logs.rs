@@ -53,11 +53,7 @@ fn only_trims(stored: &Log, new: &Log, edit: &quire_log::Edit, ledgers: usize) -
 impl MetaState {
     /// The log (other than `except`) that lists `ledger_id`, if any.
     pub(crate) fn log_listing(&self, ledger_id: u64, except: &str) -> Option<&str> {
-        self.logs
-            .values()
-            .filter(|l| l.record.name != except)
-            .find(|l| l.record.segments.iter().any(|s| s.ledger_id == ledger_id))
-            .map(|l| l.record.name.as_str())
+        self.logs.listing(ledger_id).find(|name| *name != except)
     }
 
     fn check_config(log: &Log) -> Result<(), Refusal> {
@@ -283,11 +279,12 @@ impl MetaState {
                 && l.custom.get(LOG_LEDGER_KEY).is_some_and(|v| v.as_slice() == name.as_bytes())
                 && l.custom.get(OWNER_KEY).is_some_and(|o| identity_may_change(log, &String::from_utf8_lossy(o)))
         };
+        // Through the index: what the log's ledgers hold, not the cluster's.
         let doomed: Vec<u64> = self
             .ledgers
-            .range(..below)
-            .filter(|(_, l)| l.state == LedgerState::Open && made_for_it(l))
-            .map(|(id, _)| *id)
+            .made_for(name)
+            .take_while(|id| *id < below)
+            .filter(|id| self.ledgers.get(id).is_some_and(|l| l.state == LedgerState::Open && made_for_it(l)))
             .filter(|id| self.log_listing(*id, "").is_none())
             .collect();
         let mut touched = Vec::new();

@@ -129,7 +129,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let result = svc.run_until_signal().await;
+    let core_stopped = node.core_stopped();
+    let result = tokio::select! {
+        r = svc.run_until_signal() => r,
+        why = core_stopped => {
+            // Exit, not linger: a supervisor restarts the replica (which
+            // either recovers or fails again, visibly), and nothing routes
+            // to a replica that answers but can never commit or apply.
+            tracing::error!(%why, "the Raft core stopped: exiting");
+            Err(anyhow::anyhow!("the Raft core stopped: {why}"))
+        }
+    };
     deny.abort();
     if let Some(m) = metrics {
         m.abort();

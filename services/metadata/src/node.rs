@@ -130,6 +130,25 @@ impl Node {
         Ok(Node { raft, shared, gate, reaper, elections })
     }
 
+    /// Resolves when the Raft core has stopped for good (a storage error,
+    /// a violated invariant: openraft's `Fatal`), with why. The replica
+    /// then takes no part in the cluster, so the process must not go on
+    /// looking healthy: `main` exits on it (issue #46 item 3: a wiped
+    /// replica's core quit, and the process kept its ready file for ever).
+    pub fn core_stopped(&self) -> impl std::future::Future<Output = String> + Send + 'static {
+        let mut metrics = self.raft.metrics();
+        async move {
+            loop {
+                if let Err(fatal) = &metrics.borrow_and_update().running_state {
+                    return fatal.to_string();
+                }
+                if metrics.changed().await.is_err() {
+                    return "the Raft core ended".to_string();
+                }
+            }
+        }
+    }
+
     /// Stops Raft.
     pub async fn shutdown(self) {
         self.reaper.abort();

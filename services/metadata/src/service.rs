@@ -52,11 +52,26 @@ impl MetaService {
 
 /// Commands proposed together, at most (one log entry).
 const BATCH_MAX: usize = 256;
+/// Encoded command bytes proposed together, at most: a log entry stays a
+/// small part of what one AppendEntries carries
+/// ([`crate::raft::network::APPEND_ENTRIES_BYTES_MAX`]). 256 commands of
+/// 64 KiB custom metadata each made one entry of 16 MiB, which no frame
+/// could carry to a follower (issue #46 item 2).
+const BATCH_BYTES_MAX: usize = 256 * 1024;
+/// The largest command proposed: its entry, alone in an AppendEntries,
+/// must fit an RPC frame with room to spare.
+pub const COMMAND_BYTES_MAX: usize = 4 << 20;
 /// Commands waiting to be proposed, at most; beyond it writers wait.
 const PROPOSE_QUEUE: usize = 4096;
 
-/// A command, where to answer, and the proposing request's span (traced requests only).
-type Proposal = (Command, tokio::sync::oneshot::Sender<Result<Outcome, ServiceError>>, Option<tracing::Span>);
+/// A command, its encoded size, where to answer, and the proposing
+/// request's span (traced requests only).
+struct Proposal {
+    cmd: Command,
+    bytes: usize,
+    reply: tokio::sync::oneshot::Sender<Result<Outcome, ServiceError>>,
+    span: Option<tracing::Span>,
+}
 
 /// Batches concurrent writes into one Raft entry: while one batch is being
 /// replicated and fsynced, the next gathers. openraft appends (and syncs) one
@@ -67,24 +82,47 @@ struct Proposer {
     tx: tokio::sync::mpsc::Sender<Proposal>,
 }
 
+/// Takes proposals off `rx` into one batch: `first`, then what is queued,
+/// up to [`BATCH_MAX`] commands and [`BATCH_BYTES_MAX`] bytes (the first is
+/// always taken). A proposal that would pass the byte bound is returned to
+/// start the next batch.
+fn gather(first: Proposal, rx: &mut tokio::sync::mpsc::Receiver<Proposal>) -> (Vec<Proposal>, Option<Proposal>) {
+    let mut bytes = first.bytes;
+    let mut batch = vec![first];
+    while batch.len() < BATCH_MAX {
+        match rx.try_recv() {
+            Ok(p) if bytes + p.bytes > BATCH_BYTES_MAX => return (batch, Some(p)),
+            Ok(p) => {
+                bytes += p.bytes;
+                batch.push(p);
+            }
+            Err(_) => break,
+        }
+    }
+    (batch, None)
+}
+
 impl Proposer {
     fn start(raft: MetaRaft) -> Proposer {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Proposal>(PROPOSE_QUEUE);
         tokio::spawn(async move {
-            while let Some(first) = rx.recv().await {
-                let mut batch = vec![first];
-                while batch.len() < BATCH_MAX {
-                    match rx.try_recv() {
-                        Ok(p) => batch.push(p),
-                        Err(_) => break,
-                    }
-                }
+            let mut carried: Option<Proposal> = None;
+            loop {
+                let first = match carried.take() {
+                    Some(p) => p,
+                    None => match rx.recv().await {
+                        Some(p) => p,
+                        None => break,
+                    },
+                };
+                let (batch, next) = gather(first, &mut rx);
+                carried = next;
                 // The batch's Raft round joins the trace of its first traced proposal.
-                let span = match batch.iter().find_map(|(_, _, s)| s.as_ref()) {
+                let span = match batch.iter().find_map(|p| p.span.as_ref()) {
                     Some(parent) => tracing::info_span!(parent: parent, "raft.propose", commands = batch.len()),
                     None => tracing::Span::none(),
                 };
-                let (cmds, waiters): (Vec<Command>, Vec<_>) = batch.into_iter().map(|(c, w, _)| (c, w)).unzip();
+                let (cmds, waiters): (Vec<Command>, Vec<_>) = batch.into_iter().map(|p| (p.cmd, p.reply)).unzip();
                 let cmd = if cmds.len() == 1 { cmds.into_iter().next().expect("one") } else { Command::Batch(cmds) };
                 match tracing::Instrument::instrument(write_raw(&raft, cmd), span).await {
                     Ok(Outcome::Batch(outs)) if outs.len() == waiters.len() => {
@@ -115,24 +153,43 @@ impl Proposer {
     /// Proposes `cmd` without waiting for it (housekeeping whose outcome
     /// nobody waits on); dropped when the queue is full.
     fn propose_later(&self, cmd: Command) {
-        let (tx, _) = tokio::sync::oneshot::channel();
-        if self.tx.try_send((cmd, tx, None)).is_err() {
+        let (reply, _) = tokio::sync::oneshot::channel();
+        let Ok(bytes) = command_bytes(&cmd) else {
+            tracing::warn!("a housekeeping command over the size bound was dropped");
+            return;
+        };
+        if self.tx.try_send(Proposal { cmd, bytes, reply, span: None }).is_err() {
             tracing::debug!("the proposal queue is full: a housekeeping command was dropped");
         }
     }
 
     async fn propose(&self, cmd: Command) -> Result<Outcome, ServiceError> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
+        let bytes = command_bytes(&cmd)?;
+        let (reply, rx) = tokio::sync::oneshot::channel();
         let span = quire_runtime::logging::tracing_active()
             .then(quire_rpc::trace::current)
             .flatten()
             .map(|_| tracing::Span::current());
         self.tx
-            .send((cmd, tx, span))
+            .send(Proposal { cmd, bytes, reply, span })
             .await
             .map_err(|_| ServiceError::new(ErrorCode::ShuttingDown, "proposer stopped"))?;
         rx.await.map_err(|_| ServiceError::new(ErrorCode::ShuttingDown, "proposer stopped"))?
     }
+}
+
+/// A command's encoded size, or why it is refused: one over
+/// [`COMMAND_BYTES_MAX`] could never be replicated.
+fn command_bytes(cmd: &Command) -> Result<usize, ServiceError> {
+    let bytes = postcard::serialize_with_flavor(cmd, postcard::ser_flavors::Size::default())
+        .map_err(|e| ServiceError::internal(format!("encode: {e}")))?;
+    if bytes > COMMAND_BYTES_MAX {
+        return Err(ServiceError::new(
+            ErrorCode::BadRequest,
+            format!("a metadata change of {bytes} bytes exceeds the bound of {COMMAND_BYTES_MAX} bytes"),
+        ));
+    }
+    Ok(bytes)
 }
 
 fn outcome(o: Outcome) -> Result<Outcome, ServiceError> {
@@ -841,4 +898,43 @@ fn voters_of(
         .map(|id| v1::Replica { id, address: nodes.get(&id).cloned().unwrap_or_default() })
         .collect();
     (voters, nodes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proposal(bytes: usize) -> (Proposal, tokio::sync::oneshot::Receiver<Result<Outcome, ServiceError>>) {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        (Proposal { cmd: Command::ExpireLeases { now_ms: bytes as u64 }, bytes, reply, span: None }, rx)
+    }
+
+    /// A batch (one log entry) stops before its byte bound; what would pass
+    /// it starts the next batch, and a single large command still goes.
+    #[tokio::test]
+    async fn a_batch_is_bounded_in_bytes_and_the_rest_starts_the_next() {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        let mut keep = Vec::new();
+        for bytes in [100 * 1024, 100 * 1024, 100 * 1024, 10, BATCH_BYTES_MAX * 2] {
+            let (p, r) = proposal(bytes);
+            keep.push(r);
+            tx.send(p).await.unwrap();
+        }
+        let first = rx.recv().await.unwrap();
+        let (batch, next) = gather(first, &mut rx);
+        assert_eq!(batch.iter().map(|p| p.bytes).collect::<Vec<_>>(), vec![100 * 1024, 100 * 1024]);
+        let (batch, next) = gather(next.expect("carried"), &mut rx);
+        assert_eq!(batch.iter().map(|p| p.bytes).collect::<Vec<_>>(), vec![100 * 1024, 10]);
+        let (batch, next) = gather(next.expect("carried"), &mut rx);
+        assert_eq!(batch.iter().map(|p| p.bytes).collect::<Vec<_>>(), vec![BATCH_BYTES_MAX * 2]);
+        assert!(next.is_none());
+    }
+
+    #[test]
+    fn a_command_over_the_bound_is_refused_with_a_clear_error() {
+        let cmd = Command::PutAuditReport { report: vec![0; COMMAND_BYTES_MAX + 1] };
+        let e = command_bytes(&cmd).unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadRequest);
+        assert!(command_bytes(&Command::PutAuditReport { report: vec![0; 1024] }).is_ok());
+    }
 }

@@ -557,8 +557,8 @@ pub const CUSTOM_BYTES_MAX: usize = 64 * 1024;
 /// The replicated state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MetaState {
-    /// Ledgers by id.
-    pub ledgers: BTreeMap<u64, Ledger>,
+    /// Ledgers by id (and by the log they were made for: `index.rs`).
+    pub ledgers: crate::index::Ledgers,
     /// Registered bookies by id.
     pub bookies: BTreeMap<String, Bookie>,
     /// Which instance last registered each bookie id (cookie ownership).
@@ -593,7 +593,7 @@ pub struct MetaState {
     pub revoked_version: u64,
     /// Logs by name (issue #23); carried after the deny list in snapshots.
     #[serde(skip)]
-    pub logs: BTreeMap<String, Log>,
+    pub logs: crate::index::Logs,
     /// Logs' cursors by (log, cursor); carried with the logs.
     #[serde(skip)]
     pub cursors: BTreeMap<(String, String), quire_log::Cursor>,

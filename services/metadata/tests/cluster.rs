@@ -792,3 +792,118 @@ async fn a_raft_message_may_only_name_its_senders_own_replica() {
     assert_eq!(err.code(), Some(ErrorCode::PermissionDenied), "{err}");
     three.call(vote_as(2)).await.unwrap();
 }
+
+/// Waits until the replica at `addr` holds ledger `id` in its own state (a
+/// stale read: the follower's state, not the leader's).
+async fn wait_for_ledger_on(cluster: &Cluster, addr: String, id: u64, within: Duration, what: &'static str) {
+    let direct = cluster.rpc(Role::Gateway, "1");
+    tokio::task::spawn_blocking(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        wait_until(within, what, || {
+            rt.block_on(async {
+                let g = direct
+                    .peer(&addr, Role::Metadata, None)
+                    .call(v1::GetLedgerRequest { ledger_id: id, stale_ok: true })
+                    .await;
+                g.ok().map(|_| ())
+            })
+        })
+    })
+    .await
+    .unwrap()
+    .unwrap();
+}
+
+/// Creates ledgers with 60 KB of custom metadata each: `sequential` one at
+/// a time (one log entry each), then `concurrent` at once (which the
+/// leader batches into entries). Returns the last ledger id.
+async fn create_heavy(meta: &Arc<MetaClient>, sequential: usize, concurrent: usize) -> u64 {
+    let heavy = || {
+        let mut c = create(1, 1, 1);
+        c.custom.insert("blob".into(), vec![7u8; 60_000].into());
+        c
+    };
+    let mut last = 0;
+    for _ in 0..sequential {
+        last = last.max(meta.call(heavy()).await.unwrap().ledger.unwrap().ledger_id);
+    }
+    let tasks: Vec<_> = (0..concurrent)
+        .map(|_| {
+            let meta = meta.clone();
+            let req = heavy();
+            tokio::spawn(async move { meta.call(req).await.unwrap().ledger.unwrap().ledger_id })
+        })
+        .collect();
+    for t in tasks {
+        last = last.max(t.await.unwrap());
+    }
+    last
+}
+
+/// Issue #46 item 2: the log a replica missed is larger than one RPC frame
+/// (5 MiB). Sent as one AppendEntries it was refused by the RPC layer and
+/// sent again for ever; concurrent writes of large metadata made single
+/// log entries larger than a frame. Both a replica that was down for a
+/// while and one whose disk was wiped (no snapshot: the log holds all)
+/// must catch up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_catches_up_a_log_larger_than_a_frame() {
+    for wiped in [false, true] {
+        let mut cluster = Cluster::start(&["--snapshot-every", "1000000"]);
+        let meta = Arc::new(cluster.client());
+        meta.call(create(1, 1, 1)).await.unwrap();
+        let leader = cluster.id_of(&meta.leader().unwrap());
+        let victim = (1..=3).find(|i| *i != leader).unwrap();
+        cluster.procs.get_mut(&victim).unwrap().kill().unwrap();
+        if wiped {
+            std::fs::remove_dir_all(cluster.data(victim)).unwrap();
+        }
+        // 120 x 60 KB = 7 MB of entries of one command each, then 64 at
+        // once: 3.8 MB if gathered into one entry.
+        let last = create_heavy(&meta, 120, 64).await;
+        cluster.launch(victim);
+        let addr = cluster.addr(victim);
+        wait_for_ledger_on(&cluster, addr, last, Duration::from_secs(60), "the replica to catch up").await;
+        for (id, p) in &cluster.procs {
+            let log = p.log();
+            assert!(
+                !log.contains("exceeds the frame limit"),
+                "replica {id} sent a request over the frame limit: {log}"
+            );
+        }
+    }
+}
+
+/// Issue #46 item 3: a replica whose Raft core stops for good (here its
+/// disk's fsync fails: EIO from crashfs, a sticky storage error) can never
+/// commit or apply again. It kept answering and its ready file, looking
+/// healthy for ever; it must exit so that a supervisor sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_raft_core_stops_exits() {
+    let mut cluster = Cluster::start(&[]);
+    let meta = cluster.client();
+    meta.call(create(1, 1, 1)).await.unwrap();
+    let leader = cluster.id_of(&meta.leader().unwrap());
+    let victim = (1..=3).find(|i| *i != leader).unwrap();
+    // The follower starts again with its data on a crashfs disk (it
+    // catches up from the leader's log).
+    cluster.procs.get_mut(&victim).unwrap().kill().unwrap();
+    std::fs::remove_dir_all(cluster.data(victim)).unwrap();
+    let state = cluster.dir.path().join("disk-state");
+    let disk =
+        quire_crashfs::Mount::new(&state, &cluster.data(victim)).expect("mount crashfs (needs /dev/fuse and root)");
+    cluster.launch(victim);
+    let last = meta.call(create(1, 1, 1)).await.unwrap().ledger.unwrap().ledger_id;
+    wait_for_ledger_on(&cluster, cluster.addr(victim), last, Duration::from_secs(30), "the replica to catch up").await;
+    disk.fail_fsync(quire_crashfs::FsyncFault::next_file(""));
+    // Writes go on (the other two commit them); the victim's next append fails.
+    for _ in 0..5 {
+        meta.call(create(1, 1, 1)).await.unwrap();
+    }
+    let p = cluster.procs.get_mut(&victim).unwrap();
+    let status = p.wait_exit(Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e:#}: {}", p.log()));
+    assert!(!status.success(), "{status:?}");
+    assert!(p.log().contains("the Raft core stopped"), "{}", p.log());
+    cluster.procs.remove(&victim);
+    disk.unmount().unwrap();
+}

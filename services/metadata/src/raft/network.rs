@@ -3,7 +3,9 @@
 //! the peer replica over QUIC + mTLS. Only certificates of role metadata may
 //! send them (the role table).
 
-use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Unreachable,
+};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
@@ -30,15 +32,24 @@ pub mod kind {
     pub const PRE_VOTE: u32 = 4;
 }
 
+/// The most bytes of encoded AppendEntries one request carries. Well
+/// inside the RPC frame limit (5 MiB and a little), and small enough to
+/// be received, appended and synced within the request's timeout (the
+/// heartbeat interval, 100 ms by default): a batch that cannot fit either
+/// is refused or times out, and openraft sends the same batch again, for
+/// ever (issue #46 item 2). Entries past it go in the next request.
+pub const APPEND_ENTRIES_BYTES_MAX: usize = 1 << 20;
+
 /// Makes a connection per peer replica, lazily, from one RPC client.
 pub struct Network {
     rpc: RpcClient,
+    append_bytes_max: usize,
 }
 
 impl Network {
     /// Raft traffic through `rpc` (a client holding this replica's certificate).
     pub fn new(rpc: RpcClient) -> Self {
-        Network { rpc }
+        Network { rpc, append_bytes_max: APPEND_ENTRIES_BYTES_MAX }
     }
 }
 
@@ -46,6 +57,24 @@ impl Network {
 pub struct PeerLink {
     target: u64,
     peer: quire_rpc::PeerClient,
+    append_bytes_max: usize,
+}
+
+/// How many of the leading entries fit in `budget` bytes, given the
+/// encoded size of the request without entries (`envelope`) and of each
+/// entry: at least one (a single entry larger than the budget goes alone;
+/// the proposer keeps entries far below it).
+pub fn entries_that_fit(envelope: usize, entry_sizes: impl IntoIterator<Item = usize>, budget: usize) -> usize {
+    let mut used = envelope;
+    let mut n = 0;
+    for size in entry_sizes {
+        used += size;
+        if used > budget {
+            break;
+        }
+        n += 1;
+    }
+    n.max(1)
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -54,7 +83,11 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerLink {
         // The peer must hold the certificate of replica `target`: a misconfigured
         // address cannot make another replica's vote count twice.
-        PeerLink { target, peer: self.rpc.peer(&node.addr, Role::Metadata, Some(&target.to_string())) }
+        PeerLink {
+            target,
+            peer: self.rpc.peer(&node.addr, Role::Metadata, Some(&target.to_string())),
+            append_bytes_max: self.append_bytes_max,
+        }
     }
 }
 
@@ -66,6 +99,15 @@ impl PeerLink {
         option: &RPCOption,
     ) -> Result<Resp, RPCError<u64, BasicNode, RaftError<u64, E>>> {
         let payload = postcard::to_stdvec(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        self.send_encoded(kind, payload, option).await
+    }
+
+    async fn send_encoded<Resp: DeserializeOwned, E: std::error::Error + DeserializeOwned>(
+        &mut self,
+        kind: u32,
+        payload: Vec<u8>,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<u64, BasicNode, RaftError<u64, E>>> {
         let reply = self
             .peer
             .call_full(RaftRequest { kind, payload: payload.into() }, CallOptions::timeout(option.hard_ttl()))
@@ -88,7 +130,29 @@ impl RaftNetwork<TypeConfig> for PeerLink {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        self.send(kind::APPEND_ENTRIES, &rpc, &option).await
+        let payload = postcard::to_stdvec(&rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        if payload.len() > self.append_bytes_max && rpc.entries.len() > 1 {
+            // openraft sends the first `fit` entries at once, and the rest after.
+            let sizes = rpc.entries.iter().map(|e| {
+                postcard::serialize_with_flavor(e, postcard::ser_flavors::Size::default()).unwrap_or(usize::MAX)
+            });
+            let envelope = payload.len()
+                - rpc
+                    .entries
+                    .iter()
+                    .map(|e| postcard::serialize_with_flavor(e, postcard::ser_flavors::Size::default()).unwrap_or(0))
+                    .sum::<usize>();
+            let fit = entries_that_fit(envelope, sizes, self.append_bytes_max);
+            tracing::debug!(
+                target = self.target,
+                bytes = payload.len(),
+                entries = rpc.entries.len(),
+                fit,
+                "AppendEntries over its byte bound: split"
+            );
+            return Err(RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(fit as u64)));
+        }
+        self.send_encoded(kind::APPEND_ENTRIES, payload, &option).await
     }
 
     async fn install_snapshot(
@@ -105,5 +169,18 @@ impl RaftNetwork<TypeConfig> for PeerLink {
         option: RPCOption,
     ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
         self.send(kind::VOTE, &rpc, &option).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::entries_that_fit;
+
+    #[test]
+    fn entries_are_split_at_the_byte_bound_and_one_always_goes() {
+        assert_eq!(entries_that_fit(10, [30, 30, 30], 100), 3);
+        assert_eq!(entries_that_fit(10, [30, 30, 31], 100), 2);
+        assert_eq!(entries_that_fit(10, [100, 1], 100), 1, "a single oversized entry still goes, alone");
+        assert_eq!(entries_that_fit(10, [], 100), 1);
     }
 }

@@ -94,7 +94,7 @@ fn log_from_value(v: &[u8]) -> Result<crate::state::Log, SErr> {
 
 /// A snapshot's bytes: the state, then its extras, then the logs, then
 /// the logs' principals.
-pub(crate) fn encode_snapshot(state: &MetaState) -> Result<Vec<u8>, postcard::Error> {
+pub fn encode_snapshot(state: &MetaState) -> Result<Vec<u8>, postcard::Error> {
     let mut data = postcard::to_stdvec(state)?;
     let extras =
         SnapshotExtras { revoked: state.revoked.values().cloned().collect(), revoked_version: state.revoked_version };
@@ -117,7 +117,7 @@ pub(crate) fn encode_snapshot(state: &MetaState) -> Result<Vec<u8>, postcard::Er
 }
 
 /// The state a snapshot holds (from before the deny list and the logs too).
-pub(crate) fn decode_snapshot(data: &[u8]) -> Result<MetaState, postcard::Error> {
+pub fn decode_snapshot(data: &[u8]) -> Result<MetaState, postcard::Error> {
     let (mut state, rest): (MetaState, &[u8]) = postcard::take_from_bytes(data)?;
     let (extras, rest): (SnapshotExtras, &[u8]) =
         if rest.is_empty() { (SnapshotExtras::default(), rest) } else { postcard::take_from_bytes(rest)? };
@@ -130,9 +130,7 @@ pub(crate) fn decode_snapshot(data: &[u8]) -> Result<MetaState, postcard::Error>
     state.logs = logs.logs.into_iter().map(|l| (l.record.name.clone(), l)).collect();
     state.cursors = logs.cursors.into_iter().map(|c| ((c.log.clone(), c.name.clone()), c)).collect();
     for (name, principal) in principals.principals {
-        if let Some(l) = state.logs.get_mut(&name) {
-            l.principal = principal;
-        }
+        state.logs.set_principal(&name, principal);
     }
     Ok(state)
 }

@@ -273,10 +273,18 @@ impl Actor {
     async fn run(mut self) {
         let opts = self.client.options().clone();
         let every = (opts.add_timeout / 4).min(opts.explicit_lac_interval / 2).max(std::time::Duration::from_millis(5));
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // A timer only while time can change something (`Writer::wants_tick`):
+        // an idle open ledger costs no wake-ups.
+        let mut ticker: Option<tokio::time::Interval> = None;
         let ledger_id = self.meta.ledger_id;
         loop {
+            if !self.w.wants_tick() {
+                ticker = None;
+            } else if ticker.is_none() {
+                let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+                t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                ticker = Some(t);
+            }
             // Take no new adds while at the pending bound (backpressure through
             // the channel) or while closing; a finished writer still answers.
             let accepting =
@@ -284,7 +292,7 @@ impl Actor {
             tokio::select! {
                 msg = self.rx.recv(), if accepting || (self.rx_open && self.closing) => self.take(msg, &opts),
                 Some(ev) = self.tasks.next(), if !self.tasks.is_empty() => self.on_event(ev),
-                _ = tick.tick() => {
+                _ = async { ticker.as_mut().expect("armed").tick().await }, if ticker.is_some() => {
                     let cmds = self.w.tick(std::time::Instant::now());
                     self.execute(cmds);
                 }

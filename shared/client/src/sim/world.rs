@@ -586,7 +586,16 @@ impl World {
             Ev::WriterTick => {
                 if self.writer_alive {
                     let now = self.instant();
-                    let cmds = self.writer.as_mut().expect("writer").tick(now);
+                    let w = self.writer.as_mut().expect("writer");
+                    // The shell arms no timer while the writer wants no tick:
+                    // such a tick must be a no-op, whenever it comes.
+                    let idle = (!w.wants_tick()).then(|| w.clone());
+                    let cmds = w.tick(now);
+                    if let Some(before) = idle {
+                        if !cmds.is_empty() || before != *w {
+                            return Err(Violation(format!("a tick of a writer that wanted none acted: {cmds:?}")));
+                        }
+                    }
                     self.writer_commands(cmds)?;
                     self.after(5 * MS, Ev::WriterTick);
                 }
