@@ -339,3 +339,57 @@ async fn a_writer_without_a_replacement_for_a_failed_bookie_still_closes_at_its_
     assert_eq!(all.len() as u64, acked, "cut at the close");
     assert!(all.iter().enumerate().all(|(i, e)| e.payload == payload(i as u64)), "every acknowledged entry reads back");
 }
+
+/// Issue #46 item 1: an idle writer's actor sleeps (no task, no timer: a
+/// gateway holds 100 000 open ledgers) and wakes for the next message.
+/// Adds from several tasks racing its sleep, round after round (the LAC
+/// published within milliseconds, so the actor goes to sleep between and
+/// during rounds), are each acknowledged once, and the close holds them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_writer_sleeps_and_wakes_for_every_racing_add() {
+    let s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let rpc = s.rpc(quire_proto::Role::Client);
+    let opts = quire_client::ClientOptions {
+        add_timeout: Duration::from_secs(2),
+        explicit_lac_interval: Duration::from_millis(2),
+        ..quire_client::ClientOptions::default()
+    };
+    let client = quire_client::Client::new(rpc.clone(), s.meta(&rpc), opts);
+    let w = client.create(spec(3, 3, 2)).await.unwrap();
+    assert!(w.asleep(), "a new writer has nothing to do");
+    let mut acked = std::collections::BTreeSet::new();
+    let mut slept = 0;
+    for round in 0..200u64 {
+        if round % 20 == 0 {
+            quire_testkit::eventually(Duration::from_secs(10), "the idle writer to sleep", || async {
+                w.asleep().then_some(())
+            })
+            .await
+            .unwrap();
+            slept += 1;
+        }
+        let tasks: Vec<_> = (0..4u64)
+            .map(|k| {
+                let w = w.clone();
+                tokio::spawn(async move {
+                    for _ in 0..k {
+                        tokio::task::yield_now().await;
+                    }
+                    // Bounded: a writer that slept through an add never answers it.
+                    let add = tokio::time::timeout(Duration::from_secs(10), w.add(payload(round * 4 + k)));
+                    add.await.expect("an add was never answered: the writer slept through it").unwrap().entry_id
+                })
+            })
+            .collect();
+        for t in tasks {
+            let id = t.await.unwrap();
+            assert!(acked.insert(id), "entry {id} acknowledged twice");
+        }
+    }
+    assert_eq!(slept, 10);
+    assert_eq!(acked, (0..800).collect(), "every add acknowledged, ids dense");
+    let closed = w.close().await.unwrap();
+    assert_eq!(closed.last_entry_id, 799);
+    assert!(!w.asleep(), "a closed writer's actor ended: it does not sleep");
+}

@@ -56,9 +56,17 @@ pub type Closer = Box<
 
 enum Msg {
     /// A payload, where to answer, and the caller's span when it is traced.
-    Add(Bytes, Reply<Added>, Option<tracing::Span>),
-    Close(Reply<LedgerMeta>, Option<Closer>),
+    /// Boxed: the channel allocates its slots in blocks of 32 up front,
+    /// and an idle writer keeps its channel (issue #46 item 1).
+    Add(Box<(Bytes, Reply<Added>, Option<tracing::Span>)>),
+    Close(Box<(Reply<LedgerMeta>, Option<Closer>)>),
 }
+
+/// Where an idle writer's actor sleeps: no task, no timer, only its state
+/// (issue #46 item 1: 100 000 open ledgers held by one gateway). The
+/// handles own it; the actor holds it weakly, so that a sleeping actor
+/// goes with the last handle.
+type Bed = Mutex<Option<Box<Actor>>>;
 
 enum Event {
     Added { entry_id: u64, position: usize, member: Member, answer: Answer },
@@ -77,7 +85,8 @@ struct Shared {
     lost_copies: AtomicU64,
     /// The highest entry id given to an add (-1: none yet).
     last_entry: AtomicI64,
-    meta: Mutex<LedgerMeta>,
+    /// Shared with the actor's own copy (one allocation per writer).
+    meta: Mutex<Arc<LedgerMeta>>,
 }
 
 /// The writer of one ledger. Adds are pipelined: [`LedgerWriter::submit`]
@@ -89,6 +98,7 @@ pub struct LedgerWriter {
     ledger_id: u64,
     tx: mpsc::Sender<Msg>,
     shared: Arc<Shared>,
+    bed: Arc<Bed>,
     max_entry_bytes: usize,
 }
 
@@ -99,13 +109,16 @@ impl LedgerWriter {
             Writer::new(meta.ledger_id, meta.quorums, meta.last_segment().members.clone(), opts.writer_options(false));
         // The channel is small: the writer's own pending bound is the real one.
         let (tx, rx) = mpsc::channel(256);
+        let meta = Arc::new(meta);
         let shared = Arc::new(Shared {
             lac: AtomicI64::new(-1),
             lost_copies: AtomicU64::new(0),
             last_entry: AtomicI64::new(-1),
             meta: Mutex::new(meta.clone()),
         });
+        let bed: Arc<Bed> = Arc::new(Mutex::new(None));
         let actor = Actor {
+            bed: Arc::downgrade(&bed),
             client,
             w: writer,
             meta,
@@ -125,13 +138,32 @@ impl LedgerWriter {
             outbox: Vec::new(),
         };
         let ledger_id = actor.meta.ledger_id;
-        tokio::spawn(actor.run());
-        LedgerWriter { ledger_id, tx, shared, max_entry_bytes: opts.max_entry_bytes }
+        // A new writer has nothing to do: it starts asleep.
+        *bed.lock().expect("bed lock") = Some(Box::new(actor));
+        LedgerWriter { ledger_id, tx, shared, bed, max_entry_bytes: opts.max_entry_bytes }
+    }
+
+    /// Sends `msg` to the actor, waking it if it sleeps. The actor decides
+    /// to sleep holding the bed's lock, and only when its channel is empty;
+    /// a message is sent before the bed is looked at: so either the actor
+    /// sees the message, or this sees the actor asleep.
+    async fn send(&self, msg: Msg) -> Result<(), mpsc::error::SendError<Msg>> {
+        self.tx.send(msg).await?;
+        if let Some(actor) = self.bed.lock().expect("bed lock").take() {
+            tokio::spawn(actor.run());
+        }
+        Ok(())
     }
 
     /// The ledger id.
     pub fn ledger_id(&self) -> u64 {
         self.ledger_id
+    }
+
+    /// Whether the writer is idle and its actor asleep: no task and no
+    /// timer, until the next add or close wakes it.
+    pub fn asleep(&self) -> bool {
+        self.bed.lock().expect("bed lock").is_some()
     }
 
     /// The LAC: every entry up to it is acknowledged.
@@ -141,7 +173,7 @@ impl LedgerWriter {
 
     /// The metadata as this writer last wrote or read it.
     pub fn metadata(&self) -> LedgerMeta {
-        self.shared.meta.lock().expect("meta lock").clone()
+        LedgerMeta::clone(&self.shared.meta.lock().expect("meta lock"))
     }
 
     /// Copies of acknowledged entries this writer sent and no write-set
@@ -170,7 +202,7 @@ impl LedgerWriter {
         // A traced caller's add carries its span, so that the requests to the
         // bookies join the caller's trace (untraced: nothing is kept).
         let span = quire_rpc::trace::current().map(|_| tracing::Span::current());
-        self.tx.send(Msg::Add(payload, reply, span)).await.map_err(|_| self.gone())?;
+        self.send(Msg::Add(Box::new((payload, reply, span)))).await.map_err(|_| self.gone())?;
         Ok(PendingAdd { rx, ledger_id: self.ledger_id })
     }
 
@@ -221,15 +253,19 @@ impl LedgerWriter {
 
     async fn close_by(&self, closer: Option<Closer>) -> Result<LedgerMeta, ClientError> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Msg::Close(reply, closer)).await.map_err(|_| ClientError::WriterClosed(self.ledger_id))?;
+        self.send(Msg::Close(Box::new((reply, closer))))
+            .await
+            .map_err(|_| ClientError::WriterClosed(self.ledger_id))?;
         rx.await.unwrap_or(Err(ClientError::WriterClosed(self.ledger_id)))
     }
 }
 
 struct Actor {
+    /// Where it sleeps when idle (held weakly: see [`Bed`]).
+    bed: std::sync::Weak<Bed>,
     client: Client,
     w: Writer,
-    meta: LedgerMeta,
+    meta: Arc<LedgerMeta>,
     rx: mpsc::Receiver<Msg>,
     rx_open: bool,
     replies: HashMap<u64, Reply<Added>>,
@@ -277,6 +313,8 @@ impl Actor {
         // an idle open ledger costs no wake-ups.
         let mut ticker: Option<tokio::time::Interval> = None;
         let ledger_id = self.meta.ledger_id;
+        // A message found while deciding to sleep, handled first.
+        let mut early: Option<Msg> = None;
         loop {
             if !self.w.wants_tick() {
                 ticker = None;
@@ -289,17 +327,36 @@ impl Actor {
             // the channel) or while closing; a finished writer still answers.
             let accepting =
                 self.rx_open && !self.closing && (self.w.done().is_some() || self.w.pending() < opts.max_pending_adds);
-            tokio::select! {
-                msg = self.rx.recv(), if accepting || (self.rx_open && self.closing) => self.take(msg, &opts),
-                Some(ev) = self.tasks.next(), if !self.tasks.is_empty() => self.on_event(ev),
-                _ = async { ticker.as_mut().expect("armed").tick().await }, if ticker.is_some() => {
-                    let cmds = self.w.tick(std::time::Instant::now());
-                    self.execute(cmds);
+            if let Some(msg) = early.take() {
+                self.take(Some(msg), &opts);
+            } else {
+                tokio::select! {
+                    msg = self.rx.recv(), if accepting || (self.rx_open && self.closing) => self.take(msg, &opts),
+                    Some(ev) = self.tasks.next(), if !self.tasks.is_empty() => self.on_event(ev),
+                    _ = async { ticker.as_mut().expect("armed").tick().await }, if ticker.is_some() => {
+                        let cmds = self.w.tick(std::time::Instant::now());
+                        self.execute(cmds);
+                    }
                 }
             }
             self.flush();
             if self.closing && !self.close_sent && self.w.pending() == 0 && !self.w.changing() {
                 self.start_close();
+            }
+            // Idle: sleep, unless a message came meanwhile (see
+            // `LedgerWriter::send` for why none is missed).
+            if self.may_sleep() {
+                if let Some(bed) = self.bed.upgrade() {
+                    let mut slot = bed.lock().expect("bed lock");
+                    match self.rx.try_recv() {
+                        Ok(msg) => early = Some(msg),
+                        Err(mpsc::error::TryRecvError::Empty) => {
+                            *slot = Some(Box::new(self));
+                            return;
+                        }
+                        Err(mpsc::error::TryRecvError::Disconnected) => self.rx_open = false,
+                    }
+                }
             }
             if (self.finished || (!self.rx_open && self.w.pending() == 0)) && self.tasks.is_empty() {
                 break;
@@ -311,14 +368,37 @@ impl Actor {
         self.rx.close();
         while let Ok(msg) = self.rx.try_recv() {
             match msg {
-                Msg::Add(payload, reply, span) => self.on_add(payload, reply, span),
-                Msg::Close(reply, _) => {
+                Msg::Add(add) => {
+                    let (payload, reply, span) = *add;
+                    self.on_add(payload, reply, span)
+                }
+                Msg::Close(close) => {
+                    let (reply, _) = *close;
                     let res = self.close_result.clone().unwrap_or(Err(ClientError::WriterClosed(ledger_id)));
                     let _ = reply.send(res);
                 }
             }
         }
         tracing::debug!(ledger_id, "writer stopped");
+    }
+
+    /// Whether nothing is under way that needs the task: no add pending or
+    /// answered-but-unacknowledged, no request in flight, no copy to send
+    /// again, no close, nothing to report, nothing for time to do. Such a
+    /// writer's actor sleeps until the next message.
+    fn may_sleep(&self) -> bool {
+        self.rx_open
+            && !self.closing
+            && !self.finished
+            && self.tasks.is_empty()
+            && self.outbox.is_empty()
+            && self.replies.is_empty()
+            && self.closers.is_empty()
+            && self.lost_on.is_empty()
+            && self.w.pending() == 0
+            && !self.w.changing()
+            && self.w.copies_in_flight() == 0
+            && !self.w.wants_tick()
     }
 
     /// Handles `first` and what else is queued (up to a batch), so that
@@ -330,19 +410,25 @@ impl Actor {
         let mut next = first;
         for taken in 1..=BATCH_MAX_ADDS {
             match next {
-                Some(Msg::Add(payload, reply, span)) => self.on_add(payload, reply, span),
-                Some(Msg::Close(reply, closer)) => match &self.close_result {
-                    Some(res) => {
-                        let _ = reply.send(res.clone());
-                    }
-                    None => {
-                        self.closers.push(reply);
-                        if self.closing_by.is_none() && !self.closing {
-                            self.closing_by = closer;
+                Some(Msg::Add(add)) => {
+                    let (payload, reply, span) = *add;
+                    self.on_add(payload, reply, span)
+                }
+                Some(Msg::Close(close)) => {
+                    let (reply, closer) = *close;
+                    match &self.close_result {
+                        Some(res) => {
+                            let _ = reply.send(res.clone());
                         }
-                        self.closing = true;
+                        None => {
+                            self.closers.push(reply);
+                            if self.closing_by.is_none() && !self.closing {
+                                self.closing_by = closer;
+                            }
+                            self.closing = true;
+                        }
                     }
-                },
+                }
                 None => {
                     self.rx_open = false;
                     return;
@@ -436,6 +522,7 @@ impl Actor {
     }
 
     fn set_meta(&mut self, meta: LedgerMeta) {
+        let meta = Arc::new(meta);
         *self.shared.meta.lock().expect("meta lock") = meta.clone();
         self.meta = meta;
     }
@@ -465,7 +552,7 @@ impl Actor {
                 }
                 Command::ChangeEnsemble { failed, first_entry_id } => {
                     let client = self.client.clone();
-                    let meta = self.meta.clone();
+                    let meta = LedgerMeta::clone(&self.meta);
                     tracing::info!(ledger_id, ?failed, first_entry_id, "bookie failed; changing ensemble");
                     self.tasks.push(Box::pin(async move {
                         Event::EnsembleChanged(change_ensemble(&client, meta, &failed, first_entry_id).await)
@@ -617,7 +704,7 @@ impl Actor {
             return;
         }
         let client = self.client.clone();
-        let meta = self.meta.clone();
+        let meta = LedgerMeta::clone(&self.meta);
         let (lac, length) = (self.w.lac(), self.w.length());
         if let Some(closer) = self.closing_by.take() {
             let mut intended = meta.clone();
