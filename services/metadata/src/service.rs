@@ -59,8 +59,9 @@ const BATCH_MAX: usize = 256;
 /// could carry to a follower (issue #46 item 2).
 const BATCH_BYTES_MAX: usize = 256 * 1024;
 /// The largest command proposed: its entry, alone in an AppendEntries,
-/// must fit an RPC frame with room to spare.
-pub const COMMAND_BYTES_MAX: usize = 4 << 20;
+/// stays within what one request carries, so that it is received and
+/// synced within the request's timeout (the heartbeat interval) like any.
+pub const COMMAND_BYTES_MAX: usize = crate::raft::network::APPEND_ENTRIES_BYTES_MAX;
 /// Commands waiting to be proposed, at most; beyond it writers wait.
 const PROPOSE_QUEUE: usize = 4096;
 

@@ -393,3 +393,30 @@ async fn an_idle_writer_sleeps_and_wakes_for_every_racing_add() {
     assert_eq!(closed.last_entry_id, 799);
     assert!(!w.asleep(), "a closed writer's actor ended: it does not sleep");
 }
+
+/// A woken writer runs on the runtime it was made on, not the caller's: an
+/// add from a short-lived runtime (an HTTP worker's, say) must not take the
+/// writer with it when that runtime ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_woken_from_another_runtime_outlives_it() {
+    let s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let client = s.client();
+    let w = client.create(spec(3, 3, 2)).await.unwrap();
+    let other = w.clone();
+    let first = tokio::task::spawn_blocking(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let added = rt.block_on(other.add(payload(0))).unwrap();
+        drop(rt);
+        added.entry_id
+    })
+    .await
+    .unwrap();
+    assert_eq!(first, 0);
+    let next = tokio::time::timeout(Duration::from_secs(10), w.add(payload(1)))
+        .await
+        .expect("the add was answered")
+        .expect("the writer outlived the caller's runtime");
+    assert_eq!(next.entry_id, 1);
+    assert_eq!(w.close().await.unwrap().last_entry_id, 1);
+}

@@ -68,7 +68,7 @@ pub fn entries_that_fit(envelope: usize, entry_sizes: impl IntoIterator<Item = u
     let mut used = envelope;
     let mut n = 0;
     for size in entry_sizes {
-        used += size;
+        used = used.saturating_add(size);
         if used > budget {
             break;
         }

@@ -87,6 +87,9 @@ struct Shared {
     last_entry: AtomicI64,
     /// Shared with the actor's own copy (one allocation per writer).
     meta: Mutex<Arc<LedgerMeta>>,
+    /// The runtime the writer was made on: a woken actor runs there, not
+    /// on whichever runtime the add came from (an HTTP worker's, say).
+    rt: tokio::runtime::Handle,
 }
 
 /// The writer of one ledger. Adds are pipelined: [`LedgerWriter::submit`]
@@ -115,6 +118,7 @@ impl LedgerWriter {
             lost_copies: AtomicU64::new(0),
             last_entry: AtomicI64::new(-1),
             meta: Mutex::new(meta.clone()),
+            rt: tokio::runtime::Handle::current(),
         });
         let bed: Arc<Bed> = Arc::new(Mutex::new(None));
         let actor = Actor {
@@ -150,7 +154,7 @@ impl LedgerWriter {
     async fn send(&self, msg: Msg) -> Result<(), mpsc::error::SendError<Msg>> {
         self.tx.send(msg).await?;
         if let Some(actor) = self.bed.lock().expect("bed lock").take() {
-            tokio::spawn(actor.run());
+            self.shared.rt.spawn(actor.run());
         }
         Ok(())
     }
@@ -306,7 +310,9 @@ fn fail_error(reason: &FailReason, ledger_id: u64) -> ClientError {
 }
 
 impl Actor {
-    async fn run(mut self) {
+    /// Boxed: the task's future stays small, and sleeping moves the box
+    /// into the bed as it is.
+    async fn run(mut self: Box<Self>) {
         let opts = self.client.options().clone();
         let every = (opts.add_timeout / 4).min(opts.explicit_lac_interval / 2).max(std::time::Duration::from_millis(5));
         // A timer only while time can change something (`Writer::wants_tick`):
@@ -316,6 +322,31 @@ impl Actor {
         // A message found while deciding to sleep, handled first.
         let mut early: Option<Msg> = None;
         loop {
+            // Idle: sleep, unless a message came meanwhile (see
+            // `LedgerWriter::send` for why none is missed). First thing in
+            // a turn, so that an actor woken for a message an earlier turn
+            // already took goes back to sleep at once.
+            if early.is_none() && self.may_sleep() {
+                if let Some(bed) = self.bed.upgrade() {
+                    let mut slot = bed.lock().expect("bed lock");
+                    // Polled with a no-op waker: it replaces this task's
+                    // waker in the channel, which would keep the ended
+                    // task's memory for as long as the writer sleeps.
+                    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+                    match self.rx.poll_recv(&mut cx) {
+                        std::task::Poll::Ready(Some(msg)) => early = Some(msg),
+                        // Every handle is gone and nothing is under way.
+                        std::task::Poll::Ready(None) => {
+                            self.rx_open = false;
+                            break;
+                        }
+                        std::task::Poll::Pending => {
+                            *slot = Some(self);
+                            return;
+                        }
+                    }
+                }
+            }
             if !self.w.wants_tick() {
                 ticker = None;
             } else if ticker.is_none() {
@@ -342,21 +373,6 @@ impl Actor {
             self.flush();
             if self.closing && !self.close_sent && self.w.pending() == 0 && !self.w.changing() {
                 self.start_close();
-            }
-            // Idle: sleep, unless a message came meanwhile (see
-            // `LedgerWriter::send` for why none is missed).
-            if self.may_sleep() {
-                if let Some(bed) = self.bed.upgrade() {
-                    let mut slot = bed.lock().expect("bed lock");
-                    match self.rx.try_recv() {
-                        Ok(msg) => early = Some(msg),
-                        Err(mpsc::error::TryRecvError::Empty) => {
-                            *slot = Some(Box::new(self));
-                            return;
-                        }
-                        Err(mpsc::error::TryRecvError::Disconnected) => self.rx_open = false,
-                    }
-                }
             }
             if (self.finished || (!self.rx_open && self.w.pending() == 0)) && self.tasks.is_empty() {
                 break;
