@@ -29,9 +29,17 @@ PRELOAD=
 stop_cluster() {
   [ -n "$PID" ] || return 0
   # The supervisor and every process it started: dead at once, as at a cut.
-  pkill -9 -P "$PID" 2>/dev/null || true
-  kill -9 "$PID" 2>/dev/null || true
+  local kids
+  kids=$(pgrep -P "$PID" || true)
+  # shellcheck disable=SC2086
+  kill -9 $kids "$PID" 2>/dev/null || true
   wait "$PID" 2>/dev/null || true
+  # A killed process lets go of its files only as it exits, and umount
+  # refuses a busy filesystem: wait until each is gone (or a zombie, whose
+  # files are already closed). make test once met "target is busy" here.
+  for k in $kids; do
+    while [ -e "/proc/$k" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$k/status" 2>/dev/null; do sleep 0.05; done
+  done
   PID=
 }
 cleanup() {
