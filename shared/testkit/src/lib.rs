@@ -163,6 +163,11 @@ impl Process {
         self.child.id()
     }
 
+    /// Its exit status if it has exited, without waiting.
+    pub fn try_wait(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
+        self.child.try_wait()
+    }
+
     /// The process's output so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

@@ -1,0 +1,188 @@
+//! A metadata replica catching up at production size (issue #46 items 2
+//! and 3): three real replicas (default timing: a snapshot every 5 000
+//! entries, 500 entries kept behind it).
+//!
+//! - BENCH_LEDGERS (100 000) ledgers created and closed through the
+//!   metadata client, BENCH_CLIENTS (64) at a time; creates + closes per
+//!   second, and each replica's resident memory after;
+//! - a follower killed, its disk wiped, started again: seconds until it
+//!   serves the newest ledger from its own state (a snapshot install);
+//! - a follower killed for BENCH_DOWN_SECS (60; the issue asks 600) while
+//!   creations go on at BENCH_RATE (1 000) per second, started again:
+//!   seconds until it holds the newest ledger.
+//!
+//! A replica that dies on the way (its Raft core stopped) is reported with
+//! the end of its log. Run: `cargo bench -p quire-metadata --bench catchup`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quire_metaclient::{MetaClient, MetaClientOptions};
+use quire_pki::{init_dir, IssueOptions, LocalCluster};
+use quire_proto::v1;
+use quire_proto::Role;
+use quire_rpc::{ClientOptions, Credentials, RpcClient, TlsFiles};
+use quire_testkit::MetadataCluster;
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn rss_mb(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1e3)
+}
+
+fn create() -> v1::CreateLedgerRequest {
+    v1::CreateLedgerRequest {
+        ensemble_size: 3,
+        write_quorum: 3,
+        ack_quorum: 2,
+        bookie_ids: vec!["1".into(), "2".into(), "3".into()],
+        instance_ids: vec![],
+        custom: [("app".to_string(), b"orders".to_vec().into()), ("tenant".to_string(), b"t-17".to_vec().into())]
+            .into(),
+        request_id: String::new(),
+    }
+}
+
+/// Creates a ledger and closes it; its id.
+async fn create_and_close(meta: &MetaClient) -> u64 {
+    let mut l = meta.call(create()).await.expect("create").ledger.unwrap();
+    let v = l.version;
+    l.state = v1::LedgerState::Closed as i32;
+    l.last_entry_id = 999;
+    l.length = 1_024_000;
+    let id = l.ledger_id;
+    meta.call(v1::UpdateLedgerRequest { ledger: Some(l), expected_version: v }).await.expect("close");
+    id
+}
+
+/// Seconds until replica `i` holds ledger `id` in its own state, or why not.
+async fn caught_up(cluster: &mut MetadataCluster, rpc: &RpcClient, i: usize, id: u64, within: Duration) -> String {
+    let start = Instant::now();
+    let peer = rpc.peer(&cluster.addrs[i], Role::Metadata, None);
+    loop {
+        let r = peer.call(v1::GetLedgerRequest { ledger_id: id, stale_ok: true }).await;
+        if r.is_ok() {
+            return format!("{:.1}", start.elapsed().as_secs_f64());
+        }
+        if let Ok(Some(status)) = cluster.procs[i].try_wait() {
+            let log = cluster.procs[i].log();
+            let tail: Vec<&str> = log.lines().rev().take(5).collect();
+            return format!("died({status}): {}", tail.into_iter().rev().collect::<Vec<_>>().join(" | "));
+        }
+        if start.elapsed() > within {
+            let log = cluster.procs[i].log();
+            let tail: Vec<&str> = log.lines().rev().take(8).collect();
+            return format!(
+                "not_within_{}s: {}",
+                within.as_secs(),
+                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn main() {
+    let total = env("BENCH_LEDGERS", 100_000);
+    let clients = env("BENCH_CLIENTS", 64);
+    let down = Duration::from_secs(env("BENCH_DOWN_SECS", 60));
+    let rate = env("BENCH_RATE", 1_000);
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
+    let certs = dir.path().join("certs");
+    init_dir(&certs, "bench", &LocalCluster { metadata: 3, bookies: 0 }, &IssueOptions::default()).unwrap();
+    let mut cluster = MetadataCluster::start(&certs, dir.path(), 3).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let creds = Credentials::load(&TlsFiles::in_dir(&certs, Role::Client, "1")).unwrap();
+        let rpc = RpcClient::new(&creds, ClientOptions::default()).unwrap();
+        let meta = Arc::new(MetaClient::new(rpc.clone(), cluster.addrs.clone(), MetaClientOptions::default()));
+
+        let t = Instant::now();
+        let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let tasks: Vec<_> = (0..clients)
+            .map(|_| {
+                let (meta, next) = (meta.clone(), next.clone());
+                tokio::spawn(async move {
+                    let mut last = 0;
+                    while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < total {
+                        last = last.max(create_and_close(&meta).await);
+                    }
+                    last
+                })
+            })
+            .collect();
+        let mut newest = 0;
+        for task in tasks {
+            newest = newest.max(task.await.unwrap());
+        }
+        let rss: Vec<String> = cluster.procs.iter().map(|p| format!("{:.0}", rss_mb(p.pid()))).collect();
+        println!(
+            "RESULT phase=fill ledgers={total} creates_and_closes_per_s={:.0} replica_rss_mb={}",
+            total as f64 / t.elapsed().as_secs_f64(),
+            rss.join("/")
+        );
+
+        // A follower's disk wiped.
+        let leader = meta.leader().unwrap_or_default();
+        let victim = (0..3).find(|i| cluster.addrs[*i] != leader).unwrap();
+        cluster.procs[victim].kill().unwrap();
+        std::fs::remove_dir_all(dir.path().join(format!("metadata-{}", victim + 1))).unwrap();
+        let t = Instant::now();
+        cluster.restart(victim).unwrap();
+        let started = t.elapsed().as_secs_f64();
+        let secs =
+            caught_up(&mut cluster, &rpc, victim, newest, Duration::from_secs(env("BENCH_WAIT_SECS", 300))).await;
+        println!(
+            "RESULT phase=wiped ledgers={total} start_s={started:.1} caught_up_s={secs} rss_mb={:.0}",
+            rss_mb(cluster.procs[victim].pid())
+        );
+        if secs.starts_with("not") || secs.starts_with("died") {
+            for (i, p) in cluster.procs.iter().enumerate() {
+                let log = p.log();
+                let lines: Vec<&str> = log
+                    .lines()
+                    .filter(|l| l.contains("WARN") || l.contains("ERROR") || l.contains("napshot"))
+                    .collect();
+                let tail: Vec<&str> = lines.iter().rev().take(6).rev().copied().collect();
+                println!("replica {}: {}", i + 1, tail.join("\n    "));
+            }
+        }
+
+        // A follower down while creations go on.
+        let leader = meta.leader().unwrap_or_default();
+        let victim = (0..3).find(|i| cluster.addrs[*i] != leader).unwrap();
+        cluster.procs[victim].kill().unwrap();
+        let end = Instant::now() + down;
+        let mut created = 0u64;
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        while Instant::now() < end {
+            tick.tick().await;
+            let batch: Vec<_> = (0..rate)
+                .map(|_| {
+                    let meta = meta.clone();
+                    tokio::spawn(async move { create_and_close(&meta).await })
+                })
+                .collect();
+            for b in batch {
+                newest = newest.max(b.await.unwrap());
+                created += 1;
+            }
+        }
+        cluster.restart(victim).unwrap();
+        let secs = caught_up(&mut cluster, &rpc, victim, newest, Duration::from_secs(300)).await;
+        println!(
+            "RESULT phase=down down_s={} created_meanwhile={created} caught_up_s={secs} rss_mb={:.0}",
+            down.as_secs(),
+            rss_mb(cluster.procs[victim].pid())
+        );
+    });
+    drop(cluster);
+}
