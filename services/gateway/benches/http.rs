@@ -11,8 +11,6 @@
 //! BENCH_SIZE (1024), BENCH_DIR (/tmp/quire-bench-gateway).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,7 +21,7 @@ use quire_metaclient::{MetaClient, MetaClientOptions};
 use quire_pki::{init_dir, IssueOptions, LocalCluster};
 use quire_proto::Role;
 use quire_rpc::{Credentials, RpcClient, TlsFiles};
-use quire_testkit::{bin_path, Process, TestCluster};
+use quire_testkit::{bin_path, HttpConn, Process, TestCluster};
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -31,44 +29,6 @@ fn env(name: &str, default: u64) -> u64 {
 
 fn hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 120_000_000, 3).unwrap()
-}
-
-/// One keep-alive HTTP/1.1 connection.
-struct Conn {
-    w: TcpStream,
-    r: BufReader<TcpStream>,
-}
-
-impl Conn {
-    fn new(addr: &str) -> Conn {
-        let s = TcpStream::connect(addr).unwrap();
-        s.set_nodelay(true).unwrap();
-        Conn { r: BufReader::new(s.try_clone().unwrap()), w: s }
-    }
-
-    /// Sends a request and reads the response: (status, body).
-    fn call(&mut self, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
-        let head = format!("{method} {path} HTTP/1.1\r\nHost: quire\r\nContent-Length: {}\r\n\r\n", body.len());
-        self.w.write_all(head.as_bytes()).unwrap();
-        self.w.write_all(body).unwrap();
-        let mut line = String::new();
-        self.r.read_line(&mut line).unwrap();
-        let status: u16 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-        let mut len = 0usize;
-        loop {
-            line.clear();
-            self.r.read_line(&mut line).unwrap();
-            if line == "\r\n" {
-                break;
-            }
-            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                len = v.trim().parse().unwrap();
-            }
-        }
-        let mut body = vec![0; len];
-        self.r.read_exact(&mut body).unwrap();
-        (status, body)
-    }
 }
 
 fn report(phase: &str, n: u64, secs: f64, h: &Histogram<u64>) {
@@ -113,7 +73,7 @@ fn main() {
     let mut gw = Process::spawn("gateway", &bin_path("quire-gateway"), &args, &dir).unwrap();
     gw.wait_ready(&ready, Duration::from_secs(30)).unwrap();
     let http = gw.wait_ready(&http_ready, Duration::from_secs(30)).unwrap();
-    let mut c = Conn::new(&http);
+    let mut c = HttpConn::new(&http);
     // Ready, with every bookie registered.
     loop {
         let (status, body) = c.call("GET", "/readyz", b"");
@@ -137,7 +97,7 @@ fn main() {
         .map(|i| {
             let (http, payload, id) = (http.clone(), payload.clone(), ids[i % ids.len()]);
             std::thread::spawn(move || {
-                let mut c = Conn::new(&http);
+                let mut c = HttpConn::new(&http);
                 let mut h = hist();
                 let path = format!("/v1/ledgers/{id}/entries");
                 let mut n = 0u64;

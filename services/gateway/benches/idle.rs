@@ -13,55 +13,16 @@
 //! `cargo bench -p quire-gateway --bench idle`. BENCH_DIR
 //! (/tmp/quire-bench-idle) holds the cluster.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use quire_pki::{init_dir, IssueOptions, LocalCluster};
-use quire_testkit::{bin_path, Process, TestCluster};
+use quire_testkit::{bin_path, HttpConn, Process, TestCluster};
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-/// One keep-alive HTTP/1.1 connection.
-struct Conn {
-    w: TcpStream,
-    r: BufReader<TcpStream>,
-}
-
-impl Conn {
-    fn new(addr: &str) -> Conn {
-        let s = TcpStream::connect(addr).unwrap();
-        s.set_nodelay(true).unwrap();
-        Conn { r: BufReader::new(s.try_clone().unwrap()), w: s }
-    }
-
-    fn call(&mut self, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
-        let head = format!("{method} {path} HTTP/1.1\r\nHost: quire\r\nContent-Length: {}\r\n\r\n", body.len());
-        self.w.write_all(head.as_bytes()).unwrap();
-        self.w.write_all(body).unwrap();
-        let mut line = String::new();
-        self.r.read_line(&mut line).unwrap();
-        let status: u16 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-        let mut len = 0usize;
-        loop {
-            line.clear();
-            self.r.read_line(&mut line).unwrap();
-            if line == "\r\n" {
-                break;
-            }
-            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                len = v.trim().parse().unwrap();
-            }
-        }
-        let mut body = vec![0; len];
-        self.r.read_exact(&mut body).unwrap();
-        (status, body)
-    }
 }
 
 /// A process's CPU time so far (user + system), from /proc.
@@ -114,7 +75,7 @@ fn main() {
     let mut gw = Process::spawn("gateway", &bin_path("quire-gateway"), &args, &dir).unwrap();
     gw.wait_ready(&ready, Duration::from_secs(30)).unwrap();
     let http = gw.wait_ready(&http_ready, Duration::from_secs(30)).unwrap();
-    let mut c = Conn::new(&http);
+    let mut c = HttpConn::new(&http);
     loop {
         let (status, body) = c.call("GET", "/readyz", b"");
         if status == 200 && serde_json::from_slice::<serde_json::Value>(&body).unwrap()["bookies"] == 3 {
@@ -136,7 +97,7 @@ fn main() {
             .map(|_| {
                 let (http, next, hist) = (http.clone(), next.clone(), hist.clone());
                 std::thread::spawn(move || {
-                    let mut c = Conn::new(&http);
+                    let mut c = HttpConn::new(&http);
                     let mut h = Histogram::<u64>::new_with_bounds(1, 120_000_000, 3).unwrap();
                     while next.fetch_add(1, Ordering::Relaxed) < upto {
                         let t = Instant::now();

@@ -55,6 +55,47 @@ pub fn http(addr: &str, method: &str, path: &str, body: &[u8]) -> (u16, String) 
     (status, body)
 }
 
+/// One keep-alive HTTP/1.1 connection, for benches that send many requests
+/// (answers must carry Content-Length, as the gateway's do).
+pub struct HttpConn {
+    w: std::net::TcpStream,
+    r: std::io::BufReader<std::net::TcpStream>,
+}
+
+impl HttpConn {
+    /// Connects to `addr`; panics if it cannot.
+    pub fn new(addr: &str) -> HttpConn {
+        let s = std::net::TcpStream::connect(addr).expect("connect");
+        s.set_nodelay(true).expect("nodelay");
+        HttpConn { r: std::io::BufReader::new(s.try_clone().expect("clone")), w: s }
+    }
+
+    /// Sends a request and reads its answer: (status, body).
+    pub fn call(&mut self, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
+        use std::io::{BufRead, Read, Write};
+        let head = format!("{method} {path} HTTP/1.1\r\nHost: quire\r\nContent-Length: {}\r\n\r\n", body.len());
+        self.w.write_all(head.as_bytes()).expect("write head");
+        self.w.write_all(body).expect("write body");
+        let mut line = String::new();
+        self.r.read_line(&mut line).expect("read status");
+        let status: u16 = line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).expect("a status line");
+        let mut len = 0usize;
+        loop {
+            line.clear();
+            self.r.read_line(&mut line).expect("read header");
+            if line == "\r\n" {
+                break;
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                len = v.trim().parse().expect("a length");
+            }
+        }
+        let mut body = vec![0; len];
+        self.r.read_exact(&mut body).expect("read body");
+        (status, body)
+    }
+}
+
 /// `GET /metrics` from a Prometheus endpoint; panics unless it answers 200.
 pub fn scrape(addr: &str) -> String {
     let (status, body) = http(addr, "GET", "/metrics", b"");
