@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use openraft::error::{InitializeError, RaftError};
+use openraft::storage::RaftLogStorage;
 use openraft::{BasicNode, Config, SnapshotPolicy};
 use quire_rpc::RpcClient;
 
@@ -99,7 +100,14 @@ impl Node {
         }
         .validate()
         .context("raft config")?;
-        let gate = ElectionGate::new(Duration::from_millis(timing.election_max_ms), log.clone());
+        // No log and no vote: a first start, or a lost disk (`raft/amnesia.rs`).
+        let started_empty = {
+            let mut l = log.clone();
+            let s = l.get_log_state().await.map_err(|e| anyhow::anyhow!("read the Raft log: {e}"))?;
+            let vote = l.read_vote().await.map_err(|e| anyhow::anyhow!("read the vote: {e}"))?;
+            s.last_log_id.is_none() && vote.is_none()
+        };
+        let gate = ElectionGate::new(Duration::from_millis(timing.election_max_ms), log.clone(), started_empty);
         let raft = MetaRaft::new(id, Arc::new(config), Network::new(rpc.clone()), log, sm)
             .await
             .map_err(|e| anyhow::anyhow!("start raft: {e}"))?;

@@ -818,17 +818,25 @@ async fn raft_rpc(
             let req: openraft::raft::AppendEntriesRequest<crate::raft::TypeConfig> =
                 postcard::from_bytes(&r.payload).map_err(bad)?;
             sender_is(peer, req.vote.leader_id().voted_for(), "append-entries")?;
+            let (term, commit) = (req.vote.leader_id().term, req.leader_commit);
             let res = raft.append_entries(req).await;
             // Accepted from the leader of our term (a conflict too): it lives.
             if matches!(&res, Ok(a) if !matches!(a, openraft::raft::AppendEntriesResponse::HigherVote(_))) {
                 gate.leader_heard();
+                gate.amnesia.leader_heard(term, commit.as_ref(), raft.metrics().borrow().last_applied.as_ref());
             }
             postcard::to_stdvec(&res)
         }
         kind::VOTE => {
             let req: openraft::raft::VoteRequest<u64> = postcard::from_bytes(&r.payload).map_err(bad)?;
-            sender_is(peer, req.vote.leader_id().voted_for(), "vote request")?;
-            let res = raft.vote(req).await;
+            let candidate = req.vote.leader_id().voted_for();
+            sender_is(peer, candidate, "vote request")?;
+            let res = if gate.may_vote(raft, candidate.unwrap_or_default(), req.last_log_id.as_ref()) {
+                raft.vote(req).await
+            } else {
+                let vote = raft.metrics().borrow().vote;
+                Ok(openraft::raft::VoteResponse::new(vote, gate.last_log().await, false))
+            };
             if matches!(&res, Ok(v) if v.vote_granted) {
                 gate.leader_heard();
             }

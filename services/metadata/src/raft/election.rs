@@ -33,6 +33,7 @@ use quire_proto::Role;
 use quire_rpc::{CallOptions, RpcClient};
 use serde::{Deserialize, Serialize};
 
+use super::amnesia::Amnesia;
 use super::log_store::LogStore;
 use super::network::kind;
 use super::MetaRaft;
@@ -72,13 +73,44 @@ pub struct ElectionGate {
     last_contact: Mutex<Instant>,
     lease: Duration,
     log: LogStore,
+    /// Votes withheld after a start with no Raft state (`amnesia.rs`).
+    pub amnesia: Amnesia,
 }
 
 impl ElectionGate {
     /// A gate over `log` (a handle on the replica's Raft log), refusing
-    /// pre-votes for `lease` after each contact with a leader.
-    pub fn new(lease: Duration, log: LogStore) -> Arc<ElectionGate> {
-        Arc::new(ElectionGate { last_contact: Mutex::new(Instant::now()), lease, log })
+    /// pre-votes for `lease` after each contact with a leader; `started_empty`
+    /// if the replica opened no log and no vote.
+    pub fn new(lease: Duration, log: LogStore, started_empty: bool) -> Arc<ElectionGate> {
+        Arc::new(ElectionGate {
+            last_contact: Mutex::new(Instant::now()),
+            lease,
+            log,
+            amnesia: Amnesia::new(started_empty),
+        })
+    }
+
+    /// Whether this replica may vote (or pre-vote) for a candidate whose
+    /// log ends at `candidate_last`, as far as `amnesia` goes; a refusal is
+    /// logged.
+    pub fn may_vote(&self, raft: &MetaRaft, candidate: u64, candidate_last: Option<&LogId<u64>>) -> bool {
+        let applied = raft.metrics().borrow().last_applied;
+        let may = self.amnesia.may_vote(applied.as_ref(), candidate_last);
+        if !may {
+            tracing::info!(
+                candidate,
+                ?candidate_last,
+                ?applied,
+                "refused a vote: this replica started with no Raft state (a lost or new disk) \
+                 and has not yet applied what a leader reported committed"
+            );
+        }
+        may
+    }
+
+    /// The last entry of this replica's log.
+    pub async fn last_log(&self) -> Option<LogId<u64>> {
+        self.last_log_id().await
     }
 
     /// A leader was heard from (an AppendEntries or snapshot accepted), or
@@ -107,7 +139,8 @@ impl ElectionGate {
         let leading = raft.metrics().borrow().state == ServerState::Leader;
         let mine = self.last_log_id().await;
         let silent_for = self.last_contact().elapsed();
-        let granted = grants(silent_for, self.lease, leading, mine.as_ref(), req.last_log_id.as_ref());
+        let granted = grants(silent_for, self.lease, leading, mine.as_ref(), req.last_log_id.as_ref())
+            && self.may_vote(raft, req.candidate, req.last_log_id.as_ref());
         tracing::debug!(candidate = req.candidate, granted, leading, ?silent_for, ?mine, theirs = ?req.last_log_id, "pre-vote asked");
         PreVoteResponse { granted }
     }

@@ -5,6 +5,7 @@
 // it in our helpers would only add conversions at every trait boundary.
 #![allow(clippy::result_large_err)]
 
+pub mod amnesia;
 pub mod election;
 pub mod log_store;
 pub mod network;
