@@ -9,7 +9,10 @@
 //!   serves the newest ledger from its own state (a snapshot install);
 //! - a follower killed for BENCH_DOWN_SECS (60; the issue asks 600) while
 //!   creations go on at BENCH_RATE (1 000) per second, started again:
-//!   seconds until it holds the newest ledger.
+//!   seconds until it holds the newest ledger; and each create + close's
+//!   latency meanwhile (p50, p99, max);
+//! - every replica killed and started again: seconds until each serves and
+//!   a create + close commits, and the replicas' resident memory then.
 //!
 //! A replica that dies on the way (its Raft core stopped) is reported with
 //! the end of its log. Run: `cargo bench -p quire-metadata --bench catchup`.
@@ -162,26 +165,70 @@ fn main() {
         cluster.procs[victim].kill().unwrap();
         let end = Instant::now() + down;
         let mut created = 0u64;
+        let mut latencies_us = Vec::new();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         while Instant::now() < end {
             tick.tick().await;
+            // Spread over the second, as independent clients would send them.
             let batch: Vec<_> = (0..rate)
-                .map(|_| {
+                .map(|i| {
                     let meta = meta.clone();
-                    tokio::spawn(async move { create_and_close(&meta).await })
+                    let at = Duration::from_secs(1) * i as u32 / rate as u32;
+                    tokio::spawn(async move {
+                        tokio::time::sleep(at).await;
+                        let t = Instant::now();
+                        let id = create_and_close(&meta).await;
+                        (id, t.elapsed().as_micros() as u64)
+                    })
                 })
                 .collect();
             for b in batch {
-                newest = newest.max(b.await.unwrap());
+                let (id, us) = b.await.unwrap();
+                newest = newest.max(id);
+                latencies_us.push(us);
                 created += 1;
             }
         }
+        latencies_us.sort_unstable();
+        let pct = |p: f64| latencies_us[((latencies_us.len() - 1) as f64 * p) as usize] as f64 / 1e3;
         cluster.restart(victim).unwrap();
         let secs = caught_up(&mut cluster, &rpc, victim, newest, Duration::from_secs(300)).await;
         println!(
-            "RESULT phase=down down_s={} created_meanwhile={created} caught_up_s={secs} rss_mb={:.0}",
+            "RESULT phase=down down_s={} created_meanwhile={created} caught_up_s={secs} rss_mb={:.0} create_close_p50_ms={:.1} create_close_p99_ms={:.1} create_close_max_ms={:.1}",
             down.as_secs(),
-            rss_mb(cluster.procs[victim].pid())
+            rss_mb(cluster.procs[victim].pid()),
+            pct(0.5),
+            pct(0.99),
+            pct(1.0),
+        );
+
+        // Every replica at once.
+        for p in cluster.procs.iter_mut() {
+            p.kill().unwrap();
+        }
+        let t = Instant::now();
+        for i in 0..3 {
+            cluster.restart(i).unwrap();
+        }
+        let serving_s = t.elapsed().as_secs_f64();
+        let meta = MetaClient::new(rpc.clone(), cluster.addrs.clone(), MetaClientOptions::default());
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let create = tokio::time::timeout(Duration::from_secs(5), meta.call(create()));
+            if let Ok(Ok(r)) = create.await {
+                assert!(r.ledger.unwrap().ledger_id > newest);
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(300), "no create within 300 s of a full restart");
+            tokio::time::sleep(Duration::from_millis(50)).await; // a poll, while they elect
+        }
+        let rss: Vec<String> = cluster.procs.iter().map(|p| format!("{:.0}", rss_mb(p.pid()))).collect();
+        println!(
+            "RESULT phase=restart ledgers={} all_serving_s={serving_s:.1} first_create_s={:.1} attempts={attempts} replica_rss_mb={}",
+            total + created,
+            t.elapsed().as_secs_f64(),
+            rss.join("/")
         );
     });
     drop(cluster);

@@ -99,6 +99,20 @@ fn main() {
     );
     drop((snap, back));
 
+    // The copy a snapshot build takes under the state's read lock, and the
+    // scans that filter every ledger (GetBookie's load, a decommission).
+    let t = Instant::now();
+    let copy = s.clone();
+    let clone_ms = t.elapsed().as_millis();
+    drop(copy);
+    let t = Instant::now();
+    let (named, _) = s.bookie_load("bookie-1");
+    println!(
+        "RESULT phase=scans ledgers={} state_clone_ms={clone_ms} bookie_load_ms={} named={named}",
+        s.ledgers.len(),
+        t.elapsed().as_millis()
+    );
+
     // A log's ledgers among all the others: made for it by its writers
     // (open, unlisted), then the log created listing the newest.
     let name = "orders";
@@ -136,8 +150,9 @@ fn main() {
     let t = Instant::now();
     let scanned = s
         .ledgers
-        .range(..newest)
-        .filter(|(_, l)| {
+        .values()
+        .take_while(|l| l.ledger_id < newest)
+        .filter(|l| {
             l.state == LedgerState::Open
                 && l.custom.get(quire_log::config::LEDGER_KEY).is_some_and(|v| v.as_slice() == name.as_bytes())
         })

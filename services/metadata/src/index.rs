@@ -13,55 +13,114 @@ use std::ops::Deref;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::state::{Ledger, Log};
+use crate::state::{Ledger, LedgerHead, Log};
 use quire_log::config::LEDGER_KEY as LOG_LEDGER_KEY;
 
-/// Ledgers by id, and by the log their custom metadata says they were made
-/// for (`quire_log::config::LEDGER_KEY`).
-#[derive(Clone, Default)]
+/// Ledgers by id, each held as its postcard encoding, and by the log their
+/// custom metadata says they were made for (`quire_log::config::LEDGER_KEY`).
+///
+/// Encoded because a replica holds every ledger ever kept (issue #46 item
+/// 4): a closed ledger with three bookies and three custom keys is about
+/// 190 bytes encoded, and was about 1.3 KB decoded (its custom map alone a
+/// B-tree node of 540 bytes), so a million of them needed 1.3 GB. Reads
+/// decode the one ledger they name (about a microsecond); the few scans
+/// that filter every ledger (a bookie's load, a decommission check) decode
+/// only each one's start, borrowing its strings (`heads`).
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Ledgers {
-    by_id: BTreeMap<u64, Ledger>,
+    by_id: BTreeMap<u64, Box<[u8]>>,
     /// Ids of the ledgers carrying `LEDGER_KEY = name`, by that name's bytes.
     made_for: BTreeMap<Vec<u8>, BTreeSet<u64>>,
+}
+
+fn encode(ledger: &Ledger) -> Box<[u8]> {
+    // Encoding a value in memory fails only if serde's data model refuses
+    // it, which a `Ledger` (plain fields, string-keyed maps) never does.
+    postcard::to_stdvec(ledger).expect("a ledger encodes").into_boxed_slice()
+}
+
+fn decode(bytes: &[u8]) -> Ledger {
+    // Bytes this map encoded itself: a failure is a bug, not bad input.
+    postcard::from_bytes(bytes).expect("a ledger the state encoded decodes")
 }
 
 impl Ledgers {
     /// Stores `ledger` under `id`, returning what was there.
     pub fn insert(&mut self, id: u64, ledger: Ledger) -> Option<Ledger> {
-        debug_assert_eq!(id, ledger.ledger_id, "a ledger is stored under its own id");
+        assert_eq!(id, ledger.ledger_id, "a ledger is stored under its own id");
         if let Some(name) = ledger.custom.get(LOG_LEDGER_KEY) {
             self.made_for.entry(name.clone()).or_default().insert(id);
         }
-        let old = self.by_id.insert(id, ledger);
-        if let Some(old) = &old {
-            self.unindex_if_changed(id, old);
+        let new_name = ledger.custom.get(LOG_LEDGER_KEY).cloned();
+        let old = self.by_id.insert(id, encode(&ledger)).map(|b| decode(&b));
+        if let Some(old_name) = old.as_ref().and_then(|o| o.custom.get(LOG_LEDGER_KEY)) {
+            if new_name.as_ref() != Some(old_name) {
+                let name = old_name.clone();
+                self.unindex(&name, id);
+            }
         }
         old
     }
 
     /// Removes ledger `id`, returning it.
     pub fn remove(&mut self, id: &u64) -> Option<Ledger> {
-        let old = self.by_id.remove(id)?;
+        let old = decode(&self.by_id.remove(id)?);
         if let Some(name) = old.custom.get(LOG_LEDGER_KEY) {
             self.unindex(name, *id);
         }
         Some(old)
     }
 
+    /// Ledger `id`, decoded.
+    pub fn get(&self, id: &u64) -> Option<Ledger> {
+        self.by_id.get(id).map(|b| decode(b))
+    }
+
+    /// Whether ledger `id` exists.
+    pub fn contains_key(&self, id: &u64) -> bool {
+        self.by_id.contains_key(id)
+    }
+
+    /// How many ledgers there are.
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
+    /// Every ledger id, ascending.
+    pub fn ids(&self) -> impl DoubleEndedIterator<Item = u64> + '_ {
+        self.by_id.keys().copied()
+    }
+
+    /// The ledger ids from `from` (inclusive), ascending.
+    pub fn ids_from(&self, from: u64) -> impl Iterator<Item = u64> + '_ {
+        self.by_id.range(from..).map(|(id, _)| *id)
+    }
+
+    /// Every ledger, decoded one at a time, by id.
+    pub fn values(&self) -> impl Iterator<Item = Ledger> + '_ {
+        self.by_id.values().map(|b| decode(b))
+    }
+
+    /// The start of every ledger (`LedgerHead`: which bookies hold its
+    /// entries), decoded one at a time without copying, by id.
+    pub fn heads(&self) -> impl Iterator<Item = LedgerHead<'_>> + '_ {
+        self.by_id.values().map(|b| postcard::from_bytes(b).expect("a ledger the state encoded decodes"))
+    }
+
+    /// The bytes the ledgers' encodings take (for benchmarks).
+    pub fn encoded_bytes(&self) -> usize {
+        self.by_id.values().map(|b| b.len()).sum()
+    }
+
     /// The ids of the ledgers made for log `name` (their custom metadata
     /// says so), ascending.
     pub fn made_for(&self, name: &str) -> impl DoubleEndedIterator<Item = u64> + '_ {
         self.made_for.get(name.as_bytes()).into_iter().flat_map(|ids| ids.iter().copied())
-    }
-
-    /// `old` was replaced at `id`: drop its index entry unless the new
-    /// ledger names the same log.
-    fn unindex_if_changed(&mut self, id: u64, old: &Ledger) {
-        let Some(old_name) = old.custom.get(LOG_LEDGER_KEY) else { return };
-        if self.by_id[&id].custom.get(LOG_LEDGER_KEY) != Some(old_name) {
-            let name = old_name.clone();
-            self.unindex(&name, id);
-        }
     }
 
     fn unindex(&mut self, name: &[u8], id: u64) {
@@ -71,14 +130,6 @@ impl Ledgers {
                 self.made_for.remove(name);
             }
         }
-    }
-}
-
-impl Deref for Ledgers {
-    type Target = BTreeMap<u64, Ledger>;
-
-    fn deref(&self) -> &Self::Target {
-        &self.by_id
     }
 }
 
@@ -92,30 +143,47 @@ impl FromIterator<(u64, Ledger)> for Ledgers {
     }
 }
 
-impl PartialEq for Ledgers {
-    fn eq(&self, other: &Self) -> bool {
-        self.by_id == other.by_id
-    }
-}
-
-impl Eq for Ledgers {}
-
 impl std::fmt::Debug for Ledgers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.by_id.fmt(f)
+        f.debug_map().entries(self.by_id.iter().map(|(id, b)| (id, decode(b)))).finish()
     }
 }
 
-// Encoded as the map alone: snapshots are unchanged.
+// Encoded as a map of ledgers, as when they were held decoded: snapshots
+// are unchanged.
 impl Serialize for Ledgers {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.by_id.serialize(s)
+        s.collect_map(self.by_id.iter().map(|(id, b)| (id, decode(b))))
     }
 }
 
 impl<'de> Deserialize<'de> for Ledgers {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Ok(BTreeMap::<u64, Ledger>::deserialize(d)?.into_iter().collect())
+        // One ledger decoded at a time: a snapshot of a million ledgers
+        // never exists decoded all at once.
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Ledgers;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map of ledgers by id")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Ledgers, A::Error> {
+                let mut l = Ledgers::default();
+                while let Some((id, ledger)) = map.next_entry::<u64, Ledger>()? {
+                    if id != ledger.ledger_id {
+                        return Err(serde::de::Error::custom(format!(
+                            "ledger {} stored under id {id}",
+                            ledger.ledger_id
+                        )));
+                    }
+                    l.insert(id, ledger);
+                }
+                Ok(l)
+            }
+        }
+        d.deserialize_map(Visitor)
     }
 }
 
@@ -231,6 +299,51 @@ mod tests {
         }
     }
 
+    /// A ledger's head, decoded from the start of its encoding, says what
+    /// the whole ledger says: its fields, and which bookies it names
+    /// (segments replaced, closed early or late, with and without custom
+    /// metadata after them).
+    #[test]
+    fn a_ledgers_head_agrees_with_the_whole_ledger() {
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let mut l = Ledgers::default();
+        for id in 0..2_000 {
+            let mut ledger = ledger(id, (next(2) == 0).then_some("orders"));
+            let segments = 1 + next(3);
+            let mut first = 0;
+            ledger.ensembles = (0..segments)
+                .map(|_| {
+                    first += next(5);
+                    let bookie_ids: Vec<String> = (0..3).map(|_| format!("b{}", next(6))).collect();
+                    let instance_ids = bookie_ids.iter().map(|b| format!("{b}-i")).collect();
+                    crate::state::Segment { first_entry_id: first, bookie_ids, instance_ids }
+                })
+                .collect();
+            ledger.state = [crate::state::LedgerState::Open, crate::state::LedgerState::Closed][next(2) as usize];
+            ledger.last_entry_id = next(12) as i64 - 1;
+            ledger.custom.insert("app".into(), vec![7; next(40) as usize]);
+            l.insert(id, ledger);
+        }
+        let mut named = 0;
+        for (head, whole) in l.heads().zip(l.values()) {
+            assert_eq!(
+                (head.ledger_id, head.state, head.ensemble_size, head.last_entry_id, head.ensembles.len()),
+                (whole.ledger_id, whole.state, whole.ensemble_size, whole.last_entry_id, whole.ensembles.len())
+            );
+            for b in (0..6).map(|b| format!("b{b}")) {
+                assert_eq!(head.names(&b), whole.names(&b), "ledger {} bookie {b}", whole.ledger_id);
+                named += usize::from(whole.names(&b));
+            }
+        }
+        assert!(named > 1_000, "the cases name bookies: {named}");
+    }
+
     /// The index always equals one built from scratch from the map, through
     /// inserts, replacements that change or drop the log key, and removes.
     #[test]
@@ -254,14 +367,17 @@ mod tests {
                     l.insert(id, ledger(id, (k != 1).then_some(name)));
                 }
             }
-            let rebuilt: Ledgers = l.by_id.clone().into_iter().collect();
+            let rebuilt: Ledgers = l.by_id.keys().map(|id| (*id, l.get(id).unwrap())).collect();
             assert_eq!(l.made_for, rebuilt.made_for);
         }
-        assert!(l.made_for("a").all(|id| l[&id].custom[LOG_LEDGER_KEY] == b"a"));
+        assert!(l.made_for("a").all(|id| l.get(&id).unwrap().custom[LOG_LEDGER_KEY] == b"a"));
         let decoded: Ledgers = postcard::from_bytes(&postcard::to_stdvec(&l).unwrap()).unwrap();
         assert_eq!((decoded.by_id == l.by_id, decoded.made_for == l.made_for), (true, true));
-        // Encoded as the map alone.
-        assert_eq!(postcard::to_stdvec(&l).unwrap(), postcard::to_stdvec(&l.by_id).unwrap());
+        // Encoded as the map of decoded ledgers (as before they were held
+        // encoded), and each held as exactly its own encoding.
+        let plain: BTreeMap<u64, Ledger> = l.by_id.keys().map(|id| (*id, l.get(id).unwrap())).collect();
+        assert_eq!(postcard::to_stdvec(&l).unwrap(), postcard::to_stdvec(&plain).unwrap());
+        assert!(l.by_id.iter().all(|(id, b)| **b == *postcard::to_stdvec(&plain[id]).unwrap()));
     }
 
     /// The listing index follows logs replaced (segments added and

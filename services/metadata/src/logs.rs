@@ -91,7 +91,7 @@ impl MetaState {
         if l.state != LedgerState::Open {
             return Err(Refusal::BadRequest(format!("ledger {ledger_id} joins log {log} only while open")));
         }
-        ledger_right(l, Some(l), caller)?;
+        ledger_right(&l, Some(&l), caller)?;
         if let Some(other) = self.log_listing(ledger_id, log) {
             return Err(Refusal::BadRequest(format!("ledger {ledger_id} is log {other}'s")));
         }
@@ -193,7 +193,7 @@ impl MetaState {
         }
         // Apply the ledger updates, keeping what they replace: any refusal
         // after this puts every one back (one change or none).
-        let before: Vec<Ledger> = ids.iter().filter_map(|id| self.ledgers.get(id).cloned()).collect();
+        let before: Vec<Ledger> = ids.iter().filter_map(|id| self.ledgers.get(id)).collect();
         let mut updated = Vec::new();
         let mut touched = Vec::new();
         let result = (|| {
@@ -284,7 +284,7 @@ impl MetaState {
             .ledgers
             .made_for(name)
             .take_while(|id| *id < below)
-            .filter(|id| self.ledgers.get(id).is_some_and(|l| l.state == LedgerState::Open && made_for_it(l)))
+            .filter(|id| self.ledgers.get(id).is_some_and(|l| l.state == LedgerState::Open && made_for_it(&l)))
             .filter(|id| self.log_listing(*id, "").is_none())
             .collect();
         let mut touched = Vec::new();
@@ -667,7 +667,7 @@ mod tests {
         let l2 = ledger(&mut s, "gateway/1");
         let rolled = log.record.roll(1, 9, l2.ledger_id).unwrap();
         let log = stored(update(&mut s, &log, rolled, vec![closed(&l1, 9)], &gw()));
-        assert_eq!(s.ledgers[&l1.ledger_id].state, LedgerState::Closed);
+        assert_eq!(s.ledgers.get(&l1.ledger_id).unwrap().state, LedgerState::Closed);
         assert_eq!(
             log.record.segments.iter().map(|s| s.sealed_at_ms).collect::<Vec<_>>(),
             vec![99, 0],
@@ -692,7 +692,7 @@ mod tests {
         assert!(matches!(o, Outcome::Refused(Refusal::BadRequest(_))), "{o:?}");
         // Deleting the log deletes what it lists.
         assert_eq!(s.apply(Command::DeleteLogAndSweep { name: "orders".into(), caller: gw() }).0, Outcome::Deleted);
-        assert!(s.ledgers.is_empty() && s.logs.is_empty(), "{:?}", s.ledgers.keys().collect::<Vec<_>>());
+        assert!(s.ledgers.is_empty() && s.logs.is_empty(), "{:?}", s.ledgers.ids().collect::<Vec<_>>());
         let _ = log;
     }
 
@@ -708,14 +708,14 @@ mod tests {
         let rolled = log.record.roll(1, 9, l2.ledger_id).unwrap();
         let out = update(&mut s, &log, rolled.clone(), vec![closed(&l1, 11)], &gw());
         assert!(matches!(out, Outcome::Refused(Refusal::BadRequest(_))), "{out:?}");
-        assert_eq!(s.ledgers[&l1.ledger_id], l1, "the close was undone");
+        assert_eq!(s.ledgers.get(&l1.ledger_id).unwrap(), l1, "the close was undone");
         assert_eq!(s.logs["l"].version, 1);
         // Sealed while the ledger is still open: refused.
         assert!(matches!(update(&mut s, &log, rolled.clone(), vec![], &gw()), Outcome::Refused(_)));
         // A ledger another log lists cannot join.
         let other = create(&mut s, "m", l2.ledger_id);
         assert!(matches!(update(&mut s, &log, rolled, vec![closed(&l1, 9)], &gw()), Outcome::Refused(_)));
-        assert_eq!(s.ledgers[&l1.ledger_id], l1);
+        assert_eq!(s.ledgers.get(&l1.ledger_id).unwrap(), l1);
         // A stale version conflicts.
         let l3 = ledger(&mut s, "gateway/1");
         let rolled = log.record.roll(1, 9, l3.ledger_id).unwrap();
@@ -726,7 +726,7 @@ mod tests {
             Outcome::Refused(Refusal::VersionConflict { actual: 1 })
         ));
         // A ledger update for a ledger the log does not list is refused.
-        let foreign = closed(&s.ledgers[&l2.ledger_id].clone(), -1);
+        let foreign = closed(&s.ledgers.get(&l2.ledger_id).unwrap(), -1);
         assert!(matches!(
             update(&mut s, &log, rolled.clone(), vec![closed(&l1, 9), foreign], &gw()),
             Outcome::Refused(_)

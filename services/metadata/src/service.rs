@@ -312,7 +312,7 @@ impl quire_rpc::Service for MetaService {
                     read_barrier(&raft, g.stale_ok).await?;
                     let st = shared.state.read().expect("state lock");
                     let l = st.ledgers.get(&g.ledger_id).ok_or_else(|| refusal(Refusal::NoSuchLedger(g.ledger_id)))?;
-                    Ok(v1::GetLedgerResponse { ledger: Some(ledger_to_wire(l)) }.into())
+                    Ok(v1::GetLedgerResponse { ledger: Some(ledger_to_wire(&l)) }.into())
                 }
                 Req::UpdateLedger(u) => {
                     let wire = u.ledger.ok_or_else(|| ServiceError::bad_request("update without a ledger"))?;
@@ -345,7 +345,7 @@ impl quire_rpc::Service for MetaService {
                     let id = w.ledger_id;
                     let after = w.after_version;
                     let (st, timed_out) = watch(&shared, timeout, |s| match s.ledgers.get(&id) {
-                        Some(l) if l.version > after => Some(Some(ledger_to_wire(l))),
+                        Some(l) if l.version > after => Some(Some(ledger_to_wire(&l))),
                         None => Some(None),
                         Some(_) => None,
                     })
@@ -358,7 +358,7 @@ impl quire_rpc::Service for MetaService {
                             Ok(v1::WatchLedgerResponse { ledger: None, timed_out: false, deleted: true }.into())
                         }
                         None => {
-                            let cur = shared.state.read().expect("state lock").ledgers.get(&id).map(ledger_to_wire);
+                            let cur = shared.state.read().expect("state lock").ledgers.get(&id).as_ref().map(ledger_to_wire);
                             Ok(v1::WatchLedgerResponse { ledger: cur, timed_out, deleted: false }.into())
                         }
                     }

@@ -66,17 +66,72 @@ impl Ledger {
     /// next starts at or before, a closed ledger's segments past its last
     /// entry). An open ledger's last segment may always take more.
     pub fn names(&self, bookie_id: &str) -> bool {
-        let n = self.ensembles.len();
-        self.ensembles.iter().enumerate().any(|(i, s)| {
-            let end = if i + 1 < n {
-                self.ensembles[i + 1].first_entry_id as i64 - 1
-            } else if self.state == LedgerState::Closed {
-                self.last_entry_id
-            } else {
-                i64::MAX
-            };
-            let end = if self.state == LedgerState::Closed { end.min(self.last_entry_id) } else { end };
-            end >= s.first_entry_id as i64 && s.bookie_ids.iter().any(|b| b == bookie_id)
+        let firsts: Vec<u64> = self.ensembles.iter().map(|s| s.first_entry_id).collect();
+        segments_name(self.state, self.last_entry_id, &firsts, |i| {
+            self.ensembles[i].bookie_ids.iter().any(|b| b == bookie_id)
+        })
+    }
+}
+
+/// Whether a segment that may hold entries (see [`Ledger::names`]) has
+/// `named(i)`, for segments starting at `firsts` (ascending).
+fn segments_name(state: LedgerState, last_entry_id: i64, firsts: &[u64], named: impl Fn(usize) -> bool) -> bool {
+    let n = firsts.len();
+    (0..n).any(|i| {
+        let end = if i + 1 < n {
+            firsts[i + 1] as i64 - 1
+        } else if state == LedgerState::Closed {
+            last_entry_id
+        } else {
+            i64::MAX
+        };
+        let end = if state == LedgerState::Closed { end.min(last_entry_id) } else { end };
+        end >= firsts[i] as i64 && named(i)
+    })
+}
+
+/// The start of a ledger's encoding, up to its last entry id, decoded
+/// without copying its strings and without the custom metadata: what the
+/// scans over every ledger need (which bookies hold entries), at a fraction
+/// of a whole decode. Its fields are `Ledger`'s first ones, in order.
+#[derive(Debug, Deserialize)]
+pub struct LedgerHead<'a> {
+    /// As [`Ledger::ledger_id`].
+    pub ledger_id: u64,
+    /// As [`Ledger::state`].
+    pub state: LedgerState,
+    /// As [`Ledger::ensemble_size`].
+    pub ensemble_size: u32,
+    /// As [`Ledger::write_quorum`].
+    pub write_quorum: u32,
+    /// As [`Ledger::ack_quorum`].
+    pub ack_quorum: u32,
+    /// As [`Ledger::ensembles`].
+    #[serde(borrow)]
+    pub ensembles: Vec<SegmentHead<'a>>,
+    /// As [`Ledger::last_entry_id`].
+    pub last_entry_id: i64,
+}
+
+/// A [`Segment`], its strings borrowed.
+#[derive(Debug, Deserialize)]
+pub struct SegmentHead<'a> {
+    /// As [`Segment::first_entry_id`].
+    pub first_entry_id: u64,
+    /// As [`Segment::bookie_ids`].
+    #[serde(borrow)]
+    pub bookie_ids: Vec<&'a str>,
+    /// As [`Segment::instance_ids`].
+    #[serde(borrow)]
+    pub instance_ids: Vec<&'a str>,
+}
+
+impl LedgerHead<'_> {
+    /// As [`Ledger::names`].
+    pub fn names(&self, bookie_id: &str) -> bool {
+        let firsts: Vec<u64> = self.ensembles.iter().map(|s| s.first_entry_id).collect();
+        segments_name(self.state, self.last_entry_id, &firsts, |i| {
+            self.ensembles[i].bookie_ids.contains(&bookie_id)
         })
     }
 }
@@ -790,7 +845,7 @@ impl MetaState {
                 if let Some(&id) = self.creates.get(&request_id) {
                     // Created by an earlier attempt; deleted since, it is gone.
                     let l = self.ledgers.get(&id).ok_or(Refusal::NoSuchLedger(id))?;
-                    return Ok((Outcome::Ledger(l.clone()), Vec::new()));
+                    return Ok((Outcome::Ledger(l), Vec::new()));
                 }
                 let (outcome, mut touched) = self.try_apply(Command::CreateLedger(ledger))?;
                 if let Outcome::Ledger(l) = &outcome {
@@ -806,7 +861,7 @@ impl MetaState {
                 if stored.version != expected_version {
                     return Err(Refusal::VersionConflict { actual: stored.version });
                 }
-                Self::validate_update(stored, &ledger)?;
+                Self::validate_update(&stored, &ledger)?;
                 // Only members this update adds: a retired bookie may still sit
                 // in a segment that never held an entry (it was retired because
                 // no segment that may hold entries names it).
@@ -972,13 +1027,13 @@ impl MetaState {
             Command::SweepLogLedgers { log } => self.sweep_log_ledgers(&log),
             Command::UpdateLedgerAs { ledger, expected_version, caller } => {
                 let stored = self.ledgers.get(&ledger.ledger_id).ok_or(Refusal::NoSuchLedger(ledger.ledger_id))?;
-                ledger_right(stored, Some(&ledger), &caller)?;
+                ledger_right(&stored, Some(&ledger), &caller)?;
                 // (Here, not in validate_update: UpdateLedger entries in Raft
                 // logs written before owners existed replay as they applied.)
                 fn reserved(l: &Ledger) -> Vec<(&String, &Vec<u8>)> {
                     l.custom.iter().filter(|(k, _)| k.starts_with(RESERVED_PREFIX)).collect()
                 }
-                if reserved(&ledger) != reserved(stored) {
+                if reserved(&ledger) != reserved(&stored) {
                     return Err(Refusal::BadRequest(
                         "the quire.* metadata (the ledger's owner) is fixed at creation".into(),
                     ));
@@ -1038,7 +1093,7 @@ impl MetaState {
             Command::DeleteCursor { log, name, caller } => self.delete_cursor(&log, &name, &caller),
             Command::DeleteLedgerAs { ledger_id, caller } => {
                 let stored = self.ledgers.get(&ledger_id).ok_or(Refusal::NoSuchLedger(ledger_id))?;
-                ledger_right(stored, None, &caller)?;
+                ledger_right(&stored, None, &caller)?;
                 // A log's ledger goes with a trim or the log's deletion:
                 // deleting it alone would lose records the log still lists.
                 if let Some(log) = self.log_listing(ledger_id, "") {
@@ -1145,7 +1200,7 @@ impl MetaState {
                         // that ledger's copies on it: refuse.
                         let holding: Vec<u64> = self
                             .ledgers
-                            .values()
+                            .heads()
                             .filter(|l| l.names(&bookie_id))
                             .map(|l| l.ledger_id)
                             .take(5)
@@ -1203,7 +1258,7 @@ impl MetaState {
             .filter(|b| b.bookie_id != bookie_id && b.state == BookieState::Available)
             .filter(|b| self.operator_state(&b.bookie_id).is_none())
             .count();
-        let needed = self.ledgers.values().filter(|l| l.names(bookie_id)).max_by_key(|l| l.ensemble_size);
+        let needed = self.ledgers.heads().filter(|l| l.names(bookie_id)).max_by_key(|l| l.ensemble_size);
         match needed {
             Some(l) if (l.ensemble_size as usize) > writable => Err(Refusal::BadRequest(format!(
                 "decommissioning bookie {bookie_id} would leave {writable} writable bookies, and ledger {} needs {}: add a bookie first",
@@ -1270,7 +1325,7 @@ impl MetaState {
 
     /// How many ledgers name `bookie_id` in an ensemble, and how many marks name it.
     pub fn bookie_load(&self, bookie_id: &str) -> (u64, u64) {
-        let ledgers = self.ledgers.values().filter(|l| l.names(bookie_id)).count() as u64;
+        let ledgers = self.ledgers.heads().filter(|l| l.names(bookie_id)).count() as u64;
         let marks = self.marks.values().filter(|m| m.missing.iter().any(|b| b == bookie_id)).count() as u64;
         (ledgers, marks)
     }
@@ -1341,7 +1396,7 @@ impl MetaState {
     /// Ledger ids after `start_after` (exclusive), at most `limit`, and whether more follow.
     pub fn list_ledgers(&self, start_after: Option<u64>, limit: usize) -> (Vec<u64>, Option<u64>) {
         let from = start_after.map_or(0, |s| s.saturating_add(1));
-        let mut it = self.ledgers.range(from..).map(|(id, _)| *id);
+        let mut it = self.ledgers.ids_from(from);
         let ids: Vec<u64> = it.by_ref().take(limit).collect();
         let next = if it.next().is_some() { ids.last().copied() } else { None };
         (ids, next)

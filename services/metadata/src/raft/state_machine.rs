@@ -135,10 +135,36 @@ pub fn decode_snapshot(data: &[u8]) -> Result<MetaState, postcard::Error> {
     Ok(state)
 }
 
+/// How snapshots were stored before their meta and bytes were kept apart
+/// (under `OLD_SNAPSHOT_KEY`, still read): one value, copying the bytes once
+/// more on every build and install.
 #[derive(Serialize, Deserialize)]
 struct StoredSnapshot {
     meta: SnapshotMeta<u64, BasicNode>,
     data: Vec<u8>,
+}
+
+const OLD_SNAPSHOT_KEY: &str = "current";
+/// The current snapshot's meta (postcard) and bytes, written in one batch.
+const SNAPSHOT_META_KEY: &str = "meta";
+const SNAPSHOT_DATA_KEY: &str = "data";
+
+/// Stores `data` as the current snapshot (in one atomic batch, replacing
+/// any older one); the bytes are copied once, into sled's buffer, which the
+/// returned value shares.
+fn store_snapshot(
+    snap: &sled::Tree,
+    meta: &SnapshotMeta<u64, BasicNode>,
+    data: Vec<u8>,
+) -> Result<sled::IVec, SErr> {
+    let meta_bytes = postcard::to_stdvec(meta).map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+    let data = sled::IVec::from(data);
+    let mut batch = sled::Batch::default();
+    batch.insert(SNAPSHOT_META_KEY, meta_bytes);
+    batch.insert(SNAPSHOT_DATA_KEY, data.clone());
+    batch.remove(OLD_SNAPSHOT_KEY);
+    snap.apply_batch(batch).map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+    Ok(data)
 }
 
 /// The state machine store.
@@ -293,7 +319,7 @@ impl StateMachineStore {
         for t in touched {
             match t {
                 Touched::Ledger(id) => match state.ledgers.get(id) {
-                    Some(l) => batch.insert(key_ledger(*id), json(l)?),
+                    Some(l) => batch.insert(key_ledger(*id), json(&l)?),
                     None => batch.remove(key_ledger(*id)),
                 },
                 Touched::Bookie(id) => match state.bookies.get(id) {
@@ -372,13 +398,11 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         };
         let meta =
             SnapshotMeta { last_log_id: self.last_applied, last_membership: self.membership.clone(), snapshot_id };
-        let stored = postcard::to_stdvec(&StoredSnapshot { meta: meta.clone(), data: data.clone() })
-            .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
-        self.snap.insert("current", stored).map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        let data = store_snapshot(&self.snap, &meta, data)?;
         // Durable before openraft purges the log it covers (the state too: it
         // was persisted by apply up to last_applied).
         self.synced.flush(&self.db).map_err(|e| StorageIOError::write_snapshot(None, &e))?;
-        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
+        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data.to_vec())) })
     }
 }
 
@@ -458,7 +482,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             let (k, _) = kv.map_err(|e| StorageIOError::write_state_machine(&e))?;
             batch.remove(k);
         }
-        let mut touched: Vec<Touched> = new_state.ledgers.keys().map(|id| Touched::Ledger(*id)).collect();
+        let mut touched: Vec<Touched> = new_state.ledgers.ids().map(Touched::Ledger).collect();
         touched.extend(new_state.bookies.keys().cloned().map(Touched::Bookie));
         touched.extend(new_state.cookies.keys().cloned().map(Touched::Cookie));
         touched.extend(new_state.marks.keys().map(|id| Touched::Mark(*id)));
@@ -476,9 +500,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         batch.insert(b"m/last_applied".to_vec(), json(&self.last_applied)?);
         batch.insert(b"m/membership".to_vec(), json(&self.membership)?);
         self.sm.apply_batch(batch).map_err(|e| StorageIOError::write_state_machine(&e))?;
-        let stored = postcard::to_stdvec(&StoredSnapshot { meta: meta.clone(), data })
-            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
-        self.snap.insert("current", stored).map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+        drop(store_snapshot(&self.snap, meta, data)?);
         self.flush()?;
         {
             let mut state = self.shared.state.write().expect("state lock");
@@ -493,7 +515,12 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, SErr> {
-        match self.snap.get("current").map_err(|e| StorageIOError::read_snapshot(None, &e))? {
+        let read = |key| self.snap.get(key).map_err(|e| StorageIOError::read_snapshot(None, &e));
+        if let (Some(meta), Some(data)) = (read(SNAPSHOT_META_KEY)?, read(SNAPSHOT_DATA_KEY)?) {
+            let meta = postcard::from_bytes(&meta).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+            return Ok(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(data.to_vec())) }));
+        }
+        match read(OLD_SNAPSHOT_KEY)? {
             Some(v) => {
                 let s: StoredSnapshot =
                     postcard::from_bytes(&v).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
@@ -507,6 +534,30 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A snapshot stored the old way (meta and bytes in one value) is still
+    /// found after an upgrade, and the next one stored replaces it.
+    #[tokio::test]
+    async fn a_snapshot_stored_before_meta_and_bytes_were_kept_apart_is_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, mut sm) = crate::raft::open_storage(dir.path()).unwrap();
+        drop(log);
+        let meta = SnapshotMeta {
+            last_log_id: Some(LogId::new(openraft::CommittedLeaderId::new(3, 1), 42)),
+            last_membership: StoredMembership::default(),
+            snapshot_id: "old".into(),
+        };
+        let old = StoredSnapshot { meta: meta.clone(), data: b"old bytes".to_vec() };
+        sm.snap.insert(OLD_SNAPSHOT_KEY, postcard::to_stdvec(&old).unwrap()).unwrap();
+        let got = sm.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!((got.meta, got.snapshot.into_inner()), (meta.clone(), b"old bytes".to_vec()));
+
+        let newer = SnapshotMeta { snapshot_id: "new".into(), ..meta };
+        drop(store_snapshot(&sm.snap, &newer, b"new bytes".to_vec()).unwrap());
+        let got = sm.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!((got.meta, got.snapshot.into_inner()), (newer, b"new bytes".to_vec()));
+        assert!(sm.snap.get(OLD_SNAPSHOT_KEY).unwrap().is_none());
+    }
 
     /// A snapshot carries the deny list after the state, and one written
     /// before the deny list existed (the state alone) still installs.
