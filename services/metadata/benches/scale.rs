@@ -28,6 +28,13 @@ fn env(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+/// The resident high-water mark (`/proc/self/clear_refs` resets it).
+fn hwm_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
 fn rss_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
@@ -97,7 +104,35 @@ fn main() {
         snap.len(),
         snap.len() as f64 / total as f64
     );
-    drop((snap, back));
+    drop(back);
+
+    // The snapshot installed into a fresh replica's storage (sled, synced),
+    // as a follower whose disk was lost installs it: time, and the peak
+    // resident memory it adds (the high-water mark reset first).
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
+    let (log, mut sm) = quire_metadata::raft::open_storage(dir.path()).unwrap();
+    drop(log);
+    let meta = openraft::SnapshotMeta {
+        last_log_id: Some(openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), 1)),
+        last_membership: Default::default(),
+        snapshot_id: "bench".into(),
+    };
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    let (rss_before, t) = (rss_bytes(), Instant::now());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(openraft::storage::RaftStateMachine::install_snapshot(
+        &mut sm,
+        &meta,
+        Box::new(std::io::Cursor::new(snap)),
+    ))
+    .unwrap();
+    let install_ms = t.elapsed().as_millis();
+    println!(
+        "RESULT phase=install ledgers={total} install_ms={install_ms} rss_peak_added_mb={:.0} rss_added_after_mb={:.0}",
+        (hwm_bytes().saturating_sub(rss_before)) as f64 / 1e6,
+        (rss_bytes().saturating_sub(rss_before)) as f64 / 1e6
+    );
+    drop(sm);
 
     // The copy a snapshot build takes under the state's read lock, and the
     // scans that filter every ledger (GetBookie's load, a decommission).

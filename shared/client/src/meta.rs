@@ -41,6 +41,60 @@ pub struct Segment {
     pub members: Vec<Member>,
 }
 
+/// A ledger's custom metadata: keys in order, each once. A sorted slice
+/// rather than a B-tree, whose one node is about 640 bytes for two keys
+/// (every open ledger a gateway holds keeps its metadata: issue #46).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Custom(Box<[(String, Bytes)]>);
+
+impl Custom {
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&Bytes> {
+        self.0.binary_search_by(|(k, _)| k.as_str().cmp(key)).ok().map(|i| &self.0[i].1)
+    }
+
+    /// Sets `key` to `value`.
+    pub fn insert(&mut self, key: String, value: Bytes) {
+        match self.0.binary_search_by(|(k, _)| k.as_str().cmp(&key)) {
+            Ok(i) => self.0[i].1 = value,
+            Err(i) => {
+                let mut v = std::mem::take(&mut self.0).into_vec();
+                v.insert(i, (key, value));
+                self.0 = v.into_boxed_slice();
+            }
+        }
+    }
+
+    /// The keys and values, by key.
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &Bytes)> {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+
+    /// How many keys.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// A later value for a key replaces an earlier one, as in a map.
+impl FromIterator<(String, Bytes)> for Custom {
+    fn from_iter<I: IntoIterator<Item = (String, Bytes)>>(iter: I) -> Custom {
+        let map: BTreeMap<String, Bytes> = iter.into_iter().collect();
+        Custom(map.into_iter().collect())
+    }
+}
+
+impl From<BTreeMap<String, Bytes>> for Custom {
+    fn from(map: BTreeMap<String, Bytes>) -> Custom {
+        Custom(map.into_iter().collect())
+    }
+}
+
 /// A ledger's metadata.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LedgerMeta {
@@ -57,7 +111,7 @@ pub struct LedgerMeta {
     /// Once closed: payload bytes.
     pub length: u64,
     /// Application metadata.
-    pub custom: BTreeMap<String, Bytes>,
+    pub custom: Custom,
     /// Creation time (metadata leader's clock).
     pub created_at_ms: u64,
     /// The CAS token.
@@ -124,7 +178,9 @@ impl LedgerMeta {
             segments,
             last_entry_id: p.last_entry_id,
             length: p.length,
-            custom: p.custom.into_iter().collect(),
+            // Copied: the values arrive as slices of the whole response
+            // frame, which a long-lived writer would otherwise keep.
+            custom: p.custom.into_iter().map(|(k, v)| (k, Bytes::copy_from_slice(&v))).collect(),
             created_at_ms: p.created_at_ms,
             version: p.version,
             digest_type: p.digest_type,
@@ -160,7 +216,7 @@ impl LedgerMeta {
             last_entry_id: self.last_entry_id,
             length: self.length,
             digest_type: self.digest_type.clone(),
-            custom: self.custom.clone().into_iter().collect(),
+            custom: self.custom.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             created_at_ms: self.created_at_ms,
             version: self.version,
         }
@@ -277,6 +333,21 @@ pub fn writer_conflict(ours: &LedgerMeta, theirs: &LedgerMeta) -> Conflict {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The custom map keeps keys in order, each once, the last value
+    /// winning, as the B-tree it replaced did.
+    #[test]
+    fn custom_metadata_behaves_as_a_map() {
+        let mut c: Custom = [("b", "2"), ("a", "1"), ("b", "3")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), Bytes::from(v)))
+            .collect();
+        assert_eq!(c.iter().map(|(k, v)| (k.as_str(), &v[..])).collect::<Vec<_>>(), [("a", &b"1"[..]), ("b", b"3")]);
+        c.insert("c".into(), Bytes::from("4"));
+        c.insert("a".into(), Bytes::from("5"));
+        assert_eq!((c.get("a"), c.get("c"), c.get("z"), c.len()), (Some(&Bytes::from("5")), Some(&Bytes::from("4")), None, 3));
+        assert_eq!(c.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["a", "b", "c"]);
+    }
 
     fn proto() -> v1::LedgerMetadata {
         v1::LedgerMetadata {

@@ -497,7 +497,7 @@ impl Recovery {
         let w = self.writer.as_ref().expect("write-back has a writer");
         if w.lac() == tail {
             self.phase = Phase::Done;
-            steps.push(Step::Close { last_entry_id: tail, length: w.length(), ensembles: w.ensembles().clone() });
+            steps.push(Step::Close { last_entry_id: tail, length: w.length(), ensembles: w.ensembles() });
         }
         steps
     }
@@ -512,8 +512,8 @@ impl Recovery {
                 writer::Command::Fail { reason, .. } => return Err(reason),
                 writer::Command::ChangeEnsemble { failed, first_entry_id } => {
                     let w = self.writer.as_ref().expect("write-back has a writer");
-                    let (_, members) = w.ensembles().iter().next_back().expect("a ledger has an ensemble");
-                    steps.push(Step::Replace { failed, first_entry_id, members: members.clone() });
+                    let (_, members) = w.ensembles().pop_last().expect("a ledger has an ensemble");
+                    steps.push(Step::Replace { failed, first_entry_id, members });
                 }
                 other => steps.push(Step::Write(other)),
             }

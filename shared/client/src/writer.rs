@@ -227,8 +227,10 @@ struct Pending {
 pub struct Writer {
     ledger_id: u64,
     quorums: Quorums,
-    /// Ensembles by first entry id; the last is current.
-    ensembles: BTreeMap<u64, Vec<Member>>,
+    /// Ensembles by first entry id, ascending; the last is current. A
+    /// sorted vector: a B-tree's node is 384 bytes for the one ensemble
+    /// most ledgers ever have (an idle writer is held per open ledger).
+    ensembles: Vec<(u64, Vec<Member>)>,
     next_entry_id: u64,
     lac: i64,
     /// Ledger length up to the LAC.
@@ -279,7 +281,7 @@ impl Writer {
         Writer {
             ledger_id,
             quorums,
-            ensembles,
+            ensembles: ensembles.into_iter().collect(),
             next_entry_id: (lac + 1) as u64,
             lac,
             length,
@@ -334,10 +336,25 @@ impl Writer {
         self.copies.values().map(|c| c.awaited.count_ones() as usize).sum()
     }
 
+    /// Gives back what collections kept from a busy spell (an emptied
+    /// B-tree keeps its root node): for a writer about to sit idle.
+    pub fn release_idle_memory(&mut self) {
+        if self.pending.is_empty() {
+            self.pending = BTreeMap::new();
+        }
+        if self.copies.is_empty() {
+            self.copies = BTreeMap::new();
+        }
+        if self.failed.is_empty() {
+            self.failed = BTreeSet::new();
+        }
+    }
+
     /// The member at `position` of the segment holding `entry_id`.
     fn member_of(&self, entry_id: u64, position: usize) -> &Member {
-        let (_, members) = self.ensembles.range(..=entry_id).next_back().expect("segment 0 holds every entry");
-        &members[position]
+        // Segment 0 starts at entry 0, so some segment starts at or before it.
+        let i = self.ensembles.partition_point(|(first, _)| *first <= entry_id);
+        &self.ensembles[i.checked_sub(1).expect("segment 0 holds every entry")].1[position]
     }
 
     /// Copies of acknowledged entries that were sent and never confirmed.
@@ -346,7 +363,7 @@ impl Writer {
     }
 
     fn current(&self) -> (u64, &Vec<Member>) {
-        let (first, members) = self.ensembles.iter().next_back().expect("a writer always has an ensemble");
+        let (first, members) = self.ensembles.last().expect("a writer always has an ensemble");
         (*first, members)
     }
 
@@ -689,7 +706,10 @@ impl Writer {
             self.pending.keys().next().is_none_or(|p| *p >= first_entry_id),
             "a new ensemble never covers acknowledged entries"
         );
-        self.ensembles.insert(first_entry_id, members);
+        match self.ensembles.binary_search_by_key(&first_entry_id, |(first, _)| *first) {
+            Ok(i) => self.ensembles[i].1 = members,
+            Err(i) => self.ensembles.insert(i, (first_entry_id, members)),
+        }
         self.failed.clear();
         self.changing = false;
         let ids: Vec<u64> = self.pending.keys().copied().collect();
@@ -827,8 +847,8 @@ impl Writer {
     }
 
     /// The ensembles, by first entry id.
-    pub fn ensembles(&self) -> &BTreeMap<u64, Vec<Member>> {
-        &self.ensembles
+    pub fn ensembles(&self) -> BTreeMap<u64, Vec<Member>> {
+        self.ensembles.iter().cloned().collect()
     }
 }
 

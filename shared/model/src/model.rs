@@ -708,7 +708,7 @@ impl stateright::Model for LedgerModel {
             segments: vec![Segment { first_entry_id: 0, members: members.clone() }],
             last_entry_id: -1,
             length: 0,
-            custom: BTreeMap::new(),
+            custom: Default::default(),
             created_at_ms: 0,
             version: 1,
             digest_type: "crc32c".into(),

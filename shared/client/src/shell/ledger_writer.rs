@@ -62,11 +62,23 @@ enum Msg {
     Close(Box<(Reply<LedgerMeta>, Option<Closer>)>),
 }
 
-/// Where an idle writer's actor sleeps: no task, no timer, only its state
-/// (issue #46 item 1: 100 000 open ledgers held by one gateway). The
-/// handles own it; the actor holds it weakly, so that a sleeping actor
-/// goes with the last handle.
-type Bed = Mutex<Option<Box<Actor>>>;
+/// Where an idle writer's actor sleeps: no task, no timer, no channel,
+/// only its state (issue #46 item 1: 100 000 open ledgers held by one
+/// gateway). The handles own it; the actor holds it weakly, so that a
+/// sleeping actor goes with the last handle.
+type Bed = Mutex<BedState>;
+
+struct BedState {
+    /// The sleeping actor; none while it is awake (or ended).
+    actor: Option<Box<Actor>>,
+    /// The channel to the actor, none while it sleeps: made as it wakes,
+    /// closed as it falls asleep (tokio's channel allocates about 1.1 KB
+    /// up front, a quarter of an idle writer), closed for good as it ends.
+    tx: Option<mpsc::Sender<Msg>>,
+}
+
+/// The channel is small: the writer's own pending bound is the real one.
+const CHANNEL_CAPACITY: usize = 256;
 
 enum Event {
     Added { entry_id: u64, position: usize, member: Member, answer: Answer },
@@ -99,7 +111,6 @@ struct Shared {
 #[derive(Clone)]
 pub struct LedgerWriter {
     ledger_id: u64,
-    tx: mpsc::Sender<Msg>,
     shared: Arc<Shared>,
     bed: Arc<Bed>,
     max_entry_bytes: usize,
@@ -110,8 +121,6 @@ impl LedgerWriter {
         let opts = client.options().clone();
         let writer =
             Writer::new(meta.ledger_id, meta.quorums, meta.last_segment().members.clone(), opts.writer_options(false));
-        // The channel is small: the writer's own pending bound is the real one.
-        let (tx, rx) = mpsc::channel(256);
         let meta = Arc::new(meta);
         let shared = Arc::new(Shared {
             lac: AtomicI64::new(-1),
@@ -120,13 +129,12 @@ impl LedgerWriter {
             meta: Mutex::new(meta.clone()),
             rt: tokio::runtime::Handle::current(),
         });
-        let bed: Arc<Bed> = Arc::new(Mutex::new(None));
+        let bed: Arc<Bed> = Arc::new(Mutex::new(BedState { actor: None, tx: None }));
         let actor = Actor {
             bed: Arc::downgrade(&bed),
             client,
             w: writer,
             meta,
-            rx,
             rx_open: true,
             replies: HashMap::new(),
             spans: HashMap::new(),
@@ -138,25 +146,45 @@ impl LedgerWriter {
             close_result: None,
             lost_on: std::collections::BTreeSet::new(),
             shared: shared.clone(),
-            tasks: FuturesUnordered::new(),
+            tasks: None,
             outbox: Vec::new(),
         };
         let ledger_id = actor.meta.ledger_id;
         // A new writer has nothing to do: it starts asleep.
-        *bed.lock().expect("bed lock") = Some(Box::new(actor));
-        LedgerWriter { ledger_id, tx, shared, bed, max_entry_bytes: opts.max_entry_bytes }
+        bed.lock().expect("bed lock").actor = Some(Box::new(actor));
+        LedgerWriter { ledger_id, shared, bed, max_entry_bytes: opts.max_entry_bytes }
     }
 
-    /// Sends `msg` to the actor, waking it if it sleeps. The actor decides
-    /// to sleep holding the bed's lock, and only when its channel is empty;
-    /// a message is sent before the bed is looked at: so either the actor
-    /// sees the message, or this sees the actor asleep.
-    async fn send(&self, msg: Msg) -> Result<(), mpsc::error::SendError<Msg>> {
-        self.tx.send(msg).await?;
-        if let Some(actor) = self.bed.lock().expect("bed lock").take() {
-            self.shared.rt.spawn(actor.run());
+    /// Sends `msg` to the actor, waking it (with a new channel) if it
+    /// sleeps. The actor falls asleep holding the bed's lock: it closes its
+    /// channel, and sleeps only if nothing was in it (else it moves what was
+    /// to a new channel and stays awake). A send that found the channel
+    /// closed therefore sends again, unless the actor ended for good (its
+    /// channel, closed, still in the bed): no message is lost or refused
+    /// because the actor fell asleep.
+    async fn send(&self, mut msg: Msg) -> Result<(), mpsc::error::SendError<Msg>> {
+        loop {
+            let tx = {
+                let mut bed = self.bed.lock().expect("bed lock");
+                if let Some(actor) = bed.actor.take() {
+                    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+                    bed.tx = Some(tx);
+                    self.shared.rt.spawn(actor.run(rx));
+                }
+                bed.tx.clone().expect("an awake or ended actor's channel is in the bed")
+            };
+            match tx.send(msg).await {
+                Ok(()) => return Ok(()),
+                Err(mpsc::error::SendError(m)) => {
+                    let bed = self.bed.lock().expect("bed lock");
+                    let again = bed.actor.is_some() || bed.tx.as_ref().is_some_and(|t| !t.same_channel(&tx));
+                    if !again {
+                        return Err(mpsc::error::SendError(m));
+                    }
+                    msg = m;
+                }
+            }
         }
-        Ok(())
     }
 
     /// The ledger id.
@@ -167,7 +195,7 @@ impl LedgerWriter {
     /// Whether the writer is idle and its actor asleep: no task and no
     /// timer, until the next add or close wakes it.
     pub fn asleep(&self) -> bool {
-        self.bed.lock().expect("bed lock").is_some()
+        self.bed.lock().expect("bed lock").actor.is_some()
     }
 
     /// The LAC: every entry up to it is acknowledged.
@@ -270,7 +298,6 @@ struct Actor {
     client: Client,
     w: Writer,
     meta: Arc<LedgerMeta>,
-    rx: mpsc::Receiver<Msg>,
     rx_open: bool,
     replies: HashMap<u64, Reply<Added>>,
     /// The caller's span of each traced pending add.
@@ -283,12 +310,15 @@ struct Actor {
     /// The close was answered; the actor stays until the copies it sent
     /// before (and re-sent after) are answered: a close cancels none.
     finished: bool,
-    close_result: Option<Result<LedgerMeta, ClientError>>,
+    /// Boxed: 150 bytes inline that every idle writer would carry.
+    close_result: Option<Box<Result<LedgerMeta, ClientError>>>,
     /// Bookies that did not confirm a copy of an acknowledged entry, not
     /// yet reported to the metadata service.
     lost_on: std::collections::BTreeSet<String>,
     shared: Arc<Shared>,
-    tasks: FuturesUnordered<Task>,
+    /// Made on the first task and dropped as the actor falls asleep: an
+    /// empty `FuturesUnordered` still holds a 144-byte allocation.
+    tasks: Option<FuturesUnordered<Task>>,
     /// Sends decided during this turn of the loop, flushed at its end: the
     /// adds that left together go to each bookie as one AddEntries request.
     outbox: Vec<(usize, Member, Entry, bool)>,
@@ -312,7 +342,7 @@ fn fail_error(reason: &FailReason, ledger_id: u64) -> ClientError {
 impl Actor {
     /// Boxed: the task's future stays small, and sleeping moves the box
     /// into the bed as it is.
-    async fn run(mut self: Box<Self>) {
+    async fn run(mut self: Box<Self>, mut rx: mpsc::Receiver<Msg>) {
         let opts = self.client.options().clone();
         let every = (opts.add_timeout / 4).min(opts.explicit_lac_interval / 2).max(std::time::Duration::from_millis(5));
         // A timer only while time can change something (`Writer::wants_tick`):
@@ -333,7 +363,8 @@ impl Actor {
                     // waker in the channel, which would keep the ended
                     // task's memory for as long as the writer sleeps.
                     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-                    match self.rx.poll_recv(&mut cx) {
+                    match rx.poll_recv(&mut cx) {
+                        // The message it was woken for, most often.
                         std::task::Poll::Ready(Some(msg)) => early = Some(msg),
                         // Every handle is gone and nothing is under way.
                         std::task::Poll::Ready(None) => {
@@ -341,8 +372,31 @@ impl Actor {
                             break;
                         }
                         std::task::Poll::Pending => {
-                            *slot = Some(self);
-                            return;
+                            rx.close();
+                            let mut queued = Vec::new();
+                            while let Ok(msg) = rx.try_recv() {
+                                queued.push(msg);
+                            }
+                            if queued.is_empty() {
+                                slot.tx = None;
+                                // What a busy spell grew, given back while it sleeps.
+                                self.tasks = None;
+                                self.replies = HashMap::new();
+                                self.spans = HashMap::new();
+                                self.outbox = Vec::new();
+                                self.w.release_idle_memory();
+                                slot.actor = Some(self);
+                                return;
+                            }
+                            // Sent as it was closing: kept, in order, in a
+                            // new channel, which the next sends use.
+                            let (tx, fresh) = mpsc::channel(CHANNEL_CAPACITY);
+                            for msg in queued {
+                                let moved = tx.try_send(msg).is_ok();
+                                assert!(moved, "a new channel takes what its predecessor held");
+                            }
+                            slot.tx = Some(tx);
+                            rx = fresh;
                         }
                     }
                 }
@@ -359,11 +413,11 @@ impl Actor {
             let accepting =
                 self.rx_open && !self.closing && (self.w.done().is_some() || self.w.pending() < opts.max_pending_adds);
             if let Some(msg) = early.take() {
-                self.take(Some(msg), &opts);
+                self.take(&mut rx, Some(msg), &opts);
             } else {
                 tokio::select! {
-                    msg = self.rx.recv(), if accepting || (self.rx_open && self.closing) => self.take(msg, &opts),
-                    Some(ev) = self.tasks.next(), if !self.tasks.is_empty() => self.on_event(ev),
+                    msg = rx.recv(), if accepting || (self.rx_open && self.closing) => self.take(&mut rx, msg, &opts),
+                    Some(ev) = async { self.tasks.as_mut().expect("tasks").next().await }, if !self.no_tasks() => self.on_event(ev),
                     _ = async { ticker.as_mut().expect("armed").tick().await }, if ticker.is_some() => {
                         let cmds = self.w.tick(std::time::Instant::now());
                         self.execute(cmds);
@@ -374,15 +428,15 @@ impl Actor {
             if self.closing && !self.close_sent && self.w.pending() == 0 && !self.w.changing() {
                 self.start_close();
             }
-            if (self.finished || (!self.rx_open && self.w.pending() == 0)) && self.tasks.is_empty() {
+            if (self.finished || (!self.rx_open && self.w.pending() == 0)) && self.no_tasks() {
                 break;
             }
         }
         // What was sent while the last turn ran is answered as a live actor
         // would answer it (a finished writer refuses with its reason:
         // LedgerClosed after our close), not dropped into WriterClosed.
-        self.rx.close();
-        while let Ok(msg) = self.rx.try_recv() {
+        rx.close();
+        while let Ok(msg) = rx.try_recv() {
             match msg {
                 Msg::Add(add) => {
                     let (payload, reply, span) = *add;
@@ -390,12 +444,16 @@ impl Actor {
                 }
                 Msg::Close(close) => {
                     let (reply, _) = *close;
-                    let res = self.close_result.clone().unwrap_or(Err(ClientError::WriterClosed(ledger_id)));
+                    let res = self.close_result.as_deref().cloned().unwrap_or(Err(ClientError::WriterClosed(ledger_id)));
                     let _ = reply.send(res);
                 }
             }
         }
         tracing::debug!(ledger_id, "writer stopped");
+    }
+
+    fn no_tasks(&self) -> bool {
+        self.tasks.as_ref().is_none_or(|t| t.is_empty())
     }
 
     /// Whether nothing is under way that needs the task: no add pending or
@@ -406,7 +464,7 @@ impl Actor {
         self.rx_open
             && !self.closing
             && !self.finished
-            && self.tasks.is_empty()
+            && self.no_tasks()
             && self.outbox.is_empty()
             && self.replies.is_empty()
             && self.closers.is_empty()
@@ -422,7 +480,7 @@ impl Actor {
     /// message is taken off the channel only when this turn will handle it.
     /// (How many are queued depends on the submitters: one that spends its
     /// cooperative budget sooner yields sooner, and leaves fewer.)
-    fn take(&mut self, first: Option<Msg>, opts: &crate::ClientOptions) {
+    fn take(&mut self, rx: &mut mpsc::Receiver<Msg>, first: Option<Msg>, opts: &crate::ClientOptions) {
         let mut next = first;
         for taken in 1..=BATCH_MAX_ADDS {
             match next {
@@ -434,7 +492,7 @@ impl Actor {
                     let (reply, closer) = *close;
                     match &self.close_result {
                         Some(res) => {
-                            let _ = reply.send(res.clone());
+                            let _ = reply.send(Result::clone(res));
                         }
                         None => {
                             self.closers.push(reply);
@@ -456,7 +514,7 @@ impl Actor {
             {
                 return;
             }
-            match self.rx.try_recv() {
+            match rx.try_recv() {
                 Ok(m) => next = Some(m),
                 Err(_) => return,
             }
@@ -528,7 +586,7 @@ impl Actor {
                 // Closed by us: copies refused meanwhile go again as
                 // recovery adds. Otherwise the writer just stops.
                 let cmds = if res.is_ok() { self.w.closed() } else { self.w.close() };
-                self.close_result = Some(res);
+                self.close_result = Some(Box::new(res));
                 self.execute(cmds);
                 self.finished = true;
                 self.report_lost_copies();
@@ -553,7 +611,7 @@ impl Actor {
                 Command::SendLac { member, lac, .. } => {
                     let bookies = self.client.bookies().clone();
                     let version = self.meta.version;
-                    self.tasks.push(Box::pin(async move {
+                    self.tasks.get_or_insert_with(FuturesUnordered::new).push(Box::pin(async move {
                         Event::LacPublished(bookies.write_lac(&member, ledger_id, lac, version).await)
                     }));
                 }
@@ -570,7 +628,7 @@ impl Actor {
                     let client = self.client.clone();
                     let meta = LedgerMeta::clone(&self.meta);
                     tracing::info!(ledger_id, ?failed, first_entry_id, "bookie failed; changing ensemble");
-                    self.tasks.push(Box::pin(async move {
+                    self.tasks.get_or_insert_with(FuturesUnordered::new).push(Box::pin(async move {
                         Event::EnsembleChanged(change_ensemble(&client, meta, &failed, first_entry_id).await)
                     }));
                 }
@@ -661,7 +719,7 @@ impl Actor {
             if entries.len() == 1 {
                 let entry = entries.pop().expect("one");
                 let entry_id = entry.entry_id;
-                self.tasks.push(Box::pin(tracing::Instrument::instrument(
+                self.tasks.get_or_insert_with(FuturesUnordered::new).push(Box::pin(tracing::Instrument::instrument(
                     async move {
                         let answer = bookies.add(&member, entry, version, recovery, timeout).await;
                         Event::Added { entry_id, position, member, answer }
@@ -670,7 +728,7 @@ impl Actor {
                 )));
             } else {
                 let ids: Vec<u64> = entries.iter().map(|e| e.entry_id).collect();
-                self.tasks.push(Box::pin(tracing::Instrument::instrument(
+                self.tasks.get_or_insert_with(FuturesUnordered::new).push(Box::pin(tracing::Instrument::instrument(
                     async move {
                         let answers = bookies.add_batch(&member, entries, version, recovery, timeout).await;
                         Event::AddedBatch { position, member, answers: ids.into_iter().zip(answers).collect() }
@@ -694,7 +752,7 @@ impl Actor {
         }
         self.lost_on.retain(|b| !ready.contains(b));
         let (client, ledger_id) = (self.client.clone(), self.meta.ledger_id);
-        self.tasks.push(Box::pin(async move {
+        self.tasks.get_or_insert_with(FuturesUnordered::new).push(Box::pin(async move {
             let req = quire_proto::v1::MarkUnderReplicatedRequest {
                 ledger_id,
                 missing_bookie_ids: ready.clone(),
@@ -728,10 +786,10 @@ impl Actor {
             intended.last_entry_id = lac;
             intended.length = length;
             let written = closer(meta, intended);
-            self.tasks.push(Box::pin(async move { Event::Closed(written.await) }));
+            self.tasks.get_or_insert_with(FuturesUnordered::new).push(Box::pin(async move { Event::Closed(written.await) }));
             return;
         }
-        self.tasks.push(Box::pin(async move { Event::Closed(close_ledger(&client, meta, lac, length).await) }));
+        self.tasks.get_or_insert_with(FuturesUnordered::new).push(Box::pin(async move { Event::Closed(close_ledger(&client, meta, lac, length).await) }));
     }
 }
 
