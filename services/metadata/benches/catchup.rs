@@ -101,7 +101,13 @@ fn main() {
     let dir = tempfile::tempdir_in("/tmp").unwrap();
     let certs = dir.path().join("certs");
     init_dir(&certs, "bench", &LocalCluster { metadata: 3, bookies: 0 }, &IssueOptions::default()).unwrap();
-    let mut cluster = MetadataCluster::start(&certs, dir.path(), 3).unwrap();
+    // BENCH_SNAPSHOT_EVERY: the replicas' --snapshot-every (default 5 000 entries).
+    let replica_env: Vec<(String, String)> = std::env::var("BENCH_SNAPSHOT_EVERY")
+        .ok()
+        .map(|v| ("QUIRE_SNAPSHOT_EVERY".to_string(), v))
+        .into_iter()
+        .collect();
+    let mut cluster = MetadataCluster::start_with_env(&certs, dir.path(), 3, &replica_env).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let creds = Credentials::load(&TlsFiles::in_dir(&certs, Role::Client, "1")).unwrap();

@@ -358,7 +358,8 @@ impl quire_rpc::Service for MetaService {
                             Ok(v1::WatchLedgerResponse { ledger: None, timed_out: false, deleted: true }.into())
                         }
                         None => {
-                            let cur = shared.state.read().expect("state lock").ledgers.get(&id).as_ref().map(ledger_to_wire);
+                            let cur =
+                                shared.state.read().expect("state lock").ledgers.get(&id).as_ref().map(ledger_to_wire);
                             Ok(v1::WatchLedgerResponse { ledger: cur, timed_out, deleted: false }.into())
                         }
                     }

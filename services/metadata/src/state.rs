@@ -130,9 +130,7 @@ impl LedgerHead<'_> {
     /// As [`Ledger::names`].
     pub fn names(&self, bookie_id: &str) -> bool {
         let firsts: Vec<u64> = self.ensembles.iter().map(|s| s.first_entry_id).collect();
-        segments_name(self.state, self.last_entry_id, &firsts, |i| {
-            self.ensembles[i].bookie_ids.contains(&bookie_id)
-        })
+        segments_name(self.state, self.last_entry_id, &firsts, |i| self.ensembles[i].bookie_ids.contains(&bookie_id))
     }
 }
 
@@ -1198,13 +1196,8 @@ impl MetaState {
                     Some(_) => {
                         // Retiring a bookie some ledger still names would lose
                         // that ledger's copies on it: refuse.
-                        let holding: Vec<u64> = self
-                            .ledgers
-                            .heads()
-                            .filter(|l| l.names(&bookie_id))
-                            .map(|l| l.ledger_id)
-                            .take(5)
-                            .collect();
+                        let holding: Vec<u64> =
+                            self.ledgers.heads().filter(|l| l.names(&bookie_id)).map(|l| l.ledger_id).take(5).collect();
                         if !holding.is_empty() {
                             return Err(Refusal::BadRequest(format!(
                                 "bookie {bookie_id} still holds copies of ledgers {holding:?}: it is retired only once drained"

@@ -338,14 +338,15 @@ mod tests {
     /// winning, as the B-tree it replaced did.
     #[test]
     fn custom_metadata_behaves_as_a_map() {
-        let mut c: Custom = [("b", "2"), ("a", "1"), ("b", "3")]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), Bytes::from(v)))
-            .collect();
+        let mut c: Custom =
+            [("b", "2"), ("a", "1"), ("b", "3")].into_iter().map(|(k, v)| (k.to_string(), Bytes::from(v))).collect();
         assert_eq!(c.iter().map(|(k, v)| (k.as_str(), &v[..])).collect::<Vec<_>>(), [("a", &b"1"[..]), ("b", b"3")]);
         c.insert("c".into(), Bytes::from("4"));
         c.insert("a".into(), Bytes::from("5"));
-        assert_eq!((c.get("a"), c.get("c"), c.get("z"), c.len()), (Some(&Bytes::from("5")), Some(&Bytes::from("4")), None, 3));
+        assert_eq!(
+            (c.get("a"), c.get("c"), c.get("z"), c.len()),
+            (Some(&Bytes::from("5")), Some(&Bytes::from("4")), None, 3)
+        );
         assert_eq!(c.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["a", "b", "c"]);
     }
 

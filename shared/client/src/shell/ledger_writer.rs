@@ -444,7 +444,8 @@ impl Actor {
                 }
                 Msg::Close(close) => {
                     let (reply, _) = *close;
-                    let res = self.close_result.as_deref().cloned().unwrap_or(Err(ClientError::WriterClosed(ledger_id)));
+                    let res =
+                        self.close_result.as_deref().cloned().unwrap_or(Err(ClientError::WriterClosed(ledger_id)));
                     let _ = reply.send(res);
                 }
             }
@@ -786,10 +787,14 @@ impl Actor {
             intended.last_entry_id = lac;
             intended.length = length;
             let written = closer(meta, intended);
-            self.tasks.get_or_insert_with(FuturesUnordered::new).push(Box::pin(async move { Event::Closed(written.await) }));
+            self.tasks
+                .get_or_insert_with(FuturesUnordered::new)
+                .push(Box::pin(async move { Event::Closed(written.await) }));
             return;
         }
-        self.tasks.get_or_insert_with(FuturesUnordered::new).push(Box::pin(async move { Event::Closed(close_ledger(&client, meta, lac, length).await) }));
+        self.tasks
+            .get_or_insert_with(FuturesUnordered::new)
+            .push(Box::pin(async move { Event::Closed(close_ledger(&client, meta, lac, length).await) }));
     }
 }
 
