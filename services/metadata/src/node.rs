@@ -100,12 +100,17 @@ impl Node {
         }
         .validate()
         .context("raft config")?;
-        // No log and no vote: a first start, or a lost disk (`raft/amnesia.rs`).
+        // No log and no vote: a first start, or a lost disk (`raft/amnesia.rs`);
+        // marked durably, so that a restart before it votes again keeps it so.
         let started_empty = {
             let mut l = log.clone();
             let s = l.get_log_state().await.map_err(|e| anyhow::anyhow!("read the Raft log: {e}"))?;
             let vote = l.read_vote().await.map_err(|e| anyhow::anyhow!("read the vote: {e}"))?;
-            s.last_log_id.is_none() && vote.is_none()
+            let marked = l.amnesia_marked().map_err(|e| anyhow::anyhow!("read the amnesia mark: {e}"))?;
+            if s.last_log_id.is_none() && vote.is_none() && !marked {
+                l.set_amnesia_mark(true).await.map_err(|e| anyhow::anyhow!("mark the empty start: {e}"))?;
+            }
+            marked || (s.last_log_id.is_none() && vote.is_none())
         };
         let gate = ElectionGate::new(Duration::from_millis(timing.election_max_ms), log.clone(), started_empty);
         let raft = MetaRaft::new(id, Arc::new(config), Network::new(rpc.clone()), log, sm)

@@ -819,12 +819,19 @@ async fn raft_rpc(
             let req: openraft::raft::AppendEntriesRequest<crate::raft::TypeConfig> =
                 postcard::from_bytes(&r.payload).map_err(bad)?;
             sender_is(peer, req.vote.leader_id().voted_for(), "append-entries")?;
-            let (term, commit) = (req.vote.leader_id().term, req.leader_commit);
+            let leader = (req.vote.leader_id().term, req.vote.leader_id().voted_for().unwrap_or_default());
+            let commit = req.leader_commit;
             let res = raft.append_entries(req).await;
             // Accepted from the leader of our term (a conflict too): it lives.
             if matches!(&res, Ok(a) if !matches!(a, openraft::raft::AppendEntriesResponse::HigherVote(_))) {
                 gate.leader_heard();
-                gate.amnesia.leader_heard(term, commit.as_ref(), raft.metrics().borrow().last_applied.as_ref());
+                let matched = matches!(
+                    &res,
+                    Ok(openraft::raft::AppendEntriesResponse::Success
+                        | openraft::raft::AppendEntriesResponse::PartialSuccess(_))
+                );
+                let applied = raft.metrics().borrow().last_applied;
+                gate.amnesia_leader_heard(leader, matched, commit.as_ref(), applied.as_ref()).await;
             }
             postcard::to_stdvec(&res)
         }

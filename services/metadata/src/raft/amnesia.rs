@@ -55,13 +55,27 @@ impl Amnesia {
         Amnesia { recall: Mutex::new(if started_empty { Recall::Forgotten } else { Recall::Intact }) }
     }
 
-    /// The leader of term `leader_term` was heard (an AppendEntries
-    /// accepted, a conflict too), reporting `leader_commit`; this replica
-    /// has applied up to `applied`.
-    pub fn leader_heard(&self, leader_term: u64, leader_commit: Option<&LogId<u64>>, applied: Option<&LogId<u64>>) {
+    /// The leader `(term, node)` was heard (an AppendEntries accepted, a
+    /// conflict too), reporting `leader_commit`; `matched`: this replica's
+    /// log matched (a success, not a conflict); it has applied up to
+    /// `applied`. Returns whether this replica now votes again.
+    ///
+    /// The mark is taken from a matched AppendEntries only: the leader sent
+    /// it after it learned this replica's log was gone (the conflict that
+    /// came first), so its commit index covers anything committed with an
+    /// acknowledgement this replica gave before the loss. And only from a
+    /// commit index in the leader's own leadership, same term and node (two
+    /// leaders may share a term in openraft's default mode).
+    pub fn leader_heard(
+        &self,
+        leader: (u64, u64),
+        matched: bool,
+        leader_commit: Option<&LogId<u64>>,
+        applied: Option<&LogId<u64>>,
+    ) -> bool {
         let mut recall = self.recall.lock().expect("recall lock");
         match leader_commit {
-            Some(c) if *recall == Recall::Forgotten && c.leader_id.term == leader_term => {
+            Some(c) if matched && *recall == Recall::Forgotten && (c.leader_id.term, c.leader_id.node_id) == leader => {
                 tracing::info!(
                     commit_index = c.index,
                     "started with no Raft state: votes once this commit index is applied"
@@ -70,7 +84,9 @@ impl Amnesia {
             }
             _ => {}
         }
+        let was = *recall;
         Self::caught_up(&mut recall, applied);
+        was != Recall::Intact && *recall == Recall::Intact
     }
 
     fn caught_up(recall: &mut Recall, applied: Option<&LogId<u64>>) {
@@ -95,6 +111,14 @@ impl Amnesia {
     /// Whether this replica still withholds votes.
     pub fn withholding(&self) -> bool {
         *self.recall.lock().expect("recall lock") != Recall::Intact
+    }
+
+    /// Whether this replica, its log ending at `mine`, may stand for
+    /// election: not while it withholds its vote, unless its log holds only
+    /// the cluster's first entry (a first election). Else it could win
+    /// with a lagging replica's vote, lacking what it helped commit.
+    pub fn may_stand(&self, mine: Option<&LogId<u64>>) -> bool {
+        !self.withholding() || mine.is_none_or(|l| l.index == 0)
     }
 }
 
@@ -125,19 +149,24 @@ mod tests {
         assert!(!a.may_vote(Some(&log_id(3, 500)), Some(&log_id(3, 900))));
         // A leader of term 4 whose commit index is still from term 3 may not
         // know the last one: not enough.
-        a.leader_heard(4, Some(&log_id(3, 650)), Some(&log_id(3, 650)));
-        a.leader_heard(4, None, Some(&log_id(3, 650)));
+        a.leader_heard((4, 1), true, Some(&log_id(3, 650)), Some(&log_id(3, 650)));
+        a.leader_heard((4, 1), true, None, Some(&log_id(3, 650)));
+        // A conflict answered (its log not yet matched): no mark either.
+        a.leader_heard((4, 1), false, Some(&log_id(4, 700)), Some(&log_id(3, 650)));
+        // Nor from another leader of the same term.
+        a.leader_heard((4, 2), true, Some(&log_id(4, 700)), Some(&log_id(3, 650)));
+        assert!(!a.may_stand(Some(&log_id(3, 650))) && a.may_stand(Some(&log_id(0, 0))));
         assert!(!a.may_vote(Some(&log_id(3, 650)), Some(&log_id(4, 900))));
         // It commits its blank entry at 700: not before that is applied.
-        a.leader_heard(4, Some(&log_id(4, 700)), Some(&log_id(3, 650)));
+        a.leader_heard((4, 1), true, Some(&log_id(4, 700)), Some(&log_id(3, 650)));
         assert!(!a.may_vote(Some(&log_id(3, 699)), Some(&log_id(4, 900))));
         assert!(a.withholding());
         // A later report does not move the mark it must reach.
-        a.leader_heard(5, Some(&log_id(5, 10_000)), Some(&log_id(3, 699)));
+        a.leader_heard((5, 1), true, Some(&log_id(5, 10_000)), Some(&log_id(3, 699)));
         assert!(a.withholding());
         // Applied that far: the next heartbeat (or vote) frees it.
-        a.leader_heard(5, Some(&log_id(5, 10_000)), Some(&log_id(4, 700)));
-        assert!(!a.withholding());
+        assert!(a.leader_heard((5, 1), true, Some(&log_id(5, 10_000)), Some(&log_id(4, 700))));
+        assert!(!a.withholding() && a.may_stand(Some(&log_id(4, 700))));
         assert!(a.may_vote(Some(&log_id(4, 700)), Some(&log_id(5, 900))));
         // And from then on, Raft's rules alone.
         assert!(a.may_vote(None, Some(&log_id(9, 1))));
@@ -148,7 +177,7 @@ mod tests {
         let a = Amnesia::new(true);
         // Elected with the first membership at index 0; its blank entry at 1.
         assert!(a.may_vote(None, Some(&log_id(0, 0))));
-        a.leader_heard(1, Some(&log_id(1, 1)), Some(&log_id(0, 0)));
+        a.leader_heard((1, 1), true, Some(&log_id(1, 1)), Some(&log_id(0, 0)));
         assert!(!a.may_vote(Some(&log_id(0, 0)), Some(&log_id(1, 3))));
         assert!(a.may_vote(Some(&log_id(1, 1)), Some(&log_id(1, 3))));
     }

@@ -113,6 +113,22 @@ impl ElectionGate {
         self.last_log_id().await
     }
 
+    /// A leader was heard (see [`Amnesia::leader_heard`]); once this
+    /// replica votes again, its durable mark goes.
+    pub async fn amnesia_leader_heard(
+        &self,
+        leader: (u64, u64),
+        matched: bool,
+        leader_commit: Option<&LogId<u64>>,
+        applied: Option<&LogId<u64>>,
+    ) {
+        if self.amnesia.leader_heard(leader, matched, leader_commit, applied) {
+            if let Err(e) = self.log.set_amnesia_mark(false).await {
+                tracing::warn!(error = %e, "clear the amnesia mark (it stays until the next heartbeat after a restart)");
+            }
+        }
+    }
+
     /// A leader was heard from (an AppendEntries or snapshot accepted), or
     /// a vote granted: not the moment to stand.
     pub fn leader_heard(&self) {
@@ -196,7 +212,12 @@ pub async fn drive(
         if state == ServerState::Leader || !voters.iter().any(|(v, _)| *v == id) || Instant::now() < next_at {
             continue;
         }
-        let req = PreVoteRequest { candidate: id, last_log_id: gate.last_log_id().await };
+        let last_log_id = gate.last_log_id().await;
+        if !gate.amnesia.may_stand(last_log_id.as_ref()) {
+            next_at = Instant::now() + election_min + jitter(election_min);
+            continue;
+        }
+        let req = PreVoteRequest { candidate: id, last_log_id };
         let payload = match postcard::to_stdvec(&req) {
             Ok(p) => bytes::Bytes::from(p),
             Err(e) => {

@@ -57,6 +57,29 @@ impl LogStore {
     }
 }
 
+impl LogStore {
+    /// Whether this replica still owes what it lost (`amnesia.rs`): set,
+    /// durably, when it starts with no log and no vote, cleared once it
+    /// votes again; a restart in between must not make it look intact
+    /// (it has a vote by then).
+    pub fn amnesia_marked(&self) -> Result<bool, SErr> {
+        Ok(self.meta.get(AMNESIA_KEY).map_err(|e| StorageIOError::read(&e))?.is_some())
+    }
+
+    /// Sets or clears the mark, durably.
+    pub async fn set_amnesia_mark(&self, marked: bool) -> Result<(), SErr> {
+        if marked {
+            self.meta.insert(AMNESIA_KEY, &[][..]).map_err(|e| StorageIOError::write(&e))?;
+        } else {
+            self.meta.remove(AMNESIA_KEY).map_err(|e| StorageIOError::write(&e))?;
+        }
+        self.flush().await.map_err(|e| StorageIOError::write(&e))?;
+        Ok(())
+    }
+}
+
+const AMNESIA_KEY: &str = "amnesia";
+
 impl RaftLogReader<TypeConfig> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,

@@ -156,35 +156,38 @@ impl LedgerWriter {
     }
 
     /// Sends `msg` to the actor, waking it (with a new channel) if it
-    /// sleeps. The actor falls asleep holding the bed's lock: it closes its
-    /// channel, and sleeps only if nothing was in it (else it moves what was
-    /// to a new channel and stays awake). A send that found the channel
-    /// closed therefore sends again, unless the actor ended for good (its
-    /// channel, closed, still in the bed): no message is lost or refused
-    /// because the actor fell asleep.
-    async fn send(&self, mut msg: Msg) -> Result<(), mpsc::error::SendError<Msg>> {
-        loop {
-            let tx = {
-                let mut bed = self.bed.lock().expect("bed lock");
-                if let Some(actor) = bed.actor.take() {
-                    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-                    bed.tx = Some(tx);
-                    self.shared.rt.spawn(actor.run(rx));
-                }
-                bed.tx.clone().expect("an awake or ended actor's channel is in the bed")
-            };
-            match tx.send(msg).await {
-                Ok(()) => return Ok(()),
-                Err(mpsc::error::SendError(m)) => {
-                    let bed = self.bed.lock().expect("bed lock");
-                    let again = bed.actor.is_some() || bed.tx.as_ref().is_some_and(|t| !t.same_channel(&tx));
-                    if !again {
-                        return Err(mpsc::error::SendError(m));
-                    }
-                    msg = m;
-                }
+    /// sleeps. Under the bed's lock the message goes into the channel
+    /// (`try_send`: it cannot fail on a new channel); only when the channel
+    /// is full does a sender wait outside the lock, holding a clone of the
+    /// sender. The actor falls asleep under the same lock, and only with
+    /// an empty channel and no clone of its sender out (`strong_count`):
+    /// so no send is under way when it drops its channel, and no message is
+    /// lost or refused because it fell asleep. (Closing the channel and
+    /// draining it would not do: tokio's `try_recv` answers "empty" while a
+    /// send that took its slot has not yet written it.)
+    async fn send(&self, msg: Msg) -> Result<(), mpsc::error::SendError<Msg>> {
+        let tx = {
+            let mut bed = self.bed.lock().expect("bed lock");
+            if let Some(actor) = bed.actor.take() {
+                let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+                let sent = tx.try_send(msg).is_ok();
+                assert!(sent, "a new channel takes a message");
+                bed.tx = Some(tx);
+                self.shared.rt.spawn(actor.run(rx));
+                return Ok(());
             }
-        }
+            let tx = bed.tx.as_ref().expect("an awake or ended actor's channel is in the bed");
+            match tx.try_send(msg) {
+                Ok(()) => return Ok(()),
+                // Closed only as the actor ended for good.
+                Err(mpsc::error::TrySendError::Closed(m)) => return Err(mpsc::error::SendError(m)),
+                Err(mpsc::error::TrySendError::Full(m)) => (tx.clone(), m),
+            }
+        };
+        // Full: the actor is awake and busy, and does not sleep while this
+        // clone is out.
+        let (tx, msg) = tx;
+        tx.send(msg).await
     }
 
     /// The ledger id.
@@ -371,33 +374,21 @@ impl Actor {
                             self.rx_open = false;
                             break;
                         }
-                        std::task::Poll::Pending => {
-                            rx.close();
-                            let mut queued = Vec::new();
-                            while let Ok(msg) = rx.try_recv() {
-                                queued.push(msg);
-                            }
-                            if queued.is_empty() {
-                                slot.tx = None;
-                                // What a busy spell grew, given back while it sleeps.
-                                self.tasks = None;
-                                self.replies = HashMap::new();
-                                self.spans = HashMap::new();
-                                self.outbox = Vec::new();
-                                self.w.release_idle_memory();
-                                slot.actor = Some(self);
-                                return;
-                            }
-                            // Sent as it was closing: kept, in order, in a
-                            // new channel, which the next sends use.
-                            let (tx, fresh) = mpsc::channel(CHANNEL_CAPACITY);
-                            for msg in queued {
-                                let moved = tx.try_send(msg).is_ok();
-                                assert!(moved, "a new channel takes what its predecessor held");
-                            }
-                            slot.tx = Some(tx);
-                            rx = fresh;
+                        // Asleep only with no sender's clone out (see
+                        // `LedgerWriter::send`); else the message it is
+                        // about to send keeps the actor awake.
+                        std::task::Poll::Pending if slot.tx.as_ref().is_none_or(|t| t.strong_count() == 1) => {
+                            slot.tx = None;
+                            // What a busy spell grew, given back while it sleeps.
+                            self.tasks = None;
+                            self.replies = HashMap::new();
+                            self.spans = HashMap::new();
+                            self.outbox = Vec::new();
+                            self.w.release_idle_memory();
+                            slot.actor = Some(self);
+                            return;
                         }
+                        std::task::Poll::Pending => {}
                     }
                 }
             }
