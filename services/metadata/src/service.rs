@@ -843,7 +843,7 @@ async fn raft_rpc(
                 raft.vote(req).await
             } else {
                 let vote = raft.metrics().borrow().vote;
-                Ok(openraft::raft::VoteResponse::new(vote, gate.last_log().await, false))
+                Ok(openraft::raft::VoteResponse::new(vote, gate.last_log_id().await, false))
             };
             if matches!(&res, Ok(v) if v.vote_granted) {
                 gate.leader_heard();

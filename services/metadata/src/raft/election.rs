@@ -108,11 +108,6 @@ impl ElectionGate {
         may
     }
 
-    /// The last entry of this replica's log.
-    pub async fn last_log(&self) -> Option<LogId<u64>> {
-        self.last_log_id().await
-    }
-
     /// A leader was heard (see [`Amnesia::leader_heard`]); once this
     /// replica votes again, its durable mark goes.
     pub async fn amnesia_leader_heard(
@@ -139,7 +134,8 @@ impl ElectionGate {
         *self.last_contact.lock().expect("contact lock")
     }
 
-    async fn last_log_id(&self) -> Option<LogId<u64>> {
+    /// The last entry of this replica's log.
+    pub async fn last_log_id(&self) -> Option<LogId<u64>> {
         let mut log = self.log.clone();
         match log.get_log_state().await {
             Ok(s) => s.last_log_id,
