@@ -138,12 +138,18 @@ bench-metadata: build
 	BENCH_SECS=$(BENCH_SECS) $(CARGO) bench -p quire-metadata --bench metadata
 
 # Production size (issue #46): the metadata state machine alone at
-# LEDGERS (1 000 000) ledgers (apply rate, memory, snapshot, a takeover's
-# sweep), then one gateway holding OPEN (100 000) idle open ledgers (CPU,
-# memory): docs/benchmarks.md, "Production size".
+# LEDGERS (1 000 000) ledgers (apply rate, memory, snapshot, install, a
+# takeover's sweep); three real metadata replicas holding them (fill, a
+# wiped follower, one down DOWN_SECS (600) under 1 000 creates/s with
+# create + close latency, a full restart); one gateway holding OPEN
+# (100 000) idle open ledgers (CPU, memory); one bookie holding OPEN open
+# ledgers and an index of ENTRIES (10 000 000) entries (memory against
+# its caches): docs/benchmarks.md, "Production size". About 40 minutes.
 bench-scale: build
 	BENCH_LEDGERS=$(or $(LEDGERS),1000000) $(CARGO) bench -p quire-metadata --bench scale
+	BENCH_LEDGERS=$(or $(LEDGERS),1000000) BENCH_DOWN_SECS=$(or $(DOWN_SECS),600) $(CARGO) bench -p quire-metadata --bench catchup
 	BENCH_LEDGERS=$(or $(OPEN),100000) $(CARGO) bench -p quire-gateway --bench idle
+	BENCH_LEDGERS=$(or $(OPEN),100000) BENCH_ENTRIES=$(or $(ENTRIES),10000000) $(CARGO) bench -p quire-bookie --bench open_ledgers
 
 # The fault suite (docs/faults.md): the whole cluster as processes in their
 # own network namespaces (root), a seeded fault schedule (kills, partitions,

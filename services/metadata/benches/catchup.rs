@@ -1,6 +1,7 @@
 //! A metadata replica catching up at production size (issue #46 items 2
-//! and 3): three real replicas (default timing: a snapshot every 5 000
-//! entries, 500 entries kept behind it).
+//! and 3): three real replicas (default timing: a snapshot after 5 000
+//! entries or one per ten ledgers held, whichever is more, 500 entries
+//! kept behind it).
 //!
 //! - BENCH_LEDGERS (100 000) ledgers created and closed through the
 //!   metadata client, BENCH_CLIENTS (64) at a time; creates + closes per

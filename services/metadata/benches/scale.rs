@@ -120,12 +120,21 @@ fn main() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
     let (rss_before, t) = (rss_bytes(), Instant::now());
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(openraft::storage::RaftStateMachine::install_snapshot(
-        &mut sm,
-        &meta,
-        Box::new(std::io::Cursor::new(snap)),
-    ))
-    .unwrap();
+    rt.block_on(async {
+        use openraft::storage::RaftStateMachine;
+        use tokio::io::AsyncWriteExt;
+        // As a follower receives it: the leader's snapshot file, written
+        // to the receiving file chunk by chunk, then installed.
+        let file = quire_metadata::raft::snapshot_file::file_bytes(&meta, &snap);
+        drop(snap);
+        let mut f = sm.begin_receiving_snapshot().await.unwrap();
+        for chunk in file.chunks(1 << 20) {
+            f.write_all(chunk).await.unwrap();
+        }
+        f.shutdown().await.unwrap();
+        drop(file);
+        sm.install_snapshot(&meta, f).await.unwrap();
+    });
     let install_ms = t.elapsed().as_millis();
     println!(
         "RESULT phase=install ledgers={total} install_ms={install_ms} rss_peak_added_mb={:.0} rss_added_after_mb={:.0}",

@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Deref;
+use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -26,17 +27,21 @@ use quire_log::config::LEDGER_KEY as LOG_LEDGER_KEY;
 /// decode the one ledger they name (about a microsecond); the few scans
 /// that filter every ledger (a bookie's load, a decommission check) decode
 /// only each one's start, borrowing its strings (`heads`).
+///
+/// Each encoding is shared (`Arc`): a snapshot copies the state under its
+/// read lock, and a copy of a million ledgers then copies pointers, not
+/// 180 MB (656 ms decoded, 61 ms boxed).
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Ledgers {
-    by_id: BTreeMap<u64, Box<[u8]>>,
+    by_id: BTreeMap<u64, Arc<[u8]>>,
     /// Ids of the ledgers carrying `LEDGER_KEY = name`, by that name's bytes.
     made_for: BTreeMap<Vec<u8>, BTreeSet<u64>>,
 }
 
-fn encode(ledger: &Ledger) -> Box<[u8]> {
+fn encode(ledger: &Ledger) -> Arc<[u8]> {
     // Encoding a value in memory fails only if serde's data model refuses
     // it, which a `Ledger` (plain fields, string-keyed maps) never does.
-    postcard::to_stdvec(ledger).expect("a ledger encodes").into_boxed_slice()
+    Arc::from(postcard::to_stdvec(ledger).expect("a ledger encodes"))
 }
 
 fn decode(bytes: &[u8]) -> Ledger {

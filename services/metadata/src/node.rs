@@ -12,6 +12,7 @@ use openraft::storage::RaftLogStorage;
 use openraft::{BasicNode, Config, SnapshotPolicy};
 use quire_rpc::RpcClient;
 
+use crate::raft::compaction;
 use crate::raft::election::{self, ElectionGate};
 use crate::raft::network::Network;
 use crate::raft::state_machine::Shared;
@@ -28,7 +29,8 @@ pub struct RaftTiming {
     pub election_min_ms: u64,
     /// Election timeout range.
     pub election_max_ms: u64,
-    /// Take a snapshot (and compact the log) after this many entries.
+    /// Take a snapshot (and compact the log) after at least this many
+    /// entries; more in a large state (`raft/compaction.rs`).
     pub snapshot_every_entries: u64,
     /// Log entries kept behind the snapshot.
     pub logs_to_keep: u64,
@@ -56,6 +58,7 @@ pub struct Node {
     pub gate: Arc<ElectionGate>,
     reaper: tokio::task::JoinHandle<()>,
     elections: tokio::task::JoinHandle<()>,
+    compaction: tokio::task::JoinHandle<()>,
 }
 
 impl Node {
@@ -88,7 +91,8 @@ impl Node {
             install_snapshot_timeout: 10_000,
             snapshot_max_chunk_size: 1024 * 1024,
             max_payload_entries: 256,
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(timing.snapshot_every_entries),
+            // Asked for by `raft/compaction.rs`, at an interval that grows with the state.
+            snapshot_policy: SnapshotPolicy::Never,
             max_in_snapshot_log_to_keep: timing.logs_to_keep,
             // Purged in batches, but never larger than a snapshot interval:
             // with a batch of 256 and a snapshot every 20 entries, the log
@@ -140,7 +144,8 @@ impl Node {
             }
         }
         let reaper = tokio::spawn(reap_leases(raft.clone(), shared.clone(), id));
-        Ok(Node { raft, shared, gate, reaper, elections })
+        let compaction = tokio::spawn(compaction::drive(raft.clone(), shared.clone(), timing.snapshot_every_entries));
+        Ok(Node { raft, shared, gate, reaper, elections, compaction })
     }
 
     /// Resolves when the Raft core has stopped for good (a storage error,
@@ -166,6 +171,7 @@ impl Node {
     pub async fn shutdown(self) {
         self.reaper.abort();
         self.elections.abort();
+        self.compaction.abort();
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }

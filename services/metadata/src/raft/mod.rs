@@ -6,12 +6,13 @@
 #![allow(clippy::result_large_err)]
 
 pub mod amnesia;
+pub mod compaction;
 pub mod election;
 pub mod log_store;
 pub mod network;
+pub mod snapshot_file;
 pub mod state_machine;
 
-use std::io::Cursor;
 use std::path::Path;
 
 use anyhow::Context;
@@ -25,16 +26,18 @@ openraft::declare_raft_types!(
         R = Outcome,
         NodeId = u64,
         Node = openraft::BasicNode,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = tokio::fs::File,
 );
 
 /// A Raft handle of this service.
 pub type MetaRaft = openraft::Raft<TypeConfig>;
 
-/// Opens a replica's Raft storage (log, vote and state machine, one sled
-/// database) under `dir`. Every flush the stores make is followed by the
-/// fsyncs sled never does (quire-durable's `SyncedSled`): what openraft is
-/// told is durable survives a power cut.
+/// Opens a replica's Raft storage under `dir`: the log and vote in a sled
+/// database, the state machine's snapshot file in `dir/sm`. Every flush
+/// the log store makes is followed by the fsyncs sled never does
+/// (quire-durable's `SyncedSled`), and the snapshot file is fsynced and
+/// renamed into place: what openraft is told is durable survives a power
+/// cut.
 pub fn open_storage(dir: &Path) -> anyhow::Result<(log_store::LogStore, state_machine::StateMachineStore)> {
     let config = sled::Config::new()
         .path(dir)
@@ -43,8 +46,8 @@ pub fn open_storage(dir: &Path) -> anyhow::Result<(log_store::LogStore, state_ma
         .mode(sled::Mode::HighThroughput);
     let (db, synced) = quire_durable::SyncedSled::open(config, dir).context("open sled")?;
     let synced = std::sync::Arc::new(synced);
-    let log = log_store::LogStore::open(&db, synced.clone()).context("open the Raft log")?;
-    let sm = state_machine::StateMachineStore::open(&db, synced)
+    let sm = state_machine::StateMachineStore::open(&db, &synced, &dir.join("sm"))
         .map_err(|e| anyhow::anyhow!("open the state machine: {e}"))?;
+    let log = log_store::LogStore::open(&db, synced).context("open the Raft log")?;
     Ok((log, sm))
 }

@@ -1,15 +1,14 @@
-//! The state machine store: `state::MetaState` in memory, persisted in sled
-//! as it changes, with snapshots for log compaction and catch-up.
+//! The state machine store: `state::MetaState` in memory, made durable by
+//! its snapshot file (`snapshot_file.rs`) and the Raft log after it.
 //!
-//! Each batch of applied entries writes the records it touched and the last
-//! applied log id in one atomic sled batch, so the persisted state and
-//! `last_applied` never disagree. They are flushed lazily: after a crash the
-//! store reopens at some earlier `last_applied` and openraft re-applies the
-//! log from there. A snapshot is built only from flushed state, so the log it
-//! lets openraft purge is never needed again.
+//! Applying changes memory only. openraft purges log entries only once a
+//! snapshot covering them is durable (`build_snapshot` returns after the
+//! file's fsync and rename), and re-applies the log after the snapshot when
+//! a replica opens; so nothing a replica acknowledged depends on state that
+//! was never written. How often snapshots are taken: `raft/compaction.rs`.
 
-use std::io::Cursor;
-use std::sync::{Arc, RwLock};
+use std::path::Path;
+use std::sync::{Arc, Mutex, RwLock};
 
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{
@@ -20,8 +19,9 @@ use quire_durable::SyncedSled;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use super::snapshot_file::{self, SnapshotDir};
 use super::TypeConfig;
-use crate::state::{MetaState, Outcome, Touched};
+use crate::state::{MetaState, Outcome};
 
 type SErr = StorageError<u64>;
 
@@ -75,11 +75,13 @@ struct SnapshotLogPrincipals {
     principals: Vec<(String, String)>,
 }
 
-/// A log's stored value: the record, then its principal (absent from
-/// values written before principals: read as none).
+/// A log's stored value in the sled layout: the record, then its
+/// principal (absent from values written before principals: read as none).
+#[cfg(test)]
 fn log_value(l: &crate::state::Log) -> Result<Vec<u8>, SErr> {
-    let mut v = json(l)?;
-    v.extend(json(&l.principal)?);
+    let w = |e: postcard::Error| -> SErr { StorageIOError::write_state_machine(&e).into() };
+    let mut v = postcard::to_stdvec(l).map_err(w)?;
+    v.extend(postcard::to_stdvec(&l.principal).map_err(w)?);
     Ok(v)
 }
 
@@ -95,15 +97,21 @@ fn log_from_value(v: &[u8]) -> Result<crate::state::Log, SErr> {
 /// A snapshot's bytes: the state, then its extras, then the logs, then
 /// the logs' principals.
 pub fn encode_snapshot(state: &MetaState) -> Result<Vec<u8>, postcard::Error> {
-    let mut data = postcard::to_stdvec(state)?;
+    write_snapshot(state, Vec::new())
+}
+
+/// Writes a snapshot's bytes (`encode_snapshot`'s) to `w` as they are
+/// encoded, never all in one buffer.
+pub fn write_snapshot<W: std::io::Write>(state: &MetaState, w: W) -> Result<W, postcard::Error> {
+    let w = postcard::to_io(state, w)?;
     let extras =
         SnapshotExtras { revoked: state.revoked.values().cloned().collect(), revoked_version: state.revoked_version };
-    data.extend(postcard::to_stdvec(&extras)?);
+    let w = postcard::to_io(&extras, w)?;
     let logs = SnapshotLogs {
         logs: state.logs.values().cloned().collect(),
         cursors: state.cursors.values().cloned().collect(),
     };
-    data.extend(postcard::to_stdvec(&logs)?);
+    let w = postcard::to_io(&logs, w)?;
     let principals = SnapshotLogPrincipals {
         principals: state
             .logs
@@ -112,8 +120,7 @@ pub fn encode_snapshot(state: &MetaState) -> Result<Vec<u8>, postcard::Error> {
             .map(|l| (l.record.name.clone(), l.principal.clone()))
             .collect(),
     };
-    data.extend(postcard::to_stdvec(&principals)?);
-    Ok(data)
+    postcard::to_io(&principals, w)
 }
 
 /// The state a snapshot holds (from before the deny list and the logs too).
@@ -135,269 +142,184 @@ pub fn decode_snapshot(data: &[u8]) -> Result<MetaState, postcard::Error> {
     Ok(state)
 }
 
-/// How snapshots were stored before their meta and bytes were kept apart
-/// (under `OLD_SNAPSHOT_KEY`, still read): one value, copying the bytes once
-/// more on every build and install.
-#[derive(Serialize, Deserialize)]
-struct StoredSnapshot {
-    meta: SnapshotMeta<u64, BasicNode>,
-    data: Vec<u8>,
-}
+/// A state and the snapshot meta it is at.
+type Snapshotted = (MetaState, SnapshotMeta<u64, BasicNode>);
 
-const OLD_SNAPSHOT_KEY: &str = "current";
-/// Set while a snapshot's records are being written (its meta, postcard).
-const INSTALLING_KEY: &str = "m/installing";
-/// Records per sled batch while a snapshot's state is written.
-const INSTALL_BATCH_RECORDS: usize = 4096;
-
-/// Replaces the records in `sm` with `state`'s, then sets the applied log
-/// id and membership to `meta`'s and removes the install mark, in batches
-/// of [`INSTALL_BATCH_RECORDS`]; not flushed. (sled still holds about
-/// 2.3 KB in memory per record so written, flushed or not: 2.3 GB for a
-/// million ledgers, docs/benchmarks.md.) Only the last batch makes
-/// the records current: until then the mark says they are not.
-fn write_installed_state(sm: &sled::Tree, state: &MetaState, meta: &SnapshotMeta<u64, BasicNode>) -> Result<(), SErr> {
-    let werr = |e: sled::Error| -> SErr { StorageIOError::write_state_machine(&e).into() };
-    let apply = |batch: sled::Batch| sm.apply_batch(batch).map_err(werr);
-    let mut batch = sled::Batch::default();
-    let mut n = 0;
-    for kv in sm.iter() {
-        let (k, _) = kv.map_err(werr)?;
-        if &*k == INSTALLING_KEY.as_bytes() {
-            continue;
-        }
-        batch.remove(k);
-        n += 1;
-        if n == INSTALL_BATCH_RECORDS {
-            apply(std::mem::take(&mut batch))?;
-            n = 0;
-        }
-    }
-    apply(std::mem::take(&mut batch))?;
-    let mut touched: Vec<Touched> = Vec::new();
-    touched.extend(state.bookies.keys().cloned().map(Touched::Bookie));
-    touched.extend(state.cookies.keys().cloned().map(Touched::Cookie));
-    touched.extend(state.marks.keys().map(|id| Touched::Mark(*id)));
-    touched.extend(state.locks.keys().cloned().map(Touched::Lock));
-    touched.extend(state.retirements.keys().cloned().map(Touched::Retirement));
-    touched.extend(state.creates.keys().cloned().map(Touched::Create));
-    touched.extend(state.revoked.keys().cloned().map(Touched::Revoked));
-    touched.extend(state.logs.keys().cloned().map(Touched::Log));
-    touched.extend(state.cursors.keys().cloned().map(|(l, c)| Touched::Cursor(l, c)));
-    touched.push(Touched::AuditReport);
-    touched.push(Touched::Counters);
-    let mut ledgers = state.ledgers.ids().map(Touched::Ledger);
-    let mut chunk = touched;
-    loop {
-        chunk.extend(ledgers.by_ref().take(INSTALL_BATCH_RECORDS.saturating_sub(chunk.len()).max(1)));
-        if chunk.is_empty() {
-            break;
-        }
-        let mut batch = sled::Batch::default();
-        StateMachineStore::persist(state, &chunk, &mut batch)?;
-        apply(batch)?;
-        chunk = Vec::new();
-    }
-    let mut batch = sled::Batch::default();
-    batch.insert(b"m/last_applied".to_vec(), json(&meta.last_log_id)?);
-    batch.insert(b"m/membership".to_vec(), json(&meta.last_membership)?);
-    batch.remove(INSTALLING_KEY);
-    sm.apply_batch(batch).map_err(werr)?;
-    Ok(())
-}
-
-/// At open: a snapshot install that a crash interrupted (its mark still in
-/// `sm`) is done again from the snapshot it stored first; one whose
-/// snapshot never became durable had not touched the records yet, and its
-/// mark goes. Flushed.
-fn redo_interrupted_install(
-    db: &sled::Db,
-    synced: &SyncedSled,
-    sm: &sled::Tree,
-    snap: &sled::Tree,
-) -> Result<(), SErr> {
-    let rerr = |e: sled::Error| -> SErr { StorageIOError::read_state_machine(&e).into() };
-    let Some(mark) = sm.get(INSTALLING_KEY).map_err(rerr)? else { return Ok(()) };
-    let meta: SnapshotMeta<u64, BasicNode> = unjson(&mark)?;
-    let stored = match (snap.get(SNAPSHOT_META_KEY).map_err(rerr)?, snap.get(SNAPSHOT_DATA_KEY).map_err(rerr)?) {
-        (Some(m), Some(d)) if unjson::<SnapshotMeta<u64, BasicNode>>(&m)? == meta => Some(d),
-        _ => None,
-    };
-    match stored {
-        Some(data) => {
-            let state =
-                decode_snapshot(&data).map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
-            write_installed_state(sm, &state, &meta)?;
-            tracing::warn!(last_log = ?meta.last_log_id, "redid a snapshot install that a crash interrupted");
-        }
-        None => {
-            sm.remove(INSTALLING_KEY).map_err(rerr)?;
-        }
-    }
-    synced.flush(db).map_err(|e| StorageIOError::write_state_machine(&e).into())
-}
-
-/// The current snapshot's meta (postcard) and bytes, written in one batch.
-const SNAPSHOT_META_KEY: &str = "meta";
-const SNAPSHOT_DATA_KEY: &str = "data";
-
-/// Stores `data` as the current snapshot (in one atomic batch, replacing
-/// any older one); the bytes are copied once, into sled's buffer, which the
-/// returned value shares.
-fn store_snapshot(snap: &sled::Tree, meta: &SnapshotMeta<u64, BasicNode>, data: Vec<u8>) -> Result<sled::IVec, SErr> {
-    let meta_bytes =
-        postcard::to_stdvec(meta).map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
-    let data = sled::IVec::from(data);
-    let mut batch = sled::Batch::default();
-    batch.insert(SNAPSHOT_META_KEY, meta_bytes);
-    batch.insert(SNAPSHOT_DATA_KEY, data.clone());
-    batch.remove(OLD_SNAPSHOT_KEY);
-    snap.apply_batch(batch).map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
-    Ok(data)
-}
-
-/// The state machine store.
-pub struct StateMachineStore {
-    db: sled::Db,
-    synced: Arc<SyncedSled>,
-    sm: sled::Tree,
-    snap: sled::Tree,
-    shared: Arc<Shared>,
-    last_applied: Option<LogId<u64>>,
-    membership: StoredMembership<u64, BasicNode>,
-}
-
-fn key_ledger(id: u64) -> Vec<u8> {
-    let mut k = b"l/".to_vec();
-    k.extend_from_slice(&id.to_be_bytes());
-    k
-}
-
-fn key_bookie(id: &str) -> Vec<u8> {
-    [b"b/".as_slice(), id.as_bytes()].concat()
-}
-
-fn key_cookie(id: &str) -> Vec<u8> {
-    [b"c/".as_slice(), id.as_bytes()].concat()
-}
-
-fn key_mark(id: u64) -> Vec<u8> {
-    let mut k = b"u/".to_vec();
-    k.extend_from_slice(&id.to_be_bytes());
-    k
-}
-
-fn key_retirement(id: &str) -> Vec<u8> {
-    [b"r/".as_slice(), id.as_bytes()].concat()
-}
-
-fn key_revoked(serial: &str) -> Vec<u8> {
-    [b"v/".as_slice(), serial.as_bytes()].concat()
-}
-
-fn key_create(request_id: &str) -> Vec<u8> {
-    [b"q/".as_slice(), request_id.as_bytes()].concat()
-}
-
-fn key_log(name: &str) -> Vec<u8> {
-    [b"g/".as_slice(), name.as_bytes()].concat()
-}
-
-fn key_cursor(log: &str, name: &str) -> Vec<u8> {
-    [b"n/".as_slice(), log.as_bytes(), b"\0", name.as_bytes()].concat()
-}
-
-fn key_lock(name: &str) -> Vec<u8> {
-    [b"k/".as_slice(), name.as_bytes()].concat()
-}
-
-fn json<T: Serialize>(v: &T) -> Result<Vec<u8>, SErr> {
-    postcard::to_stdvec(v).map_err(|e| StorageIOError::write_state_machine(&e).into())
-}
+// The sled layout before the snapshot file (read once, by `migrate`).
+const OLD_STATE_TREE: &str = "state";
+const OLD_SNAPSHOT_TREE: &str = "snapshot";
+const OLD_SNAPSHOT_META_KEY: &str = "meta";
+const OLD_SNAPSHOT_DATA_KEY: &str = "data";
+const OLD_INSTALLING_KEY: &str = "m/installing";
 
 fn unjson<T: serde::de::DeserializeOwned>(v: &[u8]) -> Result<T, SErr> {
     postcard::from_bytes(v).map_err(|e| StorageIOError::read_state_machine(&e).into())
 }
 
-impl StateMachineStore {
-    /// Opens the state persisted in `db`.
-    pub fn open(db: &sled::Db, synced: Arc<SyncedSled>) -> Result<StateMachineStore, SErr> {
-        let sm = db.open_tree("state").map_err(|e| StorageIOError::read_state_machine(&e))?;
-        let snap = db.open_tree("snapshot").map_err(|e| StorageIOError::read_state_machine(&e))?;
-        redo_interrupted_install(db, &synced, &sm, &snap)?;
-        let mut state = MetaState::default();
-        for kv in sm.iter() {
-            let (k, v) = kv.map_err(|e| StorageIOError::read_state_machine(&e))?;
-            match k.get(..2) {
-                Some(b"l/") => {
-                    let l: crate::state::Ledger = unjson(&v)?;
-                    state.ledgers.insert(l.ledger_id, l);
-                }
-                Some(b"b/") => {
-                    let b: crate::state::Bookie = unjson(&v)?;
-                    state.bookies.insert(b.bookie_id.clone(), b);
-                }
-                Some(b"c/") => {
-                    let id = String::from_utf8_lossy(&k[2..]).into_owned();
-                    state.cookies.insert(id, unjson(&v)?);
-                }
-                Some(b"u/") => {
-                    let m: crate::state::Mark = unjson(&v)?;
-                    state.marks.insert(m.ledger_id, m);
-                }
-                Some(b"k/") => {
-                    let l: crate::state::Lock = unjson(&v)?;
-                    state.locks.insert(l.name.clone(), l);
-                }
-                Some(b"r/") => {
-                    let r: crate::state::Retirement = unjson(&v)?;
-                    state.retirements.insert(r.bookie_id.clone(), r);
-                }
-                Some(b"v/") => {
-                    let r: crate::state::Revoked = unjson(&v)?;
-                    state.revoked.insert(r.serial.clone(), r);
-                }
-                Some(b"g/") => {
-                    let l = log_from_value(&v)?;
-                    state.logs.insert(l.record.name.clone(), l);
-                }
-                Some(b"n/") => {
-                    let c: quire_log::Cursor = unjson(&v)?;
-                    state.cursors.insert((c.log.clone(), c.name.clone()), c);
-                }
-                Some(b"q/") => {
-                    let id = String::from_utf8_lossy(&k[2..]).into_owned();
-                    state.creates.insert(id, unjson(&v)?);
-                }
-                _ => {}
+fn rerr(e: impl std::error::Error + 'static) -> SErr {
+    StorageIOError::read_state_machine(&e).into()
+}
+
+fn werr(e: impl std::error::Error + 'static) -> SErr {
+    StorageIOError::write_state_machine(&e).into()
+}
+
+/// The state and meta a replica kept in sled before the snapshot file,
+/// if it has any: its records as last flushed (or, if an install was
+/// interrupted, the snapshot that install had stored).
+fn old_layout(db: &sled::Db) -> Result<Option<Snapshotted>, SErr> {
+    let names = db.tree_names();
+    if !names.iter().any(|n| &**n == OLD_STATE_TREE.as_bytes()) {
+        return Ok(None);
+    }
+    let sm = db.open_tree(OLD_STATE_TREE).map_err(rerr)?;
+    let snap = db.open_tree(OLD_SNAPSHOT_TREE).map_err(rerr)?;
+    if let Some(mark) = sm.get(OLD_INSTALLING_KEY).map_err(rerr)? {
+        let meta: SnapshotMeta<u64, BasicNode> = unjson(&mark)?;
+        if let (Some(m), Some(d)) =
+            (snap.get(OLD_SNAPSHOT_META_KEY).map_err(rerr)?, snap.get(OLD_SNAPSHOT_DATA_KEY).map_err(rerr)?)
+        {
+            if unjson::<SnapshotMeta<u64, BasicNode>>(&m)? == meta {
+                let state = decode_snapshot(&d).map_err(rerr)?;
+                return Ok(Some((state, meta)));
             }
         }
-        let get = |key: &str| sm.get(key).map_err(|e| StorageIOError::read_state_machine(&e));
-        if let Some(v) = get("m/audit")? {
-            state.audit_report = v.to_vec();
+    }
+    let mut state = MetaState::default();
+    for kv in sm.iter() {
+        let (k, v) = kv.map_err(rerr)?;
+        match k.get(..2) {
+            Some(b"l/") => {
+                let l: crate::state::Ledger = unjson(&v)?;
+                state.ledgers.insert(l.ledger_id, l);
+            }
+            Some(b"b/") => {
+                let b: crate::state::Bookie = unjson(&v)?;
+                state.bookies.insert(b.bookie_id.clone(), b);
+            }
+            Some(b"c/") => {
+                let id = String::from_utf8_lossy(&k[2..]).into_owned();
+                state.cookies.insert(id, unjson(&v)?);
+            }
+            Some(b"u/") => {
+                let m: crate::state::Mark = unjson(&v)?;
+                state.marks.insert(m.ledger_id, m);
+            }
+            Some(b"k/") => {
+                let l: crate::state::Lock = unjson(&v)?;
+                state.locks.insert(l.name.clone(), l);
+            }
+            Some(b"r/") => {
+                let r: crate::state::Retirement = unjson(&v)?;
+                state.retirements.insert(r.bookie_id.clone(), r);
+            }
+            Some(b"v/") => {
+                let r: crate::state::Revoked = unjson(&v)?;
+                state.revoked.insert(r.serial.clone(), r);
+            }
+            Some(b"g/") => {
+                let l = log_from_value(&v)?;
+                state.logs.insert(l.record.name.clone(), l);
+            }
+            Some(b"n/") => {
+                let c: quire_log::Cursor = unjson(&v)?;
+                state.cursors.insert((c.log.clone(), c.name.clone()), c);
+            }
+            Some(b"q/") => {
+                let id = String::from_utf8_lossy(&k[2..]).into_owned();
+                state.creates.insert(id, unjson(&v)?);
+            }
+            _ => {}
         }
-        if let Some(v) = get("m/counters")? {
-            let c: Counters = unjson(&v)?;
-            state.next_ledger_id = c.next_ledger_id;
-            state.next_lease_id = c.next_lease_id;
-            state.bookies_version = c.bookies_version;
-            state.next_lock_id = c.next_lock_id;
-            state.revoked_version = c.revoked_version;
-        }
-        let last_applied: Option<LogId<u64>> = match get("m/last_applied")? {
-            Some(v) => unjson(&v)?,
-            None => None,
+    }
+    let get = |key: &str| sm.get(key).map_err(rerr);
+    if let Some(v) = get("m/audit")? {
+        state.audit_report = v.to_vec();
+    }
+    if let Some(v) = get("m/counters")? {
+        let c: Counters = unjson(&v)?;
+        state.next_ledger_id = c.next_ledger_id;
+        state.next_lease_id = c.next_lease_id;
+        state.bookies_version = c.bookies_version;
+        state.next_lock_id = c.next_lock_id;
+        state.revoked_version = c.revoked_version;
+    }
+    let last_log_id: Option<LogId<u64>> = match get("m/last_applied")? {
+        Some(v) => unjson(&v)?,
+        None => None,
+    };
+    let last_membership = match get("m/membership")? {
+        Some(v) => unjson(&v)?,
+        None => StoredMembership::default(),
+    };
+    // No applied index: nothing was ever applied, and the log still holds it all.
+    let Some(l) = last_log_id else { return Ok(None) };
+    let meta = SnapshotMeta { last_log_id, last_membership, snapshot_id: format!("moved-{}-{}", l.leader_id, l.index) };
+    Ok(Some((state, meta)))
+}
+
+/// Moves a replica's state from the sled layout before the snapshot file
+/// to the file (durably, before the old trees go). Returns what was moved.
+fn migrate(db: &sled::Db, synced: &SyncedSled, files: &SnapshotDir) -> Result<Option<Snapshotted>, SErr> {
+    let found = old_layout(db)?;
+    if let Some((state, meta)) = &found {
+        files
+            .write_current(meta, |w| write_snapshot(state, w).map(drop).map_err(std::io::Error::other))
+            .map_err(werr)?;
+        tracing::warn!(last_log = ?meta.last_log_id, ledgers = state.ledgers.len(), "moved the state machine from sled to its snapshot file");
+    }
+    for name in [OLD_STATE_TREE, OLD_SNAPSHOT_TREE] {
+        db.drop_tree(name).map_err(werr)?;
+    }
+    synced.flush(db).map_err(werr)?;
+    Ok(found)
+}
+
+/// The state machine store.
+pub struct StateMachineStore {
+    files: SnapshotDir,
+    shared: Arc<Shared>,
+    last_applied: Option<LogId<u64>>,
+    membership: StoredMembership<u64, BasicNode>,
+    /// The current snapshot's meta, under the lock that replaces its file:
+    /// a build that ends after a newer install must not replace what the
+    /// install wrote.
+    current: Arc<Mutex<Option<SnapshotMeta<u64, BasicNode>>>>,
+}
+
+/// Opens the current snapshot file (for openraft to read or send).
+fn open_current(files: &SnapshotDir, meta: &SnapshotMeta<u64, BasicNode>) -> Result<Snapshot<TypeConfig>, SErr> {
+    let f =
+        std::fs::File::open(files.current()).map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
+    Ok(Snapshot { meta: meta.clone(), snapshot: Box::new(tokio::fs::File::from_std(f)) })
+}
+
+impl StateMachineStore {
+    /// Opens the state: the snapshot file in `dir`, else whatever an older
+    /// version kept in `db` (moved to the file), else an empty state.
+    /// openraft then re-applies the log after it.
+    pub fn open(db: &sled::Db, synced: &SyncedSled, dir: &Path) -> Result<StateMachineStore, SErr> {
+        let files = SnapshotDir::open(dir).map_err(rerr)?;
+        let (state, meta) = match files.read_current().map_err(rerr)? {
+            Some(bytes) => {
+                let (meta, range) = snapshot_file::parse(&files.current(), &bytes).map_err(rerr)?;
+                let state = decode_snapshot(&bytes[range])
+                    .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
+                (state, Some(meta))
+            }
+            None => match migrate(db, synced, &files)? {
+                Some((state, meta)) => (state, Some(meta)),
+                None => (MetaState::default(), None),
+            },
         };
-        let membership = match get("m/membership")? {
-            Some(v) => unjson(&v)?,
-            None => StoredMembership::default(),
-        };
+        let last_applied = meta.as_ref().and_then(|m| m.last_log_id);
+        let membership = meta.as_ref().map(|m| m.last_membership.clone()).unwrap_or_default();
         let shared = Arc::new(Shared {
             state: RwLock::new(state),
             applied: watch::Sender::new(last_applied.map_or(0, |l| l.index)),
             snapshots_installed: std::sync::atomic::AtomicU64::new(0),
         });
-        Ok(StateMachineStore { db: db.clone(), synced, sm, snap, shared, last_applied, membership })
+        Ok(StateMachineStore { files, shared, last_applied, membership, current: Arc::new(Mutex::new(meta)) })
     }
 
     /// The state shared with the RPC handlers.
@@ -405,67 +327,9 @@ impl StateMachineStore {
         self.shared.clone()
     }
 
-    fn persist(state: &MetaState, touched: &[Touched], batch: &mut sled::Batch) -> Result<(), SErr> {
-        for t in touched {
-            match t {
-                Touched::Ledger(id) => match state.ledgers.get(id) {
-                    Some(l) => batch.insert(key_ledger(*id), json(&l)?),
-                    None => batch.remove(key_ledger(*id)),
-                },
-                Touched::Bookie(id) => match state.bookies.get(id) {
-                    Some(b) => batch.insert(key_bookie(id), json(b)?),
-                    None => batch.remove(key_bookie(id)),
-                },
-                Touched::Cookie(id) => match state.cookies.get(id) {
-                    Some(c) => batch.insert(key_cookie(id), json(c)?),
-                    None => batch.remove(key_cookie(id)),
-                },
-                Touched::Mark(id) => match state.marks.get(id) {
-                    Some(m) => batch.insert(key_mark(*id), json(m)?),
-                    None => batch.remove(key_mark(*id)),
-                },
-                Touched::Lock(name) => match state.locks.get(name) {
-                    Some(l) => batch.insert(key_lock(name), json(l)?),
-                    None => batch.remove(key_lock(name)),
-                },
-                Touched::Retirement(id) => match state.retirements.get(id) {
-                    Some(r) => batch.insert(key_retirement(id), json(r)?),
-                    None => batch.remove(key_retirement(id)),
-                },
-                Touched::Create(r) => match state.creates.get(r) {
-                    Some(l) => batch.insert(key_create(r), json(l)?),
-                    None => batch.remove(key_create(r)),
-                },
-                Touched::Revoked(s) => match state.revoked.get(s) {
-                    Some(r) => batch.insert(key_revoked(s), json(r)?),
-                    None => batch.remove(key_revoked(s)),
-                },
-                Touched::Log(name) => match state.logs.get(name) {
-                    Some(l) => batch.insert(key_log(name), log_value(l)?),
-                    None => batch.remove(key_log(name)),
-                },
-                Touched::Cursor(log, name) => match state.cursors.get(&(log.clone(), name.clone())) {
-                    Some(c) => batch.insert(key_cursor(log, name), json(c)?),
-                    None => batch.remove(key_cursor(log, name)),
-                },
-                Touched::AuditReport => batch.insert(b"m/audit".to_vec(), state.audit_report.clone()),
-                Touched::Counters => batch.insert(
-                    b"m/counters".to_vec(),
-                    json(&Counters {
-                        next_ledger_id: state.next_ledger_id,
-                        next_lease_id: state.next_lease_id,
-                        bookies_version: state.bookies_version,
-                        next_lock_id: state.next_lock_id,
-                        revoked_version: state.revoked_version,
-                    })?,
-                ),
-            }
-        }
-        Ok(())
-    }
-
-    fn flush(&self) -> Result<(), SErr> {
-        self.synced.flush(&self.db).map_err(|e| StorageIOError::write_state_machine(&e).into())
+    /// The last applied log id.
+    pub fn last_applied(&self) -> Option<LogId<u64>> {
+        self.last_applied
     }
 }
 
@@ -474,25 +338,36 @@ pub struct SnapshotBuilder {
     state: MetaState,
     last_applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, BasicNode>,
-    db: sled::Db,
-    synced: Arc<SyncedSled>,
-    snap: sled::Tree,
+    files: SnapshotDir,
+    current: Arc<Mutex<Option<SnapshotMeta<u64, BasicNode>>>>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, SErr> {
-        let data = encode_snapshot(&self.state).map_err(|e| StorageIOError::write_snapshot(None, &e))?;
         let snapshot_id = match self.last_applied {
-            Some(l) => format!("{}-{}-{}", l.leader_id, l.index, data.len()),
-            None => format!("empty-{}", data.len()),
+            Some(l) => format!("{}-{}", l.leader_id, l.index),
+            None => "empty".to_string(),
         };
         let meta =
             SnapshotMeta { last_log_id: self.last_applied, last_membership: self.membership.clone(), snapshot_id };
-        let data = store_snapshot(&self.snap, &meta, data)?;
-        // Durable before openraft purges the log it covers (the state too: it
-        // was persisted by apply up to last_applied).
-        self.synced.flush(&self.db).map_err(|e| StorageIOError::write_snapshot(None, &e))?;
-        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data.to_vec())) })
+        let state = std::mem::take(&mut self.state);
+        let (files, current) = (self.files.clone(), self.current.clone());
+        // Encoding a million ledgers takes a second or more: off the runtime.
+        tokio::task::spawn_blocking(move || {
+            let mut cur = current.lock().expect("snapshot lock");
+            if let Some(c) = cur.as_ref().filter(|c| c.last_log_id >= meta.last_log_id) {
+                // An install got further meanwhile: its snapshot stays.
+                return open_current(&files, c);
+            }
+            files
+                .write_current(&meta, |w| write_snapshot(&state, w).map(drop).map_err(std::io::Error::other))
+                .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+            drop(state);
+            *cur = Some(meta.clone());
+            open_current(&files, &meta)
+        })
+        .await
+        .map_err(|e| StorageIOError::write_snapshot(None, &e))?
     }
 }
 
@@ -508,75 +383,89 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        // In memory only: the snapshot and the log after it are what is durable.
         let mut out = Vec::new();
-        let mut batch = sled::Batch::default();
-        {
-            let mut state = self.shared.state.write().expect("state lock");
-            for e in entries {
-                self.last_applied = Some(e.log_id);
-                match e.payload {
-                    EntryPayload::Blank => out.push(Outcome::Nothing),
-                    EntryPayload::Normal(cmd) => {
-                        let (outcome, touched) = state.apply(cmd);
-                        Self::persist(&state, &touched, &mut batch)?;
-                        out.push(outcome);
-                    }
-                    EntryPayload::Membership(m) => {
-                        self.membership = StoredMembership::new(Some(e.log_id), m);
-                        batch.insert(b"m/membership".to_vec(), json(&self.membership)?);
-                        out.push(Outcome::Nothing);
-                    }
+        let mut state = self.shared.state.write().expect("state lock");
+        for e in entries {
+            self.last_applied = Some(e.log_id);
+            match e.payload {
+                EntryPayload::Blank => out.push(Outcome::Nothing),
+                EntryPayload::Normal(cmd) => out.push(state.apply(cmd).0),
+                EntryPayload::Membership(m) => {
+                    self.membership = StoredMembership::new(Some(e.log_id), m);
+                    out.push(Outcome::Nothing);
                 }
             }
-            // Under the write lock: a reader holding the read lock sees the
-            // state and the index it is at together (the status's digest).
-            if let Some(l) = self.last_applied {
-                self.shared.applied.send_replace(l.index);
-            }
         }
-        batch.insert(b"m/last_applied".to_vec(), json(&self.last_applied)?);
-        self.sm.apply_batch(batch).map_err(|e| StorageIOError::write_state_machine(&e))?;
+        // Under the write lock: a reader holding the read lock sees the
+        // state and the index it is at together (the status's digest).
+        if let Some(l) = self.last_applied {
+            self.shared.applied.send_replace(l.index);
+        }
         Ok(out)
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        // Flushed now, so the snapshot never covers state a crash could lose.
-        if let Err(e) = self.flush() {
-            tracing::error!(error = %e, "flushing the state machine before a snapshot failed");
-        }
         SnapshotBuilder {
             state: self.shared.state.read().expect("state lock").clone(),
             last_applied: self.last_applied,
             membership: self.membership.clone(),
-            db: self.db.clone(),
-            synced: self.synced.clone(),
-            snap: self.snap.clone(),
+            files: self.files.clone(),
+            current: self.current.clone(),
         }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, SErr> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, SErr> {
+        let f = tokio::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(self.files.receiving_path())
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        Ok(Box::new(f))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta<u64, BasicNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<tokio::fs::File>,
     ) -> Result<(), SErr> {
-        let data = snapshot.into_inner();
-        let new_state: MetaState =
-            decode_snapshot(&data).map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
-        // The mark and the snapshot first, durably: a crash while the
-        // records are rewritten (in bounded batches: a million ledgers in
-        // one sled batch took 7.9 GB and 30 s, in these 2.6 GB and 12 s)
-        // leaves the mark, and the next open redoes the install from the
-        // stored snapshot (`redo_interrupted_install`).
-        let mark = postcard::to_stdvec(meta).map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
-        self.sm.insert(INSTALLING_KEY, mark).map_err(|e| StorageIOError::write_state_machine(&e))?;
-        drop(store_snapshot(&self.snap, meta, data)?);
-        self.flush()?;
-        write_installed_state(&self.sm, &new_state, meta)?;
-        self.flush()?;
+        fn werr<E: std::error::Error + 'static>(meta: &SnapshotMeta<u64, BasicNode>, e: &E) -> SErr {
+            StorageIOError::write_snapshot(Some(meta.signature()), e).into()
+        }
+        let mut f = snapshot.into_std().await;
+        let (files, current, sent) = (self.files.clone(), self.current.clone(), meta.clone());
+        let new_state = tokio::task::spawn_blocking(move || -> Result<MetaState, SErr> {
+            use std::io::{Read, Seek};
+            let meta = sent;
+            let mut bytes = Vec::new();
+            f.seek(std::io::SeekFrom::Start(0)).and_then(|_| f.read_to_end(&mut bytes)).map_err(|e| werr(&meta, &e))?;
+            drop(f);
+            let mut cur = current.lock().expect("snapshot lock");
+            let state = if bytes.starts_with(snapshot_file::MAGIC) {
+                let (got, range) =
+                    snapshot_file::parse(&files.receiving_path(), &bytes).map_err(|e| werr(&meta, &e))?;
+                if got.last_log_id != meta.last_log_id || got.last_membership != meta.last_membership {
+                    let e = std::io::Error::other(format!("the snapshot's file is of {got:?}, sent as {meta:?}"));
+                    return Err(werr(&meta, &e));
+                }
+                let state = decode_snapshot(&bytes[range.clone()]).map_err(|e| werr(&meta, &e))?;
+                files.write_current(&meta, |w| w.write_all(&bytes[range])).map_err(|e| werr(&meta, &e))?;
+                state
+            } else {
+                // From a leader of the version before snapshot files: its
+                // data is the state's bytes alone.
+                let state = decode_snapshot(&bytes).map_err(|e| werr(&meta, &e))?;
+                files.write_current(&meta, |w| w.write_all(&bytes)).map_err(|e| werr(&meta, &e))?;
+                state
+            };
+            *cur = Some(meta);
+            Ok(state)
+        })
+        .await
+        .map_err(|e| StorageIOError::write_snapshot(None, &e))??;
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         {
@@ -592,19 +481,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, SErr> {
-        let read = |key| self.snap.get(key).map_err(|e| StorageIOError::read_snapshot(None, &e));
-        if let (Some(meta), Some(data)) = (read(SNAPSHOT_META_KEY)?, read(SNAPSHOT_DATA_KEY)?) {
-            let meta = postcard::from_bytes(&meta).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
-            return Ok(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(data.to_vec())) }));
-        }
-        match read(OLD_SNAPSHOT_KEY)? {
-            Some(v) => {
-                let s: StoredSnapshot =
-                    postcard::from_bytes(&v).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
-                Ok(Some(Snapshot { meta: s.meta, snapshot: Box::new(Cursor::new(s.data)) }))
-            }
-            None => Ok(None),
-        }
+        let cur = self.current.lock().expect("snapshot lock");
+        cur.as_ref().map(|m| open_current(&self.files, m)).transpose()
     }
 }
 
@@ -637,74 +515,182 @@ mod tests {
         }
     }
 
-    /// A snapshot of more records than one install batch installs whole;
-    /// and an install a crash interrupted (its mark and snapshot durable,
-    /// the records half rewritten) is done again at the next open, from the
-    /// stored snapshot.
-    #[tokio::test]
-    async fn an_install_a_crash_interrupted_is_redone_at_open() {
-        let dir = tempfile::tempdir().unwrap();
-        let before = a_state(3);
-        let after = a_state(2 * INSTALL_BATCH_RECORDS as u64 + 10);
-        {
-            let (_log, mut sm) = crate::raft::open_storage(dir.path()).unwrap();
-            let data = encode_snapshot(&after).unwrap();
-            sm.install_snapshot(&meta_at(7), Box::new(Cursor::new(data))).await.unwrap();
-            assert_eq!(*sm.shared.state.read().unwrap(), after);
-        }
-        let (_log, sm) = crate::raft::open_storage(dir.path()).unwrap();
-        assert_eq!((*sm.shared.state.read().unwrap() == after, sm.last_applied), (true, meta_at(7).last_log_id));
-
-        // Interrupted: the mark and the snapshot stored, then only some
-        // records rewritten (here: the old ones gone, one of the new).
-        let data = encode_snapshot(&before).unwrap();
-        sm.sm.insert(INSTALLING_KEY, postcard::to_stdvec(&meta_at(9)).unwrap()).unwrap();
-        drop(store_snapshot(&sm.snap, &meta_at(9), data).unwrap());
-        for kv in sm.sm.iter() {
-            let (k, _) = kv.unwrap();
-            if &*k != INSTALLING_KEY.as_bytes() {
-                sm.sm.remove(k).unwrap();
-            }
-        }
-        sm.sm.insert(key_ledger(1), json(&before.ledgers.get(&1).unwrap()).unwrap()).unwrap();
-        sm.flush().unwrap();
-        drop((_log, sm));
-        let (_log, sm) = crate::raft::open_storage(dir.path()).unwrap();
-        assert_eq!((*sm.shared.state.read().unwrap() == before, sm.last_applied), (true, meta_at(9).last_log_id));
-        assert!(sm.sm.get(INSTALLING_KEY).unwrap().is_none(), "the mark goes with the redone install");
-
-        // A mark whose snapshot never became durable: nothing was
-        // rewritten yet, the state stands and the mark goes.
-        sm.sm.insert(INSTALLING_KEY, postcard::to_stdvec(&meta_at(11)).unwrap()).unwrap();
-        sm.flush().unwrap();
-        drop((_log, sm));
-        let (_log, sm) = crate::raft::open_storage(dir.path()).unwrap();
-        assert_eq!((*sm.shared.state.read().unwrap() == before, sm.last_applied), (true, meta_at(9).last_log_id));
-        assert!(sm.sm.get(INSTALLING_KEY).unwrap().is_none());
+    fn open(dir: &Path) -> StateMachineStore {
+        crate::raft::open_storage(dir).unwrap().1
     }
 
-    /// A snapshot stored the old way (meta and bytes in one value) is still
-    /// found after an upgrade, and the next one stored replaces it.
-    #[tokio::test]
-    async fn a_snapshot_stored_before_meta_and_bytes_were_kept_apart_is_still_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let (log, mut sm) = crate::raft::open_storage(dir.path()).unwrap();
-        drop(log);
-        let meta = SnapshotMeta {
-            last_log_id: Some(LogId::new(openraft::CommittedLeaderId::new(3, 1), 42)),
-            last_membership: StoredMembership::default(),
-            snapshot_id: "old".into(),
-        };
-        let old = StoredSnapshot { meta: meta.clone(), data: b"old bytes".to_vec() };
-        sm.snap.insert(OLD_SNAPSHOT_KEY, postcard::to_stdvec(&old).unwrap()).unwrap();
-        let got = sm.get_current_snapshot().await.unwrap().unwrap();
-        assert_eq!((got.meta, got.snapshot.into_inner()), (meta.clone(), b"old bytes".to_vec()));
+    fn state_of(sm: &StateMachineStore) -> MetaState {
+        sm.shared.state.read().unwrap().clone()
+    }
 
-        let newer = SnapshotMeta { snapshot_id: "new".into(), ..meta };
-        drop(store_snapshot(&sm.snap, &newer, b"new bytes".to_vec()).unwrap());
-        let got = sm.get_current_snapshot().await.unwrap().unwrap();
-        assert_eq!((got.meta, got.snapshot.into_inner()), (newer, b"new bytes".to_vec()));
-        assert!(sm.snap.get(OLD_SNAPSHOT_KEY).unwrap().is_none());
+    /// Installs `bytes` as a follower receives them.
+    async fn install_bytes(
+        sm: &mut StateMachineStore,
+        meta: &SnapshotMeta<u64, BasicNode>,
+        bytes: &[u8],
+    ) -> Result<(), SErr> {
+        use tokio::io::AsyncWriteExt;
+        let mut f = sm.begin_receiving_snapshot().await?;
+        f.write_all(bytes).await.unwrap();
+        f.shutdown().await.unwrap();
+        sm.install_snapshot(meta, f).await
+    }
+
+    fn blank(index: u64) -> Entry<TypeConfig> {
+        Entry { log_id: LogId::new(openraft::CommittedLeaderId::new(2, 1), index), payload: EntryPayload::Blank }
+    }
+
+    /// What a replica applied is durable once a snapshot covers it: it
+    /// opens at that snapshot (openraft re-applies the log after it), and
+    /// at nothing applied if there was none.
+    #[tokio::test]
+    async fn a_replica_opens_at_its_last_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = a_state(5);
+        {
+            let mut sm = open(dir.path());
+            install_bytes(
+                &mut sm,
+                &meta_at(3),
+                &snapshot_file::file_bytes(&meta_at(3), &encode_snapshot(&state).unwrap()),
+            )
+            .await
+            .unwrap();
+            sm.apply((4..=6).map(blank)).await.unwrap();
+            let built = sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
+            assert_eq!(built.meta.last_log_id, meta_at(6).last_log_id);
+            sm.apply((7..=8).map(blank)).await.unwrap();
+            assert_eq!(sm.last_applied, meta_at(8).last_log_id);
+        }
+        let mut sm = open(dir.path());
+        assert_eq!((state_of(&sm), sm.last_applied), (state.clone(), meta_at(6).last_log_id));
+        let cur = sm.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(cur.meta.last_log_id, meta_at(6).last_log_id);
+
+        let empty = tempfile::tempdir().unwrap();
+        let mut sm = open(empty.path());
+        assert_eq!(sm.applied_state().await.unwrap().0, None);
+        assert!(sm.get_current_snapshot().await.unwrap().is_none());
+    }
+
+    /// The file a leader sends is installed whole and checked: a replica
+    /// sent a corrupt one refuses it and keeps its state; one sent the
+    /// state's bytes alone (a leader of the version before snapshot files)
+    /// installs them.
+    #[tokio::test]
+    async fn an_installed_snapshot_is_checked_and_survives_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let (old, new) = (a_state(3), a_state(2 * 4096 + 10));
+        let mut sm = open(dir.path());
+        install_bytes(&mut sm, &meta_at(7), &encode_snapshot(&old).unwrap()).await.unwrap();
+        assert_eq!((state_of(&sm), sm.last_applied), (old.clone(), meta_at(7).last_log_id));
+
+        let mut file = snapshot_file::file_bytes(&meta_at(9), &encode_snapshot(&new).unwrap());
+        let mid = file.len() / 2;
+        file[mid] ^= 1;
+        let err = install_bytes(&mut sm, &meta_at(9), &file).await.unwrap_err();
+        assert!(err.to_string().contains("CRC") || format!("{err:?}").contains("CRC"), "{err:?}");
+        assert_eq!((state_of(&sm), sm.last_applied), (old.clone(), meta_at(7).last_log_id));
+        file[mid] ^= 1;
+        let err = install_bytes(&mut sm, &meta_at(11), &file).await.unwrap_err();
+        assert!(format!("{err:?}").contains("sent as"), "a file of another snapshot: {err:?}");
+        install_bytes(&mut sm, &meta_at(9), &file).await.unwrap();
+        assert_eq!(sm.shared.snapshots_installed.load(std::sync::atomic::Ordering::Relaxed), 2);
+        drop(sm);
+        let sm = open(dir.path());
+        assert_eq!((state_of(&sm) == new, sm.last_applied), (true, meta_at(9).last_log_id));
+    }
+
+    /// A build that ends after a newer install leaves the install's file.
+    #[tokio::test]
+    async fn a_build_older_than_an_install_does_not_replace_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sm = open(dir.path());
+        sm.apply((1..=5).map(blank)).await.unwrap();
+        let mut builder = sm.get_snapshot_builder().await;
+        let state = a_state(4);
+        install_bytes(&mut sm, &meta_at(9), &encode_snapshot(&state).unwrap()).await.unwrap();
+        let built = builder.build_snapshot().await.unwrap();
+        assert_eq!(built.meta.last_log_id, meta_at(9).last_log_id);
+        drop(sm);
+        let sm = open(dir.path());
+        assert_eq!((state_of(&sm), sm.last_applied), (state, meta_at(9).last_log_id));
+    }
+
+    /// A snapshot file damaged on disk stops the replica with an error
+    /// naming the file, rather than opening an empty or partial state.
+    #[tokio::test]
+    async fn a_damaged_snapshot_file_is_refused_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut sm = open(dir.path());
+            install_bytes(&mut sm, &meta_at(3), &encode_snapshot(&a_state(3)).unwrap()).await.unwrap();
+        }
+        let path = dir.path().join("sm").join("current");
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = bytes.len() - 10;
+        bytes[at] ^= 0x40;
+        std::fs::write(&path, bytes).unwrap();
+        let err = crate::raft::open_storage(dir.path()).err().expect("a damaged snapshot is refused");
+        let msg = format!("{err:#}");
+        assert!(msg.contains("current") && msg.contains("CRC"), "{msg}");
+    }
+
+    /// A replica of the version that kept its state record by record in
+    /// sled opens with that state, moved to its snapshot file; one whose
+    /// install a crash interrupted opens with the snapshot it had stored.
+    #[tokio::test]
+    async fn a_replica_of_the_sled_layout_moves_its_state_to_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = a_state(6);
+        {
+            let config = sled::Config::new().path(dir.path()).flush_every_ms(None);
+            let db = config.open().unwrap();
+            let sm = db.open_tree(OLD_STATE_TREE).unwrap();
+            for l in state.ledgers.values() {
+                let mut k = b"l/".to_vec();
+                k.extend_from_slice(&l.ledger_id.to_be_bytes());
+                sm.insert(k, postcard::to_stdvec(&l).unwrap()).unwrap();
+            }
+            let c = Counters {
+                next_ledger_id: state.next_ledger_id,
+                next_lease_id: state.next_lease_id,
+                bookies_version: state.bookies_version,
+                next_lock_id: state.next_lock_id,
+                revoked_version: state.revoked_version,
+            };
+            sm.insert("m/counters", postcard::to_stdvec(&c).unwrap()).unwrap();
+            sm.insert("m/last_applied", postcard::to_stdvec(&meta_at(12).last_log_id).unwrap()).unwrap();
+            sm.insert("m/membership", postcard::to_stdvec(&StoredMembership::<u64, BasicNode>::default()).unwrap())
+                .unwrap();
+            db.flush().unwrap();
+        }
+        {
+            let sm = open(dir.path());
+            assert_eq!((state_of(&sm), sm.last_applied), (state.clone(), meta_at(12).last_log_id));
+        }
+        let (log, sm) = crate::raft::open_storage(dir.path()).unwrap();
+        assert_eq!((state_of(&sm), sm.last_applied), (state.clone(), meta_at(12).last_log_id));
+        drop((log, sm));
+        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        assert!(!db.tree_names().iter().any(|n| &**n == OLD_STATE_TREE.as_bytes()), "the old records went");
+        drop(db);
+
+        // An install interrupted in the sled layout: its mark, its stored snapshot.
+        let dir = tempfile::tempdir().unwrap();
+        let installed = a_state(9);
+        {
+            let db = sled::Config::new().path(dir.path()).open().unwrap();
+            let sm = db.open_tree(OLD_STATE_TREE).unwrap();
+            let snap = db.open_tree(OLD_SNAPSHOT_TREE).unwrap();
+            sm.insert(OLD_INSTALLING_KEY, postcard::to_stdvec(&meta_at(20)).unwrap()).unwrap();
+            sm.insert("m/last_applied", postcard::to_stdvec(&meta_at(4).last_log_id).unwrap()).unwrap();
+            snap.insert(OLD_SNAPSHOT_META_KEY, postcard::to_stdvec(&meta_at(20)).unwrap()).unwrap();
+            snap.insert(OLD_SNAPSHOT_DATA_KEY, encode_snapshot(&installed).unwrap()).unwrap();
+            db.flush().unwrap();
+        }
+        let sm = open(dir.path());
+        assert_eq!((state_of(&sm), sm.last_applied), (installed, meta_at(20).last_log_id));
     }
 
     /// A snapshot carries the deny list after the state, and one written
