@@ -11,7 +11,8 @@
 //! read cache, the index's sled cache) plus 64 MiB; then the latency of
 //! BENCH_READS reads of random entries (the index at that size, cold).
 //! Run: `cargo bench -p quire-bookie --bench open_ledgers`
-//! (BENCH_DIR: the disk under test, /tmp/quire-bench-open-ledgers).
+//! (BENCH_DIR: the disk under test, /tmp/quire-bench-open-ledgers;
+//! BENCH_BOOKIE_ARGS: extra bookie flags).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -78,6 +79,10 @@ fn main() {
         "--log",
         "warn",
     ];
+    // Extra bookie flags, space-separated (e.g. BENCH_BOOKIE_ARGS="--flush-interval-ms 10000").
+    let extra = std::env::var("BENCH_BOOKIE_ARGS").unwrap_or_default();
+    let mut args: Vec<&str> = args.to_vec();
+    args.extend(extra.split_whitespace());
     let mut bookie = Process::spawn("bookie", &bin_path("quire-bookie"), &args, &dir).unwrap();
     let addr = bookie.wait_ready(&ready, Duration::from_secs(30)).unwrap();
     let pid = bookie.pid();
