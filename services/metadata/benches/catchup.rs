@@ -57,14 +57,19 @@ fn create() -> v1::CreateLedgerRequest {
 
 /// Creates a ledger and closes it; its id.
 async fn create_and_close(meta: &MetaClient) -> u64 {
-    let mut l = meta.call(create()).await.expect("create").ledger.unwrap();
+    try_create_and_close(meta).await.expect("create and close")
+}
+
+/// Creates a ledger and closes it; its id, or why not.
+async fn try_create_and_close(meta: &MetaClient) -> Result<u64, quire_rpc::RpcError> {
+    let mut l = meta.call(create()).await?.ledger.unwrap();
     let v = l.version;
     l.state = v1::LedgerState::Closed as i32;
     l.last_entry_id = 999;
     l.length = 1_024_000;
     let id = l.ledger_id;
-    meta.call(v1::UpdateLedgerRequest { ledger: Some(l), expected_version: v }).await.expect("close");
-    id
+    meta.call(v1::UpdateLedgerRequest { ledger: Some(l), expected_version: v }).await?;
+    Ok(id)
 }
 
 /// Seconds until replica `i` holds ledger `id` in its own state, or why not.
@@ -171,7 +176,7 @@ fn main() {
         let victim = (0..3).find(|i| cluster.addrs[*i] != leader).unwrap();
         cluster.procs[victim].kill().unwrap();
         let end = Instant::now() + down;
-        let mut created = 0u64;
+        let (mut created, mut failed) = (0u64, 0u64);
         let mut latencies_us = Vec::new();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         while Instant::now() < end {
@@ -184,16 +189,26 @@ fn main() {
                     tokio::spawn(async move {
                         tokio::time::sleep(at).await;
                         let t = Instant::now();
-                        let id = create_and_close(&meta).await;
-                        (id, t.elapsed().as_micros() as u64)
+                        let r = try_create_and_close(&meta).await;
+                        (r, t.elapsed().as_micros() as u64)
                     })
                 })
                 .collect();
             for b in batch {
-                let (id, us) = b.await.unwrap();
-                newest = newest.max(id);
+                // A call over the client's attempt timeout (1 s) fails as
+                // of unknown outcome: counted, its time kept as a latency.
+                let (r, us) = b.await.unwrap();
+                match r {
+                    Ok(id) => {
+                        newest = newest.max(id);
+                        created += 1;
+                    }
+                    Err(e) => {
+                        failed += 1;
+                        println!("a create + close failed after {} ms: {e}", us / 1000);
+                    }
+                }
                 latencies_us.push(us);
-                created += 1;
             }
         }
         latencies_us.sort_unstable();
@@ -201,13 +216,23 @@ fn main() {
         cluster.restart(victim).unwrap();
         let secs = caught_up(&mut cluster, &rpc, victim, newest, Duration::from_secs(300)).await;
         println!(
-            "RESULT phase=down down_s={} created_meanwhile={created} caught_up_s={secs} rss_mb={:.0} create_close_p50_ms={:.1} create_close_p99_ms={:.1} create_close_max_ms={:.1}",
+            "RESULT phase=down down_s={} created_meanwhile={created} failed={failed} caught_up_s={secs} rss_mb={:.0} create_close_p50_ms={:.1} create_close_p99_ms={:.1} create_close_max_ms={:.1}",
             down.as_secs(),
             rss_mb(cluster.procs[victim].pid()),
             pct(0.5),
             pct(0.99),
             pct(1.0),
         );
+        // What the replicas did meanwhile: snapshots, purges, slow syncs.
+        for (i, p) in cluster.procs.iter().enumerate() {
+            let log = p.log();
+            let lines: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains("wrote a snapshot") || l.contains("purged the log") || l.contains("was slow"))
+                .collect();
+            let tail: Vec<&str> = lines.iter().rev().take(12).rev().copied().collect();
+            println!("replica {}:\n    {}", i + 1, tail.join("\n    "));
+        }
 
         // Every replica at once.
         for p in cluster.procs.iter_mut() {

@@ -27,12 +27,29 @@ pub struct LogStore {
     synced: Arc<SyncedSled>,
     logs: sled::Tree,
     meta: sled::Tree,
+    /// The first index above the purge mark: entries below it may still be
+    /// in `logs` while a purge removes them, and are never read.
+    first_kept: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl LogStore {
     /// Opens the log in `db`.
     pub fn open(db: &sled::Db, synced: Arc<SyncedSled>) -> Result<LogStore, sled::Error> {
-        Ok(LogStore { db: db.clone(), synced, logs: db.open_tree("raft_log")?, meta: db.open_tree("raft_meta")? })
+        let meta = db.open_tree("raft_meta")?;
+        let first_kept = match meta.get("last_purged")? {
+            Some(v) => postcard::from_bytes::<LogId<u64>>(&v)
+                .map_err(|e| sled::Error::Unsupported(format!("the purge mark: {e}")))?
+                .index
+                .saturating_add(1),
+            None => 0,
+        };
+        Ok(LogStore {
+            db: db.clone(),
+            synced,
+            logs: db.open_tree("raft_log")?,
+            meta,
+            first_kept: Arc::new(std::sync::atomic::AtomicU64::new(first_kept)),
+        })
     }
 
     fn get_meta<T: serde::de::DeserializeOwned>(&self, key: &str) -> Result<Option<T>, SErr> {
@@ -80,6 +97,12 @@ impl LogStore {
 
 const AMNESIA_KEY: &str = "amnesia";
 
+/// Entries removed per sled batch by a purge.
+const PURGE_BATCH_ENTRIES: usize = 1024;
+
+/// A sync of the log this slow is logged (every write waits for it).
+const SLOW_SYNC_MS: u128 = 200;
+
 impl RaftLogReader<TypeConfig> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
@@ -89,7 +112,8 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Included(x) => *x,
             Bound::Excluded(x) => *x + 1,
             Bound::Unbounded => 0,
-        };
+        }
+        .max(self.first_kept.load(std::sync::atomic::Ordering::Acquire));
         let mut out = Vec::new();
         for kv in self.logs.range(start.to_be_bytes()..) {
             let (k, v) = kv.map_err(|e| StorageIOError::read_logs(&e))?;
@@ -111,7 +135,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let last = match self.logs.last().map_err(|e| StorageIOError::read_logs(&e))? {
             Some((_, v)) => {
                 let e: Entry<TypeConfig> = postcard::from_bytes(&v).map_err(|e| StorageIOError::read_logs(&e))?;
-                Some(e.log_id)
+                // Entries a purge has yet to remove may all lie below its mark.
+                Some(e.log_id).max(last_purged)
             }
             None => last_purged,
         };
@@ -153,7 +178,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         self.logs.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;
         // Acknowledged to openraft only once durable.
-        callback.log_io_completed(self.flush().await);
+        let started = std::time::Instant::now();
+        let synced = self.flush().await;
+        let ms = started.elapsed().as_millis();
+        if ms >= SLOW_SYNC_MS {
+            tracing::warn!(ms, "the Raft log's sync was slow: every write waited for it");
+        }
+        callback.log_io_completed(synced);
         Ok(())
     }
 
@@ -171,13 +202,42 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), SErr> {
         // The mark first: a crash between the two leaves the log claiming less than it has, never more.
         self.put_meta("last_purged", &log_id).await?;
-        let mut batch = sled::Batch::default();
-        for kv in self.logs.range(..=log_id.index.to_be_bytes()) {
-            let (k, _) = kv.map_err(|e| StorageIOError::write_logs(&e))?;
-            batch.remove(k);
-        }
-        self.logs.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;
-        self.flush().await.map_err(|e| StorageIOError::write_logs(&e))?;
+        self.first_kept.fetch_max(log_id.index.saturating_add(1), std::sync::atomic::Ordering::AcqRel);
+        // The entries go in the background, in sled batches of
+        // `PURGE_BATCH_ENTRIES`: a purge behind a snapshot of a million
+        // ledgers removes 100 000 entries (`compaction.rs`), which took
+        // 200 ms and more, and every append waited (the log's I/O is
+        // sequential). Nothing reads below the mark, appends and truncations
+        // are above it, and entries a crash leaves below it are removed by
+        // the next purge (its range starts at the log's start): the mark is
+        // what says where the log begins.
+        let logs = self.logs.clone();
+        tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
+            let (mut batch, mut n, mut total) = (sled::Batch::default(), 0, 0u64);
+            for kv in logs.range(..=log_id.index.to_be_bytes()) {
+                let Ok((k, _)) = kv else { break };
+                batch.remove(k);
+                (n, total) = (n + 1, total + 1);
+                if n == PURGE_BATCH_ENTRIES {
+                    if let Err(e) = logs.apply_batch(std::mem::take(&mut batch)) {
+                        tracing::warn!(error = %e, "removing purged log entries (the next purge goes on)");
+                        return;
+                    }
+                    n = 0;
+                }
+            }
+            if let Err(e) = logs.apply_batch(batch) {
+                tracing::warn!(error = %e, "removing purged log entries (the next purge goes on)");
+                return;
+            }
+            tracing::info!(
+                upto = log_id.index,
+                entries = total,
+                ms = started.elapsed().as_millis() as u64,
+                "purged the log behind a snapshot"
+            );
+        });
         Ok(())
     }
 }

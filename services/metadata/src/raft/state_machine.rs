@@ -359,9 +359,16 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
                 // An install got further meanwhile: its snapshot stays.
                 return open_current(&files, c);
             }
+            let started = std::time::Instant::now();
             files
                 .write_current(&meta, |w| write_snapshot(&state, w).map(drop).map_err(std::io::Error::other))
                 .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+            tracing::info!(
+                last_log = ?meta.last_log_id,
+                ledgers = state.ledgers.len(),
+                ms = started.elapsed().as_millis() as u64,
+                "wrote a snapshot"
+            );
             drop(state);
             *cur = Some(meta.clone());
             open_current(&files, &meta)
