@@ -205,7 +205,11 @@ fn main() {
                     }
                     Err(e) => {
                         failed += 1;
-                        println!("a create + close failed after {} ms: {e}", us / 1000);
+                        println!(
+                            "a create + close failed after {} ms, {:.1} s into the outage: {e}",
+                            us / 1000,
+                            (down - (end - Instant::now().min(end))).as_secs_f64()
+                        );
                     }
                 }
                 latencies_us.push(us);
@@ -228,9 +232,15 @@ fn main() {
             let log = p.log();
             let lines: Vec<&str> = log
                 .lines()
-                .filter(|l| l.contains("wrote a snapshot") || l.contains("purged the log") || l.contains("was slow"))
+                .filter(|l| {
+                    l.contains("wrote a snapshot")
+                        || l.contains("purged the log")
+                        || l.contains("was slow")
+                        || l.contains("copied the state")
+                        || l.contains("waited")
+                })
                 .collect();
-            let tail: Vec<&str> = lines.iter().rev().take(12).rev().copied().collect();
+            let tail: Vec<&str> = lines.iter().rev().take(30).rev().copied().collect();
             println!("replica {}:\n    {}", i + 1, tail.join("\n    "));
         }
 

@@ -171,18 +171,19 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        let started = std::time::Instant::now();
         let mut batch = sled::Batch::default();
         for e in entries {
             let bytes = postcard::to_stdvec(&e).map_err(|x| StorageIOError::write_logs(&x))?;
             batch.insert(&e.log_id.index.to_be_bytes(), bytes);
         }
         self.logs.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;
+        let written_ms = started.elapsed().as_millis();
         // Acknowledged to openraft only once durable.
-        let started = std::time::Instant::now();
         let synced = self.flush().await;
         let ms = started.elapsed().as_millis();
         if ms >= SLOW_SYNC_MS {
-            tracing::warn!(ms, "the Raft log's sync was slow: every write waited for it");
+            tracing::warn!(ms, written_ms, "the Raft log's append was slow: every write waited for it");
         }
         callback.log_io_completed(synced);
         Ok(())

@@ -392,7 +392,12 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     {
         // In memory only: the snapshot and the log after it are what is durable.
         let mut out = Vec::new();
+        let waited = std::time::Instant::now();
         let mut state = self.shared.state.write().expect("state lock");
+        let wait_ms = waited.elapsed().as_millis();
+        if wait_ms >= 200 {
+            tracing::warn!(wait_ms, "applying waited this long for the state's lock");
+        }
         for e in entries {
             self.last_applied = Some(e.log_id);
             match e.payload {
@@ -413,8 +418,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        let started = std::time::Instant::now();
+        let state = self.shared.state.read().expect("state lock").clone();
+        tracing::info!(ms = started.elapsed().as_millis() as u64, "copied the state for a snapshot");
         SnapshotBuilder {
-            state: self.shared.state.read().expect("state lock").clone(),
+            state,
             last_applied: self.last_applied,
             membership: self.membership.clone(),
             files: self.files.clone(),
