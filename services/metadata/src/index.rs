@@ -37,6 +37,9 @@ pub struct Ledgers {
     made_for: BTreeMap<Vec<u8>, BTreeSet<u64>>,
 }
 
+/// One chunk of [`Chunks`]: encodings by id.
+type Chunk = BTreeMap<u64, Arc<[u8]>>;
+
 /// Ids per chunk of [`Chunks`].
 const CHUNK_IDS: u64 = 1 << 14;
 
@@ -48,7 +51,7 @@ const CHUNK_IDS: u64 = 1 << 14;
 /// are equal chunk by chunk.
 #[derive(Clone, Default, PartialEq, Eq)]
 struct Chunks {
-    chunks: BTreeMap<u64, Arc<BTreeMap<u64, Arc<[u8]>>>>,
+    chunks: BTreeMap<u64, Arc<Chunk>>,
     len: usize,
 }
 
