@@ -34,6 +34,11 @@ impl Fixture {
 
     /// Starts bookie `id` on `data`; returns the process and its address.
     fn bookie(&self, id: &str, data: &Path, extra: &[&str]) -> (Process, String) {
+        self.bookie_with_env(id, data, extra, &[])
+    }
+
+    /// As [`Fixture::bookie`], with environment variables (failpoints).
+    fn bookie_with_env(&self, id: &str, data: &Path, extra: &[&str], env: &[(String, String)]) -> (Process, String) {
         let ready = self.dir.path().join(format!("bookie-{id}.ready"));
         let _ = std::fs::remove_file(&ready);
         let mut args = vec![
@@ -50,7 +55,9 @@ impl Fixture {
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut p = Process::spawn(&format!("bookie-{id}"), &bin_path("quire-bookie"), &args, self.dir.path()).unwrap();
+        let mut p =
+            Process::spawn_with_env(&format!("bookie-{id}"), &bin_path("quire-bookie"), &args, env, self.dir.path())
+                .unwrap();
         let addr = p.wait_ready(&ready, Duration::from_secs(30)).unwrap();
         (p, addr)
     }
@@ -384,22 +391,8 @@ async fn a_fencing_read_needs_the_right_to_fence() {
 async fn a_bookie_killed_between_the_index_batches_of_one_flush_loses_nothing() {
     let f = Fixture::new();
     let data = f.data("b1");
-    let ready = f.dir.path().join("bookie-1.ready");
-    let args = [
-        "--certs-dir",
-        f.certs.to_str().unwrap(),
-        "--id",
-        "1",
-        "--listen",
-        "127.0.0.1:0",
-        "--ready-file",
-        ready.to_str().unwrap(),
-        "--data-dir",
-        data.to_str().unwrap(),
-    ];
     let env = [(quire_storage::failpoint::ENV.to_string(), "index.between_batches".to_string())];
-    let mut p = Process::spawn_with_env("bookie-1", &bin_path("quire-bookie"), &args, &env, f.dir.path()).unwrap();
-    let addr = p.wait_ready(&ready, Duration::from_secs(30)).unwrap();
+    let (mut p, addr) = f.bookie_with_env("1", &data, &[], &env);
     let rpc = f.client();
     let peer = rpc.peer(&addr, Role::Bookie, Some("1"));
     // A thousand ledgers, an entry each, all at once: one flush holds them,

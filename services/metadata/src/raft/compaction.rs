@@ -49,8 +49,11 @@ pub async fn drive(raft: MetaRaft, shared: Arc<Shared>, every: u64) {
     loop {
         let index = *applied.borrow_and_update();
         let snapshot = metrics.borrow().snapshot.map_or(0, |l| l.index);
-        let ledgers = shared.state.read().expect("state lock").ledgers.len() as u64;
-        if due(index, snapshot, asked_at, entries_between(every, ledgers)) {
+        // The state's size (its read lock) only once the floor is passed:
+        // not on every applied batch.
+        let over_floor = index.saturating_sub(snapshot) >= every;
+        let between = || entries_between(every, shared.state.read().expect("state lock").ledgers.len() as u64);
+        if over_floor && due(index, snapshot, asked_at, between()) {
             if raft.trigger().snapshot().await.is_err() {
                 return; // Raft stopped.
             }

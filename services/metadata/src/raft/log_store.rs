@@ -242,3 +242,45 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::storage::RaftLogStorageExt;
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    fn log_id(index: u64) -> LogId<u64> {
+        LogId::new(CommittedLeaderId::new(1, 1), index)
+    }
+
+    fn blank(index: u64) -> Entry<TypeConfig> {
+        Entry { log_id: log_id(index), payload: EntryPayload::Blank }
+    }
+
+    /// A purge removes its entries in the background, and a crash can
+    /// leave some below the mark: they are never read, and the log state
+    /// is the mark's, even when the mark is past the last entry (a purge
+    /// behind an installed snapshot).
+    #[tokio::test]
+    async fn entries_left_below_the_purge_mark_are_never_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _sm) = crate::raft::open_storage(dir.path()).unwrap();
+        log.blocking_append((1..=10).map(blank)).await.unwrap();
+        log.purge(log_id(20)).await.unwrap();
+        // What the background removal (or a crash before it) leaves.
+        for i in [3u64, 10] {
+            log.logs.insert(i.to_be_bytes(), postcard::to_stdvec(&blank(i)).unwrap()).unwrap();
+        }
+        let st = log.get_log_state().await.unwrap();
+        assert_eq!((st.last_purged_log_id, st.last_log_id), (Some(log_id(20)), Some(log_id(20))));
+        assert!(log.try_get_log_entries(0..).await.unwrap().is_empty());
+        drop((log, _sm));
+        // And after a reopen, which reads the mark again.
+        let (mut log, _sm) = crate::raft::open_storage(dir.path()).unwrap();
+        log.logs.insert(5u64.to_be_bytes(), postcard::to_stdvec(&blank(5)).unwrap()).unwrap();
+        assert!(log.try_get_log_entries(0..=30).await.unwrap().is_empty());
+        log.blocking_append((21..=22).map(blank)).await.unwrap();
+        let got: Vec<u64> = log.try_get_log_entries(..).await.unwrap().iter().map(|e| e.log_id.index).collect();
+        assert_eq!(got, vec![21, 22]);
+    }
+}

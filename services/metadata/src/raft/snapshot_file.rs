@@ -20,7 +20,7 @@
 //! snapshot's data, so what it installs is checked end to end.
 
 use std::fs::File;
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use openraft::{BasicNode, SnapshotMeta};
@@ -187,22 +187,6 @@ impl SnapshotDir {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(source) => Err(SnapshotFileError::Io { path, source }),
         }
-    }
-
-    /// Reads the received file whole, fsyncing it first.
-    pub fn read_received(&self) -> Result<Vec<u8>, SnapshotFileError> {
-        let path = self.receiving_path();
-        let io = |source| SnapshotFileError::Io { path: path.clone(), source };
-        let mut f = File::open(&path).map_err(io)?;
-        f.sync_all().map_err(io)?;
-        let mut bytes = Vec::new();
-        f.read_to_end(&mut bytes).map_err(io)?;
-        Ok(bytes)
-    }
-
-    /// Makes the received file the current snapshot, durably.
-    pub fn adopt_received(&self) -> Result<(), SnapshotFileError> {
-        self.replace_current(&self.receiving_path())
     }
 
     /// Writes a new current snapshot, durably: its header, what `body`

@@ -459,23 +459,21 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             f.seek(std::io::SeekFrom::Start(0)).and_then(|_| f.read_to_end(&mut bytes)).map_err(|e| werr(&meta, &e))?;
             drop(f);
             let mut cur = current.lock().expect("snapshot lock");
-            let state = if bytes.starts_with(snapshot_file::MAGIC) {
+            // A leader of the version before snapshot files sends the
+            // state's bytes alone, without the magic.
+            let data = if bytes.starts_with(snapshot_file::MAGIC) {
                 let (got, range) =
                     snapshot_file::parse(&files.receiving_path(), &bytes).map_err(|e| werr(&meta, &e))?;
                 if got.last_log_id != meta.last_log_id || got.last_membership != meta.last_membership {
                     let e = std::io::Error::other(format!("the snapshot's file is of {got:?}, sent as {meta:?}"));
                     return Err(werr(&meta, &e));
                 }
-                let state = decode_snapshot(&bytes[range.clone()]).map_err(|e| werr(&meta, &e))?;
-                files.write_current(&meta, |w| w.write_all(&bytes[range])).map_err(|e| werr(&meta, &e))?;
-                state
+                &bytes[range]
             } else {
-                // From a leader of the version before snapshot files: its
-                // data is the state's bytes alone.
-                let state = decode_snapshot(&bytes).map_err(|e| werr(&meta, &e))?;
-                files.write_current(&meta, |w| w.write_all(&bytes)).map_err(|e| werr(&meta, &e))?;
-                state
+                &bytes[..]
             };
+            let state = decode_snapshot(data).map_err(|e| werr(&meta, &e))?;
+            files.write_current(&meta, |w| w.write_all(data)).map_err(|e| werr(&meta, &e))?;
             *cur = Some(meta);
             Ok(state)
         })
