@@ -136,6 +136,11 @@ struct Args {
     #[arg(long, env = "QUIRE_READ_CACHE_MIB", default_value_t = 16)]
     read_cache_mib: usize,
 
+    /// The index's cache (sled's), in MiB. sled holds somewhat more than
+    /// this at its fullest (docs/operations.md, memory).
+    #[arg(long, env = "QUIRE_INDEX_CACHE_MIB", default_value_t = 64)]
+    index_cache_mib: u64,
+
     /// Largest entry payload accepted, in bytes.
     #[arg(long, env = "QUIRE_MAX_ENTRY_BYTES", default_value_t = quire_proto::MAX_ENTRY_BYTES)]
     max_entry_bytes: usize,
@@ -260,6 +265,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     config.entry_log_bytes = args.entry_log_mib * 1024 * 1024;
     config.entry_log_cached_bytes = Some(args.entry_log_cached_mib * 1024 * 1024);
     config.read_cache_bytes = args.read_cache_mib * 1024 * 1024;
+    config.index_cache_bytes = args.index_cache_mib * 1024 * 1024;
     config.max_entry_bytes = args.max_entry_bytes;
     config.max_parked_waits = args.max_parked_waits;
     // Journal damage is recorded as a pending check before the store

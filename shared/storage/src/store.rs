@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use quire_proto::v1::Entry;
-use tokio::sync::{oneshot, watch, Semaphore};
+use tokio::sync::{oneshot, Semaphore};
 
 use crate::entrylog::read_cache::ReadCache;
 use crate::entrylog::write_cache::WriteCache;
@@ -21,7 +21,10 @@ use crate::gc::{self, GcOutcome, LogUsage, Throttle};
 use crate::index::{IndexBatch, LedgerIndex, LedgerRecord, SledIndex};
 use crate::journal::{self, FileJournal, Journal, JournalConfig, JournalPos, Record};
 
+mod lac;
 mod range;
+
+use lac::Lac;
 pub use range::{RangeQuery, RangeRead, Stripe, ENTRY_OVERHEAD_BYTES, RANGE_BYTES_MAX, RANGE_ENTRIES_MAX};
 
 /// Store settings.
@@ -49,6 +52,8 @@ pub struct StoreConfig {
     pub entry_log_cached_bytes: Option<u64>,
     /// Read-ahead cache, payload bytes.
     pub read_cache_bytes: usize,
+    /// The index's cache (sled's), bytes.
+    pub index_cache_bytes: u64,
     /// Bytes read per read-ahead from an entry log.
     pub read_ahead_bytes: usize,
     /// Largest entry payload accepted.
@@ -77,6 +82,7 @@ impl StoreConfig {
             entry_log_bytes: 1024 * 1024 * 1024,
             entry_log_cached_bytes: Some(0),
             read_cache_bytes: 16 * 1024 * 1024,
+            index_cache_bytes: crate::index::INDEX_CACHE_BYTES,
             read_ahead_bytes: 64 * 1024,
             max_entry_bytes: quire_proto::MAX_ENTRY_BYTES,
             max_parked_waits: 10_000,
@@ -128,7 +134,7 @@ struct LedgerState {
     /// Held while checking fence state and queueing a record, so that an add
     /// and a fence of the same ledger are ordered in the journal.
     fence: Mutex<bool>,
-    lac: watch::Sender<i64>,
+    lac: Lac,
     /// Changed since the last flush (fence or LAC).
     dirty: AtomicBool,
     /// Removed from the ledger map by a deletion: an add already past its
@@ -141,28 +147,20 @@ impl LedgerState {
     fn new(rec: LedgerRecord) -> Arc<Self> {
         Arc::new(LedgerState {
             fence: Mutex::new(rec.fenced),
-            lac: watch::Sender::new(rec.lac),
+            lac: Lac::new(rec.lac),
             dirty: AtomicBool::new(false),
             dropped: AtomicBool::new(false),
         })
     }
 
     fn raise_lac(&self, lac: i64) {
-        let raised = self.lac.send_if_modified(|cur| {
-            if lac > *cur {
-                *cur = lac;
-                true
-            } else {
-                false
-            }
-        });
-        if raised {
+        if self.lac.raise(lac) {
             self.dirty.store(true, Ordering::Release);
         }
     }
 
     fn record(&self) -> LedgerRecord {
-        LedgerRecord { fenced: *self.fence.lock().expect("fence lock"), lac: *self.lac.borrow() }
+        LedgerRecord { fenced: *self.fence.lock().expect("fence lock"), lac: self.lac.get() }
     }
 }
 
@@ -246,7 +244,7 @@ impl Store {
     pub fn open(config: StoreConfig) -> Result<Store, StorageError> {
         let index_dir = config.ledger_dir.join("index");
         let logs_dir = config.ledger_dir.join("entrylogs");
-        let index = SledIndex::open(&index_dir)?;
+        let index = SledIndex::open_with_cache(&index_dir, config.index_cache_bytes)?;
         let cached = config.entry_log_cached_bytes.filter(|b| *b < config.entry_log_bytes);
         let logs = EntryLogs::open(&logs_dir, config.entry_log_bytes, cached)?;
         let mut ledgers = HashMap::new();
@@ -437,7 +435,7 @@ impl Store {
             );
         }
         rx.await.map_err(|_| StorageError::JournalClosed)??;
-        let lac = *st.lac.borrow();
+        let lac = st.lac.get();
         Ok(lac)
     }
 
@@ -589,7 +587,7 @@ impl Store {
             let ledgers = inner.ledgers.read().expect("ledgers lock");
             ledger_ids
                 .iter()
-                .map(|l| (*l, LedgerRecord { fenced: true, lac: ledgers.get(l).map_or(-1, |st| *st.lac.borrow()) }))
+                .map(|l| (*l, LedgerRecord { fenced: true, lac: ledgers.get(l).map_or(-1, |st| st.lac.get()) }))
                 .collect()
         } else {
             Vec::new()
@@ -741,7 +739,7 @@ impl Store {
     /// The highest LAC this store has seen for a ledger.
     pub fn lac(&self, ledger_id: u64) -> Result<i64, StorageError> {
         match self.inner.ledger(ledger_id) {
-            Some(st) => Ok(*st.lac.borrow()),
+            Some(st) => Ok(st.lac.get()),
             None => Err(StorageError::NoSuchLedger(ledger_id)),
         }
     }
@@ -771,7 +769,7 @@ impl Store {
         let inner = &self.inner;
         let deadline = tokio::time::Instant::now() + timeout;
         let known = inner.ledger(ledger_id);
-        let lac_now = known.as_ref().map_or(-1, |st| *st.lac.borrow());
+        let lac_now = known.as_ref().map_or(-1, |st| st.lac.get());
         if lac_now > after {
             return Ok((lac_now, false));
         }
@@ -796,17 +794,9 @@ impl Store {
                 }
             },
         };
-        let mut rx = st.lac.subscribe();
-        let now = *rx.borrow_and_update();
-        if now > after {
-            return Ok((now, false));
-        }
-        let waited = tokio::time::timeout_at(deadline, async { rx.wait_for(|l| *l > after).await.map(|l| *l) }).await;
-        match waited {
-            Ok(Ok(l)) => Ok((l, false)),
-            // The sender lives as long as the ledger state: a closed channel means shutdown.
-            Ok(Err(_)) => Err(StorageError::JournalClosed),
-            Err(_) => Ok((*st.lac.borrow(), true)),
+        match tokio::time::timeout_at(deadline, st.lac.above(after)).await {
+            Ok(l) => Ok((l, false)),
+            Err(_) => Ok((st.lac.get(), true)),
         }
     }
 
@@ -1157,11 +1147,11 @@ mod tests {
             store.add(entry, false).await.unwrap();
         }
         store.flush().unwrap();
-        // The run now claims a 4 GiB record.
-        let mut run = store.inner.index.raw_run(5, 0).expect("ledger 5's run");
-        let n = run.len();
-        run[n - 4..].copy_from_slice(&u32::MAX.to_be_bytes());
-        store.inner.index.damage(&SledIndex::run_key_of(5, 0), &run);
+        // The block's last run now claims a 4 GiB record.
+        let mut block = store.inner.index.raw_block(5, 0).expect("ledger 5's block");
+        let n = block.len();
+        block[n - 4..].copy_from_slice(&u32::MAX.to_be_bytes());
+        store.inner.index.damage(&SledIndex::block_key_of(5, 0), &block);
         assert!(!marker.exists());
         let err = store.read(5, 2).unwrap_err();
         assert!(matches!(err, StorageError::Corrupt(_)), "{err}");

@@ -297,6 +297,13 @@ fn index_suite(open: impl Fn(&Path) -> Box<dyn LedgerIndex>) {
         let newer = Location { log_id: 9, offset: 1, len: 2 };
         idx.commit(&IndexBatch { locations: vec![(1, 42, newer)], ..Default::default() }).unwrap();
         assert_eq!(idx.location(1, 42).unwrap(), Some(newer));
+        // A batch in no particular order is indexed all the same.
+        let shuffled: Vec<(u64, u64, Location)> =
+            (0..200u64).rev().map(|i| (10 + i % 3, (i * 37) % 200, loc(i))).collect();
+        idx.commit(&IndexBatch { locations: shuffled.clone(), ..Default::default() }).unwrap();
+        for (l, e, at) in &shuffled {
+            assert_eq!(idx.location(*l, *e).unwrap(), Some(*at), "ledger {l} entry {e}");
+        }
     }
     // Durable across a reopen.
     let idx = open(t.path());
@@ -361,6 +368,33 @@ fn index_contiguous_entries_and_overlapping_re_adds(open: impl Fn(&Path) -> Box<
         "older run still serves its other entries"
     );
     assert_eq!(idx.last_entry(5).unwrap(), Some(3009));
+    // A re-add across an aligned boundary of ids (60..70: any index that
+    // groups ids by 64 splits it) wins on both sides; the older run keeps
+    // the ids after it.
+    let readd: Vec<(u64, u64, Location)> =
+        (60..70u64).map(|e| (5, e, Location { log_id: 3, offset: 16 + 10 * (e - 60), len: 10 })).collect();
+    idx.commit(&IndexBatch { locations: readd.clone(), ..Default::default() }).unwrap();
+    for (l, e, loc) in &readd {
+        assert_eq!(idx.location(*l, *e).unwrap(), Some(*loc), "entry {e}: the re-add");
+    }
+    for e in [59u64, 70, 127, 128] {
+        assert_eq!(idx.location(5, e).unwrap(), batch.locations.iter().find(|x| x.1 == e).map(|x| x.2), "entry {e}");
+    }
+    // Ledgers written round-robin: every flush holds one entry of each.
+    for round in 0..130u64 {
+        let locations = (100..110u64)
+            .map(|l| (l, round, Location { log_id: 4, offset: 16 + 10 * (round * 10 + l - 100), len: 10 }))
+            .collect();
+        idx.commit(&IndexBatch { locations, ..Default::default() }).unwrap();
+    }
+    for l in 100..110u64 {
+        assert_eq!(idx.last_entry(l).unwrap(), Some(129));
+        for e in [0u64, 63, 64, 129] {
+            assert_eq!(idx.location(l, e).unwrap().map(|x| x.offset), Some(16 + 10 * (e * 10 + l - 100)), "{l}/{e}");
+        }
+        let all = idx.locations(l, 0, 200, 1000).unwrap();
+        assert_eq!((all.found.len(), all.next), (130, None));
+    }
 }
 
 fn runs_of(idx: &dyn LedgerIndex) -> Vec<RunInfo> {
@@ -504,6 +538,9 @@ fn index_range_look_ups_agree_with_single_look_ups(open: impl Fn(&Path) -> Box<d
     // More than one run record holds.
     commit(7, 6, (2000..5000).collect());
     commit(7, 7, (2990..3010).collect());
+    // A re-add straddling an aligned boundary of 64 ids.
+    commit(7, 8, (60..70).collect());
+    commit(7, 9, (120..200).filter(|e| e % 2 == 0).collect());
     let check = |first: u64, last: u64, max: usize| {
         let mut at = first;
         loop {
