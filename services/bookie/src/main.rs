@@ -266,6 +266,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     config.entry_log_cached_bytes = Some(args.entry_log_cached_mib * 1024 * 1024);
     config.read_cache_bytes = args.read_cache_mib * 1024 * 1024;
     config.index_cache_bytes = args.index_cache_mib * 1024 * 1024;
+    config.after_flush = Some(quire_runtime::release_freed_memory);
     config.max_entry_bytes = args.max_entry_bytes;
     config.max_parked_waits = args.max_parked_waits;
     // Journal damage is recorded as a pending check before the store

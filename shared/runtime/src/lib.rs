@@ -24,4 +24,19 @@ pub mod slot;
 /// `#[global_allocator] static ALLOC: quire_runtime::Allocator = quire_runtime::Allocator;`.
 pub use mimalloc::MiMalloc as Allocator;
 
+/// Returns the pages the allocator holds freed to the OS now. mimalloc v3
+/// keeps freed pages for a second (ten for whole arenas) before it gives
+/// them back, so a burst of short-lived allocations (a bookie's flush of
+/// 100 000 ledgers' index blocks, once a second) kept about 30 MiB resident
+/// between bursts. Called after such a burst, on the thread that made it.
+pub fn release_freed_memory() {
+    extern "C" {
+        // mimalloc's public API (mimalloc.h), in the library `Allocator` links.
+        fn mi_collect(force: bool);
+    }
+    // SAFETY: no arguments beyond a bool, no pointers; mimalloc allows it
+    // from any thread at any time.
+    unsafe { mi_collect(true) }
+}
+
 pub use service::{deny_list, new_instance_id, wait_for_shutdown_signal, CommonArgs, RunningService, ShutdownSignals};

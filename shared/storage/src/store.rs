@@ -60,6 +60,9 @@ pub struct StoreConfig {
     pub max_entry_bytes: usize,
     /// Long polls parked at once.
     pub max_parked_waits: usize,
+    /// Called on the flusher thread after each flush (the bookie gives the
+    /// allocator's freed pages back to the OS).
+    pub after_flush: Option<fn()>,
     /// Where to record that replay skipped damaged journal records: this
     /// file is written and synced (with its directory) before the store
     /// checkpoints past them, so the record that acknowledged data may be
@@ -86,6 +89,7 @@ impl StoreConfig {
             read_ahead_bytes: 64 * 1024,
             max_entry_bytes: quire_proto::MAX_ENTRY_BYTES,
             max_parked_waits: 10_000,
+            after_flush: None,
             damage_marker: None,
         }
     }
@@ -1043,6 +1047,9 @@ impl Inner {
                 Err(RecvTimeoutError::Disconnected) => return,
             };
             let res = self.flush();
+            if let Some(after) = self.config.after_flush {
+                after();
+            }
             let mut failed = self.failed.lock().expect("failed lock");
             match &res {
                 Err(e) => {
