@@ -497,15 +497,7 @@ impl Store {
     /// made pending (the damage marker, where configured) so that the next
     /// start refills from peers what the index no longer finds.
     fn note_index_damage(&self, e: StorageError) -> StorageError {
-        if matches!(e, StorageError::Corrupt(_)) && !self.inner.index_damaged.swap(true, Ordering::AcqRel) {
-            tracing::error!(error = %e, "the index is damaged: reads that meet the damage fail, and the data-integrity check runs at the next start");
-            if let Some(marker) = &self.inner.config.damage_marker {
-                if let Err(w) = write_marker(marker) {
-                    tracing::error!(error = %w, "could not record the pending integrity check");
-                }
-            }
-        }
-        e
+        self.inner.note_index_damage(e)
     }
 
     /// Whether a read has met damage in the index since the store opened.
@@ -1067,6 +1059,18 @@ impl Inner {
 
     /// Moves the write cache into an entry log and commits the index and the
     /// checkpoint. One flusher at a time (the flusher thread, or open/close).
+    fn note_index_damage(&self, e: StorageError) -> StorageError {
+        if matches!(e, StorageError::Corrupt(_)) && !self.index_damaged.swap(true, Ordering::AcqRel) {
+            tracing::error!(error = %e, "the index is damaged: reads that meet the damage fail, and the data-integrity check runs at the next start");
+            if let Some(marker) = &self.config.damage_marker {
+                if let Err(w) = write_marker(marker) {
+                    tracing::error!(error = %w, "could not record the pending integrity check");
+                }
+            }
+        }
+        e
+    }
+
     fn flush(&self) -> Result<(), StorageError> {
         let _flush = self.flush_lock.lock().expect("flush lock");
         let (gen, checkpoint, kib) = {
@@ -1097,7 +1101,11 @@ impl Inner {
                 ledgers: dirty.clone(),
                 checkpoint: Some(checkpoint),
             };
-            self.index.commit(&batch)
+            self.index.commit(&batch)?;
+            for d in self.index.take_damage() {
+                self.note_index_damage(StorageError::Corrupt(d));
+            }
+            Ok(())
         })();
         match result {
             Ok(()) => {
@@ -1164,5 +1172,41 @@ mod tests {
         assert!(matches!(err, StorageError::Corrupt(_)), "{err}");
         assert!(store.index_damaged());
         assert!(marker.exists(), "the integrity check is pending");
+    }
+
+    /// One damaged index block must not stop the bookie: a later add to the
+    /// same block is flushed (before, every flush failed on it and the store
+    /// refused adds for good, and the flush at open failed too), the lost
+    /// entries still answer Corrupt, never "no such entry", and the store
+    /// opens again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_add_after_index_damage_is_flushed_and_the_store_opens_again() {
+        let t = tempfile::tempdir().unwrap();
+        let marker = t.path().join("INTEGRITY_CHECK_PENDING");
+        let config = || {
+            let mut c = StoreConfig::new(t.path().join("journal"), t.path().join("ledgers"));
+            c.damage_marker = Some(marker.clone());
+            c
+        };
+        let entry = |e: u64| Entry::sealed(5, e, e as i64 - 1, bytes::Bytes::from(vec![e as u8; 64]));
+        {
+            let store = Store::open(config()).unwrap();
+            for e in 0..3u64 {
+                store.add(entry(e), false).await.unwrap();
+            }
+            store.flush().unwrap();
+            let block = store.inner.index.raw_block(5, 0).expect("ledger 5's block");
+            store.inner.index.damage(&SledIndex::block_key_of(5, 0), &block[..block.len() - 1]);
+            store.add(entry(3), false).await.unwrap();
+            store.flush().unwrap();
+            assert!(marker.exists(), "the integrity check is pending");
+            assert_eq!(store.read(5, 3).unwrap().entry_id, 3);
+            assert!(matches!(store.read(5, 1), Err(StorageError::Corrupt(_))));
+            store.add(entry(4), false).await.unwrap();
+            store.close();
+        }
+        let store = Store::open(config()).unwrap();
+        assert_eq!(store.read(5, 4).unwrap().entry_id, 4);
+        assert!(matches!(store.read(5, 2), Err(StorageError::Corrupt(_))));
     }
 }

@@ -3,15 +3,19 @@
 //!
 //! Why blocks: a bookie holding 100 000 open ledgers written round-robin
 //! sees less than one entry per ledger in a flush, so each entry is a run
-//! of its own. One sled record per run held about 55 bytes of memory per
-//! record beyond sled's cache (594 MiB for ten million entries); the same
-//! writes as one record per ledger block held 69 MiB (issue #46, the
-//! `sled_mem` figures in docs/benchmarks.md). No run crosses a block, so an
-//! entry's location is in exactly one record: a look-up reads one key.
+//! of its own. One sled record per run held about 45 bytes of memory per
+//! record beyond sled's cache (607 MiB for ten million entries); the same
+//! writes as one record per ledger block held 80 MiB (issue #46, the
+//! `index_memory` bench in docs/benchmarks.md). No run crosses a block, so
+//! an entry's location is in exactly one record: a look-up reads one key.
 //!
 //! Record layout, runs in increasing first id, none overlapping another's
 //! first id: per run `[first - block u8][log_id u32][base u64][n u8][end u32 * n]`,
-//! big-endian.
+//! big-endian. A record that starts with `DAMAGED` (no run's first byte
+//! can: it is under 64) is a block rebuilt over a damaged record: the ids
+//! none of its runs covers had locations that were lost, and a look-up of
+//! one answers `Corrupt`, never "absent" (an absent entry is one this
+//! bookie never had; recovery counts such answers).
 
 use std::collections::BTreeMap;
 
@@ -32,9 +36,14 @@ pub(crate) fn block_of(e: u64) -> u64 {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Block {
     pub(crate) runs: BTreeMap<u64, Run>,
+    /// Rebuilt over a damaged record: ids no run covers are lost, not absent.
+    pub(crate) damaged: bool,
 }
 
 const RUN_HEADER_BYTES: usize = 1 + 4 + 8 + 1;
+
+/// The first byte of a block rebuilt over a damaged record.
+const DAMAGED: u8 = 0xff;
 
 impl Block {
     /// Decodes the record of the block starting at `first`; anything a
@@ -44,7 +53,10 @@ impl Block {
             return Err(StorageError::Corrupt(format!("index block key {first} is not a block's first id")));
         }
         let mut runs = BTreeMap::new();
-        let mut rest = v;
+        let (damaged, mut rest) = match v.first() {
+            Some(&DAMAGED) => (true, &v[1..]),
+            _ => (false, v),
+        };
         let mut prev: Option<u64> = None;
         while !rest.is_empty() {
             if rest.len() < RUN_HEADER_BYTES {
@@ -71,15 +83,18 @@ impl Block {
             run.check()?;
             runs.insert(first + delta, run);
         }
-        if runs.is_empty() {
+        if runs.is_empty() && !damaged {
             return Err(StorageError::Corrupt(format!("index block {first} with no run")));
         }
-        Ok(Block { runs })
+        Ok(Block { runs, damaged })
     }
 
     /// The record for the block starting at `first`.
     pub(crate) fn encode(&self, first: u64) -> Vec<u8> {
-        let mut v = Vec::with_capacity(self.runs.values().map(|r| RUN_HEADER_BYTES + 4 * r.len()).sum());
+        let mut v = Vec::with_capacity(1 + self.runs.values().map(|r| RUN_HEADER_BYTES + 4 * r.len()).sum::<usize>());
+        if self.damaged {
+            v.push(DAMAGED);
+        }
         for (f, run) in &self.runs {
             debug_assert!(block_of(*f) == first && run.len() as u64 + (f - first) <= BLOCK_ENTRIES);
             v.push((f - first) as u8);
@@ -96,6 +111,17 @@ impl Block {
     /// Where entry `e` is: the run starting latest of those covering it.
     pub(crate) fn find(&self, e: u64) -> Option<Location> {
         self.runs.range(..=e).rev().find(|(f, r)| e - **f < r.len() as u64).map(|(f, r)| r.location((e - f) as usize))
+    }
+
+    /// Where entry `e` is, for a read: `Corrupt` for an id whose location
+    /// was lost with a damaged record.
+    pub(crate) fn look_up(&self, e: u64) -> Result<Option<Location>, StorageError> {
+        match self.find(e) {
+            None if self.damaged => Err(StorageError::Corrupt(format!(
+                "the index block holding entry {e} was damaged: its location is lost"
+            ))),
+            found => Ok(found),
+        }
     }
 
     /// The highest id any run covers.
@@ -136,10 +162,10 @@ impl Block {
     }
 
     /// The (id, location) of every entry this block holds in `lo..=hi`, in id order.
-    pub(crate) fn paint(&self, lo: u64, hi: u64, out: &mut Vec<(u64, Location)>) {
+    pub(crate) fn paint(&self, lo: u64, hi: u64, out: &mut Vec<(u64, Location)>) -> Result<(), StorageError> {
         let mut e = lo;
         while e <= hi {
-            if let Some(loc) = self.find(e) {
+            if let Some(loc) = self.look_up(e)? {
                 out.push((e, loc));
             }
             if e == u64::MAX {
@@ -147,6 +173,7 @@ impl Block {
             }
             e += 1;
         }
+        Ok(())
     }
 }
 
@@ -171,6 +198,19 @@ mod tests {
         assert_eq!(back.find(73), Some(Location { log_id: 1, offset: 16 + 90, len: 10 }));
         assert_eq!(back.find(63), None);
         assert_eq!(back.last_entry(), Some(127));
+    }
+
+    #[test]
+    fn a_block_rebuilt_over_damage_answers_corrupt_for_what_it_lost() {
+        let mut b = Block { damaged: true, ..Default::default() };
+        assert_eq!(Block::decode(0, &b.encode(0)).unwrap(), b, "no run yet");
+        b.put(vec![(3, run(1, 16, 2))]);
+        let back = Block::decode(0, &b.encode(0)).unwrap();
+        assert!(back.damaged);
+        assert_eq!(back.look_up(4).unwrap(), Some(Location { log_id: 1, offset: 26, len: 10 }));
+        assert!(matches!(back.look_up(1), Err(StorageError::Corrupt(_))), "lost, not absent");
+        assert!(matches!(back.look_up(9), Err(StorageError::Corrupt(_))));
+        assert_eq!(Block::default().look_up(1).unwrap(), None, "an undamaged block: absent");
     }
 
     #[test]

@@ -166,6 +166,11 @@ pub trait LedgerIndex: Send + Sync {
     fn replace_runs(&self, moves: &[RunMove]) -> Result<Vec<bool>, StorageError>;
     /// Makes everything applied so far durable (a no-op when it already is).
     fn sync(&self) -> Result<(), StorageError>;
+    /// Damage in stored records that writes met and worked around since
+    /// the last call (the store records it, as for damage a read meets).
+    fn take_damage(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// Syncs and releases every file and lock of the index: when it returns,
     /// the same directory can be opened again at once, by this process or
     /// another. Later calls fail with [`StorageError::IndexClosed`].

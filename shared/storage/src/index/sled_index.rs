@@ -24,6 +24,8 @@ use super::{IndexBatch, LedgerIndex, LedgerRecord, Location, RangeLocations, Run
 pub(super) const PREFIX_BLOCK: u8 = b'b';
 pub(super) const PREFIX_LEDGER: u8 = b'l';
 pub(super) const KEY_CHECKPOINT: &[u8] = b"checkpoint";
+/// Damaged block records, kept as found when a flush rebuilt the block.
+pub(super) const PREFIX_SET_ASIDE: u8 = b'q';
 
 /// The index's cache by default (sled's `cache_capacity`), bytes.
 pub const INDEX_CACHE_BYTES: u64 = 64 * 1024 * 1024;
@@ -36,6 +38,12 @@ pub(super) fn block_key(ledger: u64, first: u64) -> [u8; 17] {
     k[0] = PREFIX_BLOCK;
     k[1..9].copy_from_slice(&ledger.to_be_bytes());
     k[9..17].copy_from_slice(&block_of(first).to_be_bytes());
+    k
+}
+
+fn set_aside_key(ledger: u64, first: u64) -> [u8; 17] {
+    let mut k = block_key(ledger, first);
+    k[0] = PREFIX_SET_ASIDE;
     k
 }
 
@@ -177,6 +185,8 @@ pub struct SledIndex {
     /// and the next after it. Held only for the in-memory apply, never
     /// across a flush to disk (a flush works on a clone of the handle).
     open: std::sync::RwLock<Option<Handles>>,
+    /// Damage commits met and worked around since the last `take_damage`.
+    damage: std::sync::Mutex<Vec<String>>,
 }
 
 #[derive(Clone)]
@@ -218,7 +228,48 @@ impl SledIndex {
         if moved > 0 {
             tracing::info!(runs = moved, dir = %dir.display(), "moved the index's run records into blocks");
         }
-        Ok(SledIndex { dir: dir.to_path_buf(), open: std::sync::RwLock::new(Some(handles)) })
+        Ok(SledIndex {
+            dir: dir.to_path_buf(),
+            open: std::sync::RwLock::new(Some(handles)),
+            damage: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The stored block `(l, b)` with `pieces` put into it, for a commit. A
+    /// stored record that fails to decode must not stop every later flush
+    /// (adds to any ledger would be refused for good, and the flush at the
+    /// next start would fail too): its bytes are set aside under their own
+    /// key (the first damage found is kept), the block is rebuilt from the
+    /// new runs and marked damaged, so the lost ids answer `Corrupt`, and
+    /// the damage is reported (`take_damage`).
+    fn merged(
+        &self,
+        tree: &sled::Tree,
+        out: &mut Batches<'_>,
+        l: u64,
+        b: u64,
+        pieces: Vec<(u64, Run)>,
+    ) -> Result<Block, StorageError> {
+        let mut block = match load_block(tree, l, b) {
+            Ok(stored) => stored.unwrap_or_default(),
+            Err(StorageError::Corrupt(why)) => {
+                let aside = set_aside_key(l, b);
+                if let Some(raw) = tree.get(block_key(l, b)).map_err(idx_err)? {
+                    if !tree.contains_key(aside).map_err(idx_err)? {
+                        out.insert(&aside, &raw)?;
+                    }
+                }
+                let what = format!(
+                    "ledger {l}, entries {b} to {}: {why}; the record is set aside and the block rebuilt",
+                    b.saturating_add(super::block::BLOCK_ENTRIES - 1)
+                );
+                self.damage.lock().expect("damage lock").push(what);
+                Block { damaged: true, ..Default::default() }
+            }
+            Err(e) => return Err(e),
+        };
+        block.put(pieces);
+        Ok(block)
     }
 
     /// The open handles, shared with look-ups, for the guard's lifetime.
@@ -325,12 +376,14 @@ impl LedgerIndex for SledIndex {
                     let (l, b) = key(i);
                     let j = (i + 1..locs.len()).find(|&j| key(j) != (l, b)).unwrap_or(locs.len());
                     let pieces = runs(&locs[i..j]).into_iter().map(|(_, f, r)| (f, r)).collect();
-                    out.block(l, b, &stored_with(&w.tree, l, b, pieces)?)?;
+                    let block = self.merged(&w.tree, &mut out, l, b, pieces)?;
+                    out.block(l, b, &block)?;
                     i = j;
                 }
             } else {
                 for ((l, b), pieces) in by_block(runs(locs)) {
-                    out.block(l, b, &stored_with(&w.tree, l, b, pieces)?)?;
+                    let block = self.merged(&w.tree, &mut out, l, b, pieces)?;
+                    out.block(l, b, &block)?;
                 }
             }
             for (l, r) in &batch.ledgers {
@@ -351,7 +404,10 @@ impl LedgerIndex for SledIndex {
 
     fn location(&self, ledger_id: u64, entry_id: u64) -> Result<Option<Location>, StorageError> {
         let r = self.read()?;
-        Ok(load_block(&r.tree, ledger_id, entry_id)?.and_then(|b| b.find(entry_id)))
+        match load_block(&r.tree, ledger_id, entry_id)? {
+            Some(b) => b.look_up(entry_id),
+            None => Ok(None),
+        }
     }
 
     fn locations(
@@ -376,7 +432,7 @@ impl LedgerIndex for SledIndex {
                 next = Some(b);
                 break;
             }
-            block.paint(first.max(b), last.min(b.saturating_add(super::block::BLOCK_ENTRIES - 1)), &mut found);
+            block.paint(first.max(b), last.min(b.saturating_add(super::block::BLOCK_ENTRIES - 1)), &mut found)?;
         }
         drop(r);
         if found.len() > max_entries {
@@ -393,7 +449,14 @@ impl LedgerIndex for SledIndex {
         match top {
             Some(kv) => {
                 let (k, v) = kv.map_err(idx_err)?;
-                Ok(decode_block(&k, &v)?.2.last_entry())
+                let (_, b, block) = decode_block(&k, &v)?;
+                if block.damaged {
+                    // A lost id may have been the highest.
+                    return Err(StorageError::Corrupt(format!(
+                        "ledger {ledger_id}: the index block from entry {b} was damaged; its last entry is unknown"
+                    )));
+                }
+                Ok(block.last_entry())
             }
             None => Ok(None),
         }
@@ -452,6 +515,9 @@ impl LedgerIndex for SledIndex {
                     runs += decode_block(&k, &v).map_or(1, |(_, _, block)| block.runs.len() as u64);
                     b.remove(k);
                 }
+                for kv in w.tree.range(set_aside_key(*l, 0)..=set_aside_key(*l, u64::MAX)) {
+                    b.remove(kv.map_err(idx_err)?.0);
+                }
                 b.remove(&ledger_key(*l)[..]);
             }
             for (l, r) in records {
@@ -470,6 +536,10 @@ impl LedgerIndex for SledIndex {
 
     fn close(&self) -> Result<(), StorageError> {
         self.release()
+    }
+
+    fn take_damage(&self) -> Vec<String> {
+        std::mem::take(&mut *self.damage.lock().expect("damage lock"))
     }
 
     fn replace_runs(&self, moves: &[RunMove]) -> Result<Vec<bool>, StorageError> {
@@ -491,15 +561,20 @@ impl LedgerIndex for SledIndex {
             let old = Run { log_id: m.old.log_id, base: m.old.base, ends: m.old.ends.clone() };
             // (A run an earlier move of this call wrote is no longer the run read.)
             let unchanged = !written.contains(&(l, first)) && block.runs.get(&first) == Some(&old);
+            if !unchanged {
+                applied.push(false);
+                continue;
+            }
             let locations: Vec<(u64, u64, Location)> = m.moved.iter().map(|(e, loc)| (l, *e, *loc)).collect();
             let new_runs = runs(&locations);
+            // (Stored runs are never empty.)
             let old_last = first + (old.len() as u64 - 1);
             let outside =
                 new_runs.iter().any(|(nl, f, r)| *nl != l || *f < first || f + (r.len() as u64 - 1) > old_last);
             let clash = new_runs
                 .iter()
                 .any(|(_, f, _)| *f != first && (written.contains(&(l, *f)) || block.runs.contains_key(f)));
-            if !unchanged || outside || clash {
+            if outside || clash {
                 applied.push(false);
                 continue;
             }
@@ -628,7 +703,24 @@ mod tests {
         assert!(matches!(idx.last_entry(4), Err(StorageError::Corrupt(_))));
         let mut seen = 0;
         assert!(matches!(idx.for_each_run(&mut |_| seen += 1), Err(StorageError::Corrupt(_))));
-        // A damaged ledger is deleted all the same.
+        // A flush over a damaged block goes on: the new entry is indexed,
+        // the lost ones answer Corrupt (never absent), the damage is
+        // reported once and its bytes kept aside.
+        idx.damage(&block_key(5, 0), &ok[..ok.len() - 1]);
+        let fresh = Location { log_id: 2, offset: 16, len: 10 };
+        idx.commit(&IndexBatch { locations: vec![(5, 3, fresh)], ..Default::default() }).unwrap();
+        assert_eq!(idx.location(5, 3).unwrap(), Some(fresh));
+        assert!(matches!(idx.location(5, 1), Err(StorageError::Corrupt(_))));
+        assert!(matches!(idx.locations(5, 0, 5, 10), Err(StorageError::Corrupt(_))));
+        assert!(matches!(idx.last_entry(5), Err(StorageError::Corrupt(_))));
+        assert_eq!(idx.take_damage().len(), 1);
+        assert!(idx.take_damage().is_empty());
+        assert_eq!(idx.records_with_prefix(PREFIX_SET_ASIDE), 1);
+        idx.commit(&IndexBatch { locations: vec![(5, 4, fresh)], ..Default::default() }).unwrap();
+        assert!(idx.take_damage().is_empty(), "a rebuilt block is not damage again");
+        // A damaged ledger is deleted all the same, with what was set aside.
+        idx.delete_ledgers(&[5], &[]).unwrap();
+        assert_eq!(idx.records_with_prefix(PREFIX_SET_ASIDE), 0);
         idx.delete_ledgers(&[2, 3, 4], &[]).unwrap();
         assert_eq!(idx.last_entry(2).unwrap(), None);
         idx.for_each_run(&mut |_| seen += 1).unwrap();
