@@ -150,6 +150,7 @@ bench-scale: build
 	BENCH_LEDGERS=$(or $(LEDGERS),1000000) BENCH_DOWN_SECS=$(or $(DOWN_SECS),600) $(CARGO) bench -p quire-metadata --bench catchup
 	BENCH_LEDGERS=$(or $(OPEN),100000) $(CARGO) bench -p quire-gateway --bench idle
 	BENCH_LEDGERS=$(or $(OPEN),100000) BENCH_ENTRIES=$(or $(ENTRIES),10000000) $(CARGO) bench -p quire-bookie --bench open_ledgers
+	BENCH_LEDGERS=$(or $(OPEN),100000) $(CARGO) bench -p quire-storage --bench index_memory
 
 # The fault suite (docs/faults.md): the whole cluster as processes in their
 # own network namespaces (root), a seeded fault schedule (kills, partitions,
