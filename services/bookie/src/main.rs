@@ -138,7 +138,7 @@ struct Args {
 
     /// The index's cache (sled's), in MiB. sled holds somewhat more than
     /// this at its fullest (docs/operations.md, memory).
-    #[arg(long, env = "QUIRE_INDEX_CACHE_MIB", default_value_t = 64)]
+    #[arg(long, env = "QUIRE_INDEX_CACHE_MIB", default_value_t = quire_storage::index::INDEX_CACHE_BYTES >> 20)]
     index_cache_mib: u64,
 
     /// Largest entry payload accepted, in bytes.

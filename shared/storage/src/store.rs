@@ -1038,9 +1038,14 @@ impl Inner {
                 Err(RecvTimeoutError::Timeout) => None,
                 Err(RecvTimeoutError::Disconnected) => return,
             };
+            let flushed_before = self.stats.flushed_entries.load(Ordering::Relaxed);
             let res = self.flush();
             if let Some(after) = self.config.after_flush {
-                after();
+                // Only after a flush that moved entries: an idle bookie's
+                // flusher wakes every interval with nothing to give back.
+                if self.stats.flushed_entries.load(Ordering::Relaxed) != flushed_before {
+                    after();
+                }
             }
             let mut failed = self.failed.lock().expect("failed lock");
             match &res {
@@ -1057,8 +1062,9 @@ impl Inner {
         }
     }
 
-    /// Moves the write cache into an entry log and commits the index and the
-    /// checkpoint. One flusher at a time (the flusher thread, or open/close).
+    /// Records damage found in the index (a read's, or a flush's that set a
+    /// damaged block aside): logged once, and the integrity check made
+    /// pending. Returns the error.
     fn note_index_damage(&self, e: StorageError) -> StorageError {
         if matches!(e, StorageError::Corrupt(_)) && !self.index_damaged.swap(true, Ordering::AcqRel) {
             tracing::error!(error = %e, "the index is damaged: reads that meet the damage fail, and the data-integrity check runs at the next start");
@@ -1071,6 +1077,8 @@ impl Inner {
         e
     }
 
+    /// Moves the write cache into an entry log and commits the index and the
+    /// checkpoint. One flusher at a time (the flusher thread, or open/close).
     fn flush(&self) -> Result<(), StorageError> {
         let _flush = self.flush_lock.lock().expect("flush lock");
         let (gen, checkpoint, kib) = {

@@ -18,7 +18,10 @@
 use crate::error::StorageError;
 
 use super::run::Run;
-use super::sled_index::{block_key, by_block, idx_err, stored_with};
+use std::collections::BTreeMap;
+
+use super::block::{block_of, Block};
+use super::sled_index::{block_key, idx_err, load_block};
 
 pub(super) const PREFIX_RUN: u8 = b'r';
 
@@ -96,6 +99,26 @@ pub(super) fn move_chunk(tree: &sled::Tree, max: usize) -> Result<usize, Storage
     }
     tree.apply_batch(b).map_err(idx_err)?;
     Ok(n)
+}
+
+/// New runs grouped by the block they fall in, each block's in increasing
+/// first id (as `runs` and a key-order scan give them); a run crossing a
+/// block boundary is split there.
+fn by_block(new: Vec<(u64, u64, Run)>) -> BTreeMap<(u64, u64), Vec<(u64, Run)>> {
+    let mut out: BTreeMap<(u64, u64), Vec<(u64, Run)>> = BTreeMap::new();
+    for (l, first, run) in new {
+        for (f, piece) in run.split_at_blocks(first) {
+            out.entry((l, block_of(f))).or_default().push((f, piece));
+        }
+    }
+    out
+}
+
+/// The stored block `(l, b)` with `pieces` put into it (`Block::put`).
+fn stored_with(tree: &sled::Tree, l: u64, b: u64, pieces: Vec<(u64, Run)>) -> Result<Block, StorageError> {
+    let mut block = load_block(tree, l, b)?.unwrap_or_default();
+    block.put(pieces);
+    Ok(block)
 }
 
 #[cfg(test)]

@@ -91,31 +91,11 @@ pub(super) fn idx_err(e: sled::Error) -> StorageError {
 }
 
 /// The stored block holding ledger `l`'s entry `e`, if any.
-fn load_block(tree: &sled::Tree, l: u64, e: u64) -> Result<Option<Block>, StorageError> {
+pub(super) fn load_block(tree: &sled::Tree, l: u64, e: u64) -> Result<Option<Block>, StorageError> {
     match tree.get(block_key(l, e)).map_err(idx_err)? {
         Some(v) => Ok(Some(Block::decode(block_of(e), &v)?)),
         None => Ok(None),
     }
-}
-
-/// New runs grouped by the block they fall in, each block's in increasing
-/// first id (as `runs` and a key-order scan give them); a run crossing a
-/// block boundary is split there.
-pub(super) fn by_block(new: Vec<(u64, u64, Run)>) -> BTreeMap<(u64, u64), Vec<(u64, Run)>> {
-    let mut out: BTreeMap<(u64, u64), Vec<(u64, Run)>> = BTreeMap::new();
-    for (l, first, run) in new {
-        for (f, piece) in run.split_at_blocks(first) {
-            out.entry((l, block_of(f))).or_default().push((f, piece));
-        }
-    }
-    out
-}
-
-/// The stored block `(l, b)` with `pieces` put into it (`Block::put`).
-pub(super) fn stored_with(tree: &sled::Tree, l: u64, b: u64, pieces: Vec<(u64, Run)>) -> Result<Block, StorageError> {
-    let mut block = load_block(tree, l, b)?.unwrap_or_default();
-    block.put(pieces);
-    Ok(block)
 }
 
 /// Writes records into sled batches of at most `COMMIT_BATCH_RECORDS`:
@@ -365,26 +345,29 @@ impl LedgerIndex for SledIndex {
             // journal still holds (their entry-log bytes synced before this
             // commit), which its replay writes again.
             let mut out = Batches::new(&w.tree);
-            let locs = &batch.locations;
+            // In (ledger, entry) order (a flush gives them so; any other
+            // batch is sorted first, stably, so a later location of the
+            // same entry still wins): a block's entries are one slice,
+            // taken one block at a time, so a flush of 100 000 ledgers
+            // never holds all their runs.
+            let in_order = batch.locations.windows(2).all(|w| (w[0].0, w[0].1) <= (w[1].0, w[1].1));
+            let locs: std::borrow::Cow<'_, [(u64, u64, Location)]> = match in_order {
+                true => std::borrow::Cow::Borrowed(&batch.locations),
+                false => {
+                    let mut sorted = batch.locations.clone();
+                    sorted.sort_by_key(|(l, e, _)| (*l, *e));
+                    std::borrow::Cow::Owned(sorted)
+                }
+            };
             let key = |i: usize| (locs[i].0, block_of(locs[i].1));
-            if (1..locs.len()).all(|i| (locs[i - 1].0, locs[i - 1].1) <= (locs[i].0, locs[i].1)) {
-                // In (ledger, entry) order, as a flush gives them: a block's
-                // entries are one slice, taken one block at a time, so a
-                // flush of 100 000 ledgers never holds all their runs.
-                let mut i = 0;
-                while i < locs.len() {
-                    let (l, b) = key(i);
-                    let j = (i + 1..locs.len()).find(|&j| key(j) != (l, b)).unwrap_or(locs.len());
-                    let pieces = runs(&locs[i..j]).into_iter().map(|(_, f, r)| (f, r)).collect();
-                    let block = self.merged(&w.tree, &mut out, l, b, pieces)?;
-                    out.block(l, b, &block)?;
-                    i = j;
-                }
-            } else {
-                for ((l, b), pieces) in by_block(runs(locs)) {
-                    let block = self.merged(&w.tree, &mut out, l, b, pieces)?;
-                    out.block(l, b, &block)?;
-                }
+            let mut i = 0;
+            while i < locs.len() {
+                let (l, b) = key(i);
+                let j = (i + 1..locs.len()).find(|&j| key(j) != (l, b)).unwrap_or(locs.len());
+                let pieces = runs(&locs[i..j]).into_iter().map(|(_, f, r)| (f, r)).collect();
+                let block = self.merged(&w.tree, &mut out, l, b, pieces)?;
+                out.block(l, b, &block)?;
+                i = j;
             }
             for (l, r) in &batch.ledgers {
                 out.insert(&ledger_key(*l), &encode_ledger(r))?;
