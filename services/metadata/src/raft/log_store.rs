@@ -30,6 +30,10 @@ pub struct LogStore {
     /// The first index above the purge mark: entries below it may still be
     /// in `logs` while a purge removes them, and are never read.
     first_kept: Arc<std::sync::atomic::AtomicU64>,
+    /// The latest background removal of purged entries: it holds the
+    /// database open while it runs, so whatever reopens this directory in
+    /// the same process (a test) waits for it first.
+    purging: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
 
 impl LogStore {
@@ -49,7 +53,17 @@ impl LogStore {
             logs: db.open_tree("raft_log")?,
             meta,
             first_kept: Arc::new(std::sync::atomic::AtomicU64::new(first_kept)),
+            purging: Arc::default(),
         })
+    }
+
+    /// Waits for the latest background removal of purged entries.
+    #[cfg(test)]
+    pub(crate) async fn purged(&self) {
+        let handle = self.purging.lock().expect("purging lock").take();
+        if let Some(h) = handle {
+            h.await.expect("the purge's removal task");
+        }
     }
 
     fn get_meta<T: serde::de::DeserializeOwned>(&self, key: &str) -> Result<Option<T>, SErr> {
@@ -213,7 +227,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // the next purge (its range starts at the log's start): the mark is
         // what says where the log begins.
         let logs = self.logs.clone();
-        tokio::task::spawn_blocking(move || {
+        let removal = tokio::task::spawn_blocking(move || {
             let started = std::time::Instant::now();
             let (mut batch, mut n, mut total) = (sled::Batch::default(), 0, 0u64);
             for kv in logs.range(..=log_id.index.to_be_bytes()) {
@@ -239,6 +253,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 "purged the log behind a snapshot"
             );
         });
+        *self.purging.lock().expect("purging lock") = Some(removal);
         Ok(())
     }
 }
@@ -267,7 +282,10 @@ mod tests {
         let (mut log, _sm) = crate::raft::open_storage(dir.path()).unwrap();
         log.blocking_append((1..=10).map(blank)).await.unwrap();
         log.purge(log_id(20)).await.unwrap();
-        // What the background removal (or a crash before it) leaves.
+        // Once the background removal is done (it holds the database, and
+        // would race the entries put back below): what a crash before it
+        // would have left.
+        log.purged().await;
         for i in [3u64, 10] {
             log.logs.insert(i.to_be_bytes(), postcard::to_stdvec(&blank(i)).unwrap()).unwrap();
         }
