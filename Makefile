@@ -61,7 +61,8 @@ verify: lint test
 # was before issue #19's fix and stops at the first violation. Then the log
 # protocol (LedgerChaining): two writers taking the log over twice each
 # (22.8 million states, 90 s; make test runs one takeover each with a trim
-# and a crash).
+# and a crash), and a delete racing two writers' rollovers and takeovers
+# (14.8 million states, 90 s; make test runs one writer).
 MODEL_MAX_STATES ?= 50000000
 MODEL_ENTRIES ?= 1
 MODEL_PREEMPTIONS ?= 0
@@ -71,6 +72,7 @@ check-model:
 		$(if $(MODEL_PREEMPTIONS),--preemptions $(MODEL_PREEMPTIONS)) \
 		--max-states $(MODEL_MAX_STATES) $(if $(PRE_FIX),--pre-fix --first)
 	$(if $(PRE_FIX),,$(CARGO) run --release -p quire-model --bin quire-model -- --log --log-takeovers 2 --log-trims 0 --log-crashes 0)
+	$(if $(PRE_FIX),,$(CARGO) run --release -p quire-model --bin quire-model -- --log --log-appends 2 --log-rollover 1 --log-trims 0 --log-crashes 0 --log-deletes 1)
 
 # The protocol simulator over many seeds (make test runs 5000 and every seed
 # that once failed): `make sim SEEDS=100000 START=0`.
@@ -147,6 +149,7 @@ bench-metadata: build
 # its caches): docs/benchmarks.md, "Production size". About 40 minutes.
 bench-scale: build
 	BENCH_LEDGERS=$(or $(LEDGERS),1000000) $(CARGO) bench -p quire-metadata --bench scale
+	$(CARGO) bench -p quire-metadata --bench log_apply
 	BENCH_LEDGERS=$(or $(LEDGERS),1000000) BENCH_DOWN_SECS=$(or $(DOWN_SECS),600) $(CARGO) bench -p quire-metadata --bench catchup
 	BENCH_LEDGERS=$(or $(OPEN),100000) $(CARGO) bench -p quire-gateway --bench idle
 	BENCH_LEDGERS=$(or $(OPEN),100000) BENCH_ENTRIES=$(or $(ENTRIES),10000000) $(CARGO) bench -p quire-bookie --bench open_ledgers

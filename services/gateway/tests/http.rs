@@ -1195,11 +1195,20 @@ fn a_log_is_appended_read_followed_trimmed_and_deleted_over_http() {
         ("PUT", "/v1/logs/orders/cursors/billing", r#"{"position":99}"#, 400),
         ("PUT", "/v1/logs/orders/cursors/ahead", r#"{"position":99}"#, 400),
         ("POST", "/v1/logs", r#"{"name":"q","ensemble":2,"write_quorum":3}"#, 400),
+        // Record 1 would carry sequence 2^64 (it wrapped to 0, and was written).
+        (
+            "POST",
+            "/v1/logs/orders/records:batch",
+            r#"{"records":["eA==","eQ=="],"producer_id":"p","sequence":18446744073709551615}"#,
+            400,
+        ),
     ] {
         let (status, v) = g.json(method, path, body);
         assert_eq!(status, code, "{method} {path} {body}: {v}");
         assert!(v["error"].is_string() && v["message"].is_string(), "{v}");
     }
+    let (status, v) = g.json("GET", "/v1/logs/orders/records?from=8&follow=true&wait_ms=500", "");
+    assert_eq!((status, v["records"].clone()), (200, json!([])), "nothing refused was written: {v}");
     let (status, v) = g.json("GET", "/v1/logs", "");
     assert_eq!((status, v["logs"].clone()), (200, json!(["orders"])));
     let (status, _) = g.call("DELETE", "/v1/logs/orders/cursors/billing", None, b"");

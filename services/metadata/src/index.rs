@@ -8,7 +8,7 @@
 //! built, and kept by the only methods that change the maps. Reads go
 //! through `Deref` to the maps themselves.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ops::Deref;
 use std::sync::Arc;
 
@@ -284,13 +284,15 @@ impl Logs {
     /// Stores `log` under `name`, returning what was there.
     pub fn insert(&mut self, name: String, log: Log) -> Option<Log> {
         let old = self.by_name.remove(&name);
-        if let Some(old) = &old {
-            for s in &old.record.segments {
-                self.unlist(s.ledger_id, &name);
-            }
+        // Only what the edit changed: a rollover lists one ledger more, a
+        // trim some fewer, of up to 65,536 (in apply, on every replica).
+        let was: HashSet<u64> = old.iter().flat_map(|o| o.record.segments.iter().map(|s| s.ledger_id)).collect();
+        let now: HashSet<u64> = log.record.segments.iter().map(|s| s.ledger_id).collect();
+        for id in was.difference(&now) {
+            self.unlist(*id, &name);
         }
-        for s in &log.record.segments {
-            self.listed_by.entry(s.ledger_id).or_default().insert(name.clone());
+        for id in now.difference(&was) {
+            self.listed_by.entry(*id).or_default().insert(name.clone());
         }
         self.by_name.insert(name, log);
         old

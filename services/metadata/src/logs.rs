@@ -188,7 +188,11 @@ impl MetaState {
         if ids.len() != ledgers.len() {
             return Err(Refusal::BadRequest("a ledger updated twice in one log update".into()));
         }
-        if let Some(id) = ids.iter().find(|id| !stored.record.segments.iter().any(|s| s.ledger_id == **id)) {
+        // Everything from here on is linear in the segments (up to 65,536,
+        // in apply, on every replica): one map of the stored ones.
+        let stored_segments: std::collections::HashMap<u64, &quire_log::LogSegment> =
+            stored.record.segments.iter().map(|s| (s.ledger_id, s)).collect();
+        if let Some(id) = ids.iter().find(|id| !stored_segments.contains_key(id)) {
             return Err(Refusal::BadRequest(format!("ledger {id} is not log {name}'s")));
         }
         // Apply the ledger updates, keeping what they replace: any refusal
@@ -207,7 +211,9 @@ impl MetaState {
             }
             for (id, entries) in &edit.sealed {
                 let l = self.ledgers.get(id).ok_or(Refusal::NoSuchLedger(*id))?;
-                if l.state != LedgerState::Closed || l.last_entry_id != *entries as i64 - 1 {
+                // In i128: no count or entry id from a request wraps here
+                // (check_edit bounds offsets, and this holds without it).
+                if l.state != LedgerState::Closed || i128::from(l.last_entry_id) + 1 != i128::from(*entries) {
                     return Err(Refusal::BadRequest(format!(
                         "log {name} seals ledger {id} at {entries} records, but the ledger is {:?} at last entry {}",
                         l.state, l.last_entry_id
@@ -233,7 +239,7 @@ impl MetaState {
         // Seal times are this service's: kept for the segments it had
         // sealed, stamped now for those this edit seals.
         for seg in &mut log.record.segments {
-            seg.sealed_at_ms = match stored.record.segments.iter().find(|s| s.ledger_id == seg.ledger_id) {
+            seg.sealed_at_ms = match stored_segments.get(&seg.ledger_id) {
                 Some(old) if old.end_offset.is_some() => old.sealed_at_ms,
                 _ if seg.end_offset.is_some() => now_ms,
                 _ => 0,
@@ -298,15 +304,32 @@ impl MetaState {
     }
 
     /// Deletes log `name` with the ledgers it lists, and (`sweep`) the ones
-    /// made for it and never listed.
+    /// made for it and never listed. `fenced`: only once the open
+    /// segment's ledger is closed (the deleter recovered it, fencing its
+    /// writer), and, unless it is 0, at that version of the log.
     pub(crate) fn delete_log(
         &mut self,
         name: &str,
         caller: &Caller,
         sweep: bool,
+        fenced: Option<u64>,
     ) -> Result<(Outcome, Vec<Touched>), Refusal> {
         let stored = self.logs.get(name).ok_or_else(|| Refusal::NoSuchLog(name.to_string()))?;
         log_right(stored, caller)?;
+        if let Some(expected_version) = fenced {
+            // A rollover between the deleter's recovery and this lists a
+            // ledger nobody fenced: deleting under its writer would leave
+            // it appending, acknowledged by the bookies, to a log that is
+            // gone (and whose name may be made again from offset 0).
+            if expected_version != 0 && stored.version != expected_version {
+                return Err(Refusal::VersionConflict { actual: stored.version });
+            }
+            if let Some(open) = stored.record.open_segment() {
+                if self.ledgers.get(&open.ledger_id).is_some_and(|l| l.state != LedgerState::Closed) {
+                    return Err(Refusal::VersionConflict { actual: stored.version });
+                }
+            }
+        }
         let ids: Vec<u64> = stored.record.segments.iter().map(|s| s.ledger_id).collect();
         let mut touched = vec![Touched::Log(name.to_string())];
         for id in ids {
@@ -545,6 +568,47 @@ mod tests {
         assert_eq!(index(take), 27);
         assert_eq!(index(Command::SweepLogLedgers { log: "l".into() }), 28);
         assert_eq!(index(Command::DeleteLogAndSweep { name: "l".into(), caller: c() }), 29);
+        let fenced = Command::DeleteLogFenced { name: "l".into(), expected_version: 1, caller: c() };
+        assert_eq!(index(fenced), 30);
+    }
+
+    /// Issue #47, hole 1: a delete is refused while the open segment's
+    /// ledger is open (its writer would go on being acknowledged by the
+    /// bookies into a log that is gone), and at another version than the
+    /// one its caller fenced (a rollover since listed a ledger it did not
+    /// recover); refused, nothing changes. Closed at the version asked for,
+    /// the log goes. A DeleteLogAndSweep replays as it was applied.
+    #[test]
+    fn a_delete_goes_only_with_the_open_ledger_closed_at_the_version_fenced() {
+        let mut s = MetaState::default();
+        let l1 = ledger(&mut s, "gateway/1");
+        let log = create(&mut s, "l", l1.ledger_id);
+        let delete = |expected_version| Command::DeleteLogFenced { name: "l".into(), expected_version, caller: gw() };
+        let before = s.logs["l"].clone();
+        for v in [0, 1] {
+            let out = s.apply(delete(v)).0;
+            assert!(matches!(out, Outcome::Refused(Refusal::VersionConflict { actual: 1 })), "{out:?}");
+        }
+        assert_eq!(s.logs["l"], before, "refused while ledger 1 is open");
+        // The writer rolls (ledger 1 closed, ledger 2 open) after a deleter
+        // read version 1 and recovered ledger 1.
+        let l2 = ledger(&mut s, "gateway/1");
+        let log =
+            stored(update(&mut s, &log, log.record.roll(1, 9, l2.ledger_id).unwrap(), vec![closed(&l1, 9)], &gw()));
+        let out = s.apply(delete(1)).0;
+        assert!(matches!(out, Outcome::Refused(Refusal::VersionConflict { actual: 2 })), "{out:?}");
+        assert!(matches!(s.apply(delete(2)).0, Outcome::Refused(_)), "ledger 2 is still open");
+        assert!(s.ledgers.contains_key(&l2.ledger_id));
+        // Recovered: closed at the version fenced, the log goes.
+        let (c2, _) = closed(&s.ledgers.get(&l2.ledger_id).unwrap(), 3);
+        s.ledgers.insert(l2.ledger_id, c2);
+        assert_eq!(s.apply(delete(log.version)).0, Outcome::Deleted);
+        assert!(s.logs.is_empty() && s.ledgers.is_empty());
+        // An earlier build's delete replays as it was applied (open ledger or not).
+        let mut s = MetaState::default();
+        let l1 = ledger(&mut s, "gateway/1");
+        create(&mut s, "l", l1.ledger_id);
+        assert_eq!(s.apply(Command::DeleteLogAndSweep { name: "l".into(), caller: gw() }).0, Outcome::Deleted);
     }
 
     /// Deleting a log takes with it the ledgers made for it that it never
@@ -733,6 +797,35 @@ mod tests {
         ));
         assert!(matches!(update(&mut s, &log, rolled, vec![closed(&l1, 9)], &gw()), Outcome::Log(..)));
         let _ = other;
+    }
+
+    /// A crafted seal of 2^63 records (a ledger closed at entry i64::MAX):
+    /// refused with a clear error in apply, on every replica alike, with
+    /// nothing changed. Before offsets were bounded, `entries as i64 - 1`
+    /// overflowed here (a panic in a debug build; in release it wrapped
+    /// back to i64::MAX and the seal was accepted, with offsets past what
+    /// any later edit could add to without wrapping).
+    #[test]
+    fn a_seal_past_the_largest_offset_is_refused_and_nothing_changes() {
+        let mut s = MetaState::default();
+        let l1 = ledger(&mut s, "gateway/1");
+        let log = create(&mut s, "l", l1.ledger_id);
+        let l2 = ledger(&mut s, "gateway/1");
+        let mut huge = l1.clone();
+        huge.state = LedgerState::Closed;
+        huge.last_entry_id = i64::MAX;
+        let mut rolled = log.record.clone();
+        rolled.segments[0].end_offset = Some(1 << 63);
+        rolled.segments.push(quire_log::LogSegment {
+            ledger_id: l2.ledger_id,
+            first_offset: 1 << 63,
+            end_offset: None,
+            sealed_at_ms: 0,
+        });
+        let out = update(&mut s, &log, rolled, vec![(huge, l1.version)], &gw());
+        assert!(matches!(&out, Outcome::Refused(Refusal::BadRequest(why)) if why.contains("offset")), "{out:?}");
+        assert_eq!(s.ledgers.get(&l1.ledger_id).unwrap(), l1, "the ledger is as it was");
+        assert_eq!(s.logs["l"], log, "the log is as it was");
     }
 
     /// A writer that missed a trim gets a conflict (and re-reads), not a

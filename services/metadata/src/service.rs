@@ -661,7 +661,12 @@ impl quire_rpc::Service for MetaService {
                     Ok(v1::UpdateLogResponse { log: Some(log), ledgers }.into())
                 }
                 Req::DeleteLog(d) => {
-                    proposer.propose(Command::DeleteLogAndSweep { name: d.name, caller: caller_of(&ctx.peer) }).await?;
+                    let cmd = Command::DeleteLogFenced {
+                        name: d.name,
+                        expected_version: d.expected_version,
+                        caller: caller_of(&ctx.peer),
+                    };
+                    proposer.propose(cmd).await?;
                     Ok(v1::DeleteLogResponse {}.into())
                 }
                 Req::ListLogs(l) => {

@@ -407,6 +407,11 @@ pub enum Command {
     /// listed (logs.rs `delete_log`). A variant of its own so that a
     /// DeleteLog replays as it was first applied.
     DeleteLogAndSweep { name: String, caller: Caller },
+    /// DeleteLogAndSweep of a fenced log: refused while the open segment's
+    /// ledger is open (its writer would go on), and, unless
+    /// `expected_version` is 0, when the log is at another version (an
+    /// edit since the caller fenced it). A variant of its own, as above.
+    DeleteLogFenced { name: String, expected_version: u64, caller: Caller },
 }
 
 /// The names of logs' ownership locks start so; only these may be taken over.
@@ -1083,8 +1088,11 @@ impl MetaState {
             Command::UpdateLog { log, expected_version, ledgers, caller, now_ms } => {
                 self.update_log(log, expected_version, ledgers, &caller, now_ms)
             }
-            Command::DeleteLog { name, caller } => self.delete_log(&name, &caller, false),
-            Command::DeleteLogAndSweep { name, caller } => self.delete_log(&name, &caller, true),
+            Command::DeleteLog { name, caller } => self.delete_log(&name, &caller, false, None),
+            Command::DeleteLogAndSweep { name, caller } => self.delete_log(&name, &caller, true, None),
+            Command::DeleteLogFenced { name, expected_version, caller } => {
+                self.delete_log(&name, &caller, true, Some(expected_version))
+            }
             Command::PutCursor { cursor, expected_version, seek, now_ms, caller } => {
                 self.put_cursor(cursor, expected_version, seek, now_ms, &caller)
             }

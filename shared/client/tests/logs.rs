@@ -259,6 +259,43 @@ async fn deleting_a_log_deletes_the_ledger_its_writer_made_ahead() {
     assert_eq!(again.append(record(0)).await.unwrap(), 0);
 }
 
+/// Issue #47, hole 1: a delete that read the log, then recovered the open
+/// ledger it saw, after the writer had rolled to its next one. The delete
+/// as it was sent (no version) is refused while the log's open ledger is
+/// open: it used to delete the log under the writer, whose appends the
+/// bookies went on acknowledging. `delete_log` fences what is there and
+/// deletes it; the writer's next append fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_racing_a_rollover_leaves_no_writer_unfenced() {
+    let s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let client = s.client();
+    let w = client.create_log("racing", config(2), "owner-a").await.unwrap();
+    assert_eq!(w.append(record(0)).await.unwrap(), 0);
+    // The deleter reads the record: ledger 1 open.
+    let seen = client.log_meta("racing").await.unwrap();
+    let first = seen.record.open_segment().unwrap().ledger_id;
+    // The writer rolls (its third record goes to the next ledger).
+    for i in 1..3 {
+        assert_eq!(w.append(record(i)).await.unwrap(), i);
+    }
+    let now = w.metadata().await;
+    let second = now.record.open_segment().unwrap().ledger_id;
+    assert_ne!(first, second, "rolled");
+    // The deleter recovers the ledger it saw (closed already: nothing to
+    // fence), then deletes as it used to, with no version.
+    client.recover(first).await.unwrap();
+    let req = quire_proto::v1::DeleteLogRequest { name: "racing".into(), ..Default::default() };
+    let refused = client.meta().call(req).await;
+    assert!(refused.is_err(), "deleted under a writer nobody fenced");
+    assert_eq!(w.append(record(3)).await.unwrap(), 3, "the writer goes on: the log is still there");
+    // The delete as it is now: fences the open ledger, then deletes.
+    client.delete_log("racing").await.unwrap();
+    assert!(w.append(record(4)).await.is_err(), "the writer of a deleted log is fenced");
+    assert!(matches!(client.log_meta("racing").await, Err(ClientError::NoSuchLog(_))));
+    assert!(matches!(client.metadata(second).await, Err(ClientError::NoSuchLedger(_))));
+}
+
 /// The ledger log `name`'s writer made ahead of its next rollover, once
 /// made.
 async fn made_ahead(client: &quire_client::Client, name: &str) -> u64 {

@@ -20,6 +20,12 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The largest offset a record may name (a segment's end, the trim
+/// point). A segment's records are its ledger's entries, whose ids are
+/// `i64`: no segment holds more than this many, and no offset arithmetic
+/// on a checked record (`first + entries`, `end - 1`) wraps.
+pub const OFFSET_MAX: u64 = i64::MAX as u64;
+
 /// One ledger of a log and the offsets it holds.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct LogSegment {
@@ -181,7 +187,16 @@ impl LogRecord {
             .last_mut()
             .filter(|s| s.end_offset.is_none())
             .ok_or_else(|| ChainError::NoOpenSegment(self.name.clone()))?;
-        s.end_offset = Some(s.first_offset + (last_entry_id + 1).max(0) as u64);
+        // In i128: a ledger's count (last entry id + 1) reaches 2^63, which
+        // no i64 holds; an end past OFFSET_MAX is refused by check().
+        let entries = u64::try_from((i128::from(last_entry_id) + 1).max(0)).expect("at most 2^63");
+        let end = s.first_offset.checked_add(entries).ok_or_else(|| {
+            ChainError::Invalid(format!(
+                "log {}: {entries} records from {} pass the largest offset",
+                self.name, s.first_offset
+            ))
+        })?;
+        s.end_offset = Some(end);
         Ok(())
     }
 
@@ -253,6 +268,14 @@ impl LogRecord {
         let bad = |why: String| Err(ChainError::Invalid(format!("log {}: {why}", self.name)));
         if self.epoch == 0 {
             return bad("epoch 0".into());
+        }
+        // Bounds first: the checks below (and the service's, on every
+        // replica) may then add and subtract offsets freely.
+        let past = |o: u64| o > OFFSET_MAX;
+        if past(self.trim_before)
+            || self.segments.iter().any(|s| past(s.first_offset) || s.end_offset.is_some_and(past))
+        {
+            return bad(format!("an offset past {OFFSET_MAX}"));
         }
         // A set, not a scan of the segments before: the metadata service
         // runs this in Raft's apply, on records of up to 65,536 segments.
@@ -447,6 +470,26 @@ mod tests {
         let log = log.take_over("p", -1, 3).unwrap();
         assert_eq!(log.locate(0), Located::At { ledger_id: 3, entry_id: 0 });
         assert!(log.roll(2, 0, 3).is_err(), "a listed ledger is not listed again");
+    }
+
+    /// Offsets stay at or below OFFSET_MAX (entry ids are i64): a record
+    /// naming one past it is refused, and a seal whose count would pass it
+    /// (or overflow on the way) is an error, never a wrapped offset.
+    #[test]
+    fn offsets_past_the_largest_are_refused_and_never_wrap() {
+        let r = LogRecord::new("l", "o", 1);
+        assert!(r.roll(1, i64::MAX, 2).is_err(), "2^63 records from 0 end past OFFSET_MAX");
+        assert!(r.take_over("p", i64::MAX, 2).is_err());
+        let mut big = r.roll(1, i64::MAX - 1, 2).unwrap();
+        assert_eq!(big.fixed_end(), OFFSET_MAX, "exactly at the bound is a record");
+        assert!(big.roll(1, 0, 3).is_err(), "one more record passes it");
+        assert!(big.roll(1, i64::MAX, 3).is_err(), "and a huge count does not wrap to a small end");
+        big.trim_before = OFFSET_MAX + 1;
+        assert!(matches!(big.check(), Err(ChainError::Invalid(_))));
+        let mut r2 = LogRecord::new("l", "o", 1);
+        r2.segments[0].end_offset = Some(u64::MAX);
+        assert!(matches!(r2.check(), Err(ChainError::Invalid(_))));
+        assert!(check_edit(&LogRecord::new("l", "o", 1), &r2).is_err());
     }
 
     #[test]

@@ -25,7 +25,7 @@ pub mod model;
 pub mod properties;
 pub mod state;
 
-pub use chaining::{check_chain, ChainBug, ChainConfig, ChainModel, ChainReport};
+pub use chaining::{check_chain, check_chain_first, ChainBug, ChainConfig, ChainModel, ChainReport};
 pub use config::Config;
 pub use model::{Action, LedgerModel, Move};
 

@@ -105,19 +105,29 @@ impl Client {
 
     /// Deletes a log and every ledger it lists (bookies reclaim them by GC),
     /// with the ledgers made for it and never listed. Its open ledger is
-    /// recovered first, which fences the writer that holds it. (A writer
-    /// that takes the log over between that and the delete may have
-    /// appends acknowledged until the delete lands; they go with the log.)
+    /// recovered first, which fences the writer that holds it, and the
+    /// delete is a CAS on the version so fenced: an edit in between (a
+    /// rollover listing a ledger this did not fence, a takeover) is a
+    /// conflict, and this fences again what is there now. The metadata
+    /// service also refuses a delete while the open ledger is open.
     pub async fn delete_log(&self, name: &str) -> Result<(), ClientError> {
-        let meta = self.log_meta(name).await?;
-        if let Some(open) = meta.record.open_segment() {
-            match self.recover(open.ledger_id).await {
-                Ok(_) | Err(ClientError::NoSuchLedger(_)) => {}
-                Err(e) => return Err(e),
+        loop {
+            let meta = self.log_meta(name).await?;
+            if let Some(open) = meta.record.open_segment() {
+                match self.recover(open.ledger_id).await {
+                    Ok(_) | Err(ClientError::NoSuchLedger(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            let req = v1::DeleteLogRequest { name: name.to_string(), expected_version: meta.version };
+            match self.meta().call(req).await {
+                Ok(_) => return Ok(()),
+                Err(e) if is_conflict(&e) => {
+                    tracing::debug!(log = name, "the log changed under its delete; fencing it again");
+                }
+                Err(e) => return Err(log_error(e, name)),
             }
         }
-        self.meta().call(v1::DeleteLogRequest { name: name.to_string() }).await.map_err(|e| log_error(e, name))?;
-        Ok(())
     }
 
     async fn create_log_ledger(&self, name: &str, c: &LogConfig) -> Result<LedgerWriter, ClientError> {
@@ -630,8 +640,18 @@ impl LogWriter {
         if payloads.is_empty() {
             return Err(ClientError::BadRequest("an empty batch".into()));
         }
-        if let Some((p, _)) = producer {
+        if let Some((p, first)) = producer {
             envelope::validate_producer_id(p).map_err(|e| ClientError::BadRequest(e.to_string()))?;
+            // Record i carries first + i: refused whole, before anything is
+            // placed, where the last would pass u64::MAX (never wrapped
+            // round to sequence 0).
+            if first.checked_add(payloads.len() as u64 - 1).is_none() {
+                return Err(ClientError::BadRequest(format!(
+                    "a batch of {} records from sequence {first} passes the largest sequence {}",
+                    payloads.len(),
+                    u64::MAX
+                )));
+            }
         }
         let produced = producer.map(|(p, s)| Produced { producer_id: p, sequence: s });
         for p in &payloads {

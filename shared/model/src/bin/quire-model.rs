@@ -74,7 +74,11 @@ struct Args {
     /// Log model: writer crashes.
     #[arg(long, default_value_t = 1)]
     log_crashes: u8,
-    /// Log model: check with a deliberate bug (no-fence, write-ahead): it must be found.
+    /// Log model: deletes of the log racing the writers.
+    #[arg(long, default_value_t = 0)]
+    log_deletes: u8,
+    /// Log model: check with a deliberate bug (no-fence, write-ahead,
+    /// sweep-unbounded, delete-unfenced): it must be found.
     #[arg(long)]
     log_bug: Option<String>,
     /// Stop after generating this many states (repeats included: the
@@ -132,7 +136,8 @@ fn check_log(a: &Args) -> anyhow::Result<()> {
         Some("no-fence") => Some(ChainBug::NoFence),
         Some("write-ahead") => Some(ChainBug::WriteAhead),
         Some("sweep-unbounded") => Some(ChainBug::SweepUnbounded),
-        Some(other) => anyhow::bail!("--log-bug {other}: no-fence, write-ahead or sweep-unbounded"),
+        Some("delete-unfenced") => Some(ChainBug::DeleteUnfenced),
+        Some(other) => anyhow::bail!("--log-bug {other}: no-fence, write-ahead, sweep-unbounded or delete-unfenced"),
     };
     let c = ChainConfig {
         writers: a.log_writers,
@@ -141,6 +146,7 @@ fn check_log(a: &Args) -> anyhow::Result<()> {
         rollover_entries: a.log_rollover,
         trims: a.log_trims,
         crashes: a.log_crashes,
+        deletes: a.log_deletes,
         bug,
     };
     let r = check_chain(c, a.threads);

@@ -20,6 +20,7 @@ pub fn all() -> Vec<Property<ChainModel>> {
         Property::always("no acknowledged record is lost", acked_kept),
         Property::always("no record is in the log twice", no_duplicates),
         Property::always("no offset given twice, no edit of the client refused", nothing_broken),
+        Property::always("no add reaches its ack quorum in a deleted ledger", no_write_after_delete),
     ]
 }
 
@@ -43,10 +44,11 @@ fn non_empty_listed(_: &ChainModel, s: &ChainState) -> bool {
 /// segment's ledger may be closed already: a takeover's recovery closes it
 /// before its CAS seals the segment.)
 fn sealed_match(_: &ChainModel, s: &ChainState) -> bool {
-    s.record
-        .segments
-        .iter()
-        .all(|seg| seg.end_offset.is_none_or(|end| s.ledger(seg.ledger_id).closed == Some(end - seg.first_offset)))
+    s.log_deleted
+        || s.record
+            .segments
+            .iter()
+            .all(|seg| seg.end_offset.is_none_or(|end| s.ledger(seg.ledger_id).closed == Some(end - seg.first_offset)))
 }
 
 /// At most one writer holds a ledger that can still take an add to its
@@ -69,15 +71,17 @@ fn one_writable(_: &ChainModel, s: &ChainState) -> bool {
 /// says, in a listed ledger, within its sealed length, at the ack quorum,
 /// with its bytes.
 fn acked_kept(_: &ChainModel, s: &ChainState) -> bool {
-    s.acked.range(s.record.trim_before..).all(|(&offset, &v)| match s.record.locate(offset) {
-        Located::At { ledger_id, entry_id } => {
-            let seg = s.record.segments.iter().find(|g| g.ledger_id == ledger_id).expect("located in a segment");
-            let within = seg.end_offset.is_none_or(|end| offset < end);
-            let l = s.ledger(ledger_id);
-            within && !l.deleted && l.entries.get(entry_id as usize).is_some_and(|e| e.0 == v && e.1)
-        }
-        Located::Trimmed { .. } | Located::Beyond => false,
-    })
+    // (A deleted log keeps nothing, as asked.)
+    s.log_deleted
+        || s.acked.range(s.record.trim_before..).all(|(&offset, &v)| match s.record.locate(offset) {
+            Located::At { ledger_id, entry_id } => {
+                let seg = s.record.segments.iter().find(|g| g.ledger_id == ledger_id).expect("located in a segment");
+                let within = seg.end_offset.is_none_or(|end| offset < end);
+                let l = s.ledger(ledger_id);
+                within && !l.deleted && l.entries.get(entry_id as usize).is_some_and(|e| e.0 == v && e.1)
+            }
+            Located::Trimmed { .. } | Located::Beyond => false,
+        })
 }
 
 /// What a reader can be given, from the trim point to the sealed ends and
@@ -103,4 +107,11 @@ fn no_duplicates(_: &ChainModel, s: &ChainState) -> bool {
 /// made by the client's own chain rules that the service refused.
 fn nothing_broken(_: &ChainModel, s: &ChainState) -> bool {
     s.broken.is_none()
+}
+
+/// No writer goes on being acknowledged by the bookies in a ledger that was
+/// deleted (a delete that did not fence the ledger it deleted under its
+/// writer; a trim or a sweep of a ledger still written).
+fn no_write_after_delete(_: &ChainModel, s: &ChainState) -> bool {
+    !s.persisted_deleted
 }

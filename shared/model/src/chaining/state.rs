@@ -67,6 +67,16 @@ pub enum Side {
     },
 }
 
+/// Where the deleter is (`Client::delete_log`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Deleter {
+    /// Not deleting.
+    Idle,
+    /// It read the record at `version`, and has (or not yet) fenced and
+    /// recovered the open ledger `snap` names.
+    Read { snap: LogRecord, version: u64, fenced: bool, recovered: bool },
+}
+
 /// The world.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ChainState {
@@ -89,6 +99,13 @@ pub struct ChainState {
     /// A takeover landed and the leader's sweep of the ledgers no writer
     /// can list has not run yet.
     pub sweep_pending: bool,
+    /// The deleter, its deletes left, and whether the log was deleted.
+    pub deleter: Deleter,
+    pub deletes_left: u8,
+    pub log_deleted: bool,
+    /// An add reached its ack quorum in a deleted ledger: a writer the
+    /// delete left unfenced, acknowledged into a log that is gone.
+    pub persisted_deleted: bool,
     /// A rule broken as a step met it (an offset given twice, an edit the
     /// client's own rules made refused by the service's).
     pub broken: Option<String>,
