@@ -72,10 +72,27 @@ pub enum Op {
     /// An idempotent append to `log` by the writer of owner epoch `epoch`:
     /// the offset it was given once acknowledged. A retry of one record
     /// (the same producer and sequence) is another event with the same digest.
-    LogAppend { log: String, epoch: u64, offset: Option<u64>, digest: u64 },
-    /// A read of `log` from offset `from` (a cursor's position): what came
-    /// back, as (offset, digest) in the order read.
-    LogRead { log: String, from: u64, records: Vec<(u64, u64)> },
+    LogAppend {
+        log: String,
+        epoch: u64,
+        offset: Option<u64>,
+        digest: u64,
+        /// A conditional append's expected offset (issue #47): acknowledged,
+        /// it is there.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expected: Option<u64>,
+    },
+    /// A read of `log` from offset `from` (a cursor's position), of at
+    /// most `limit` records (0: unknown): what came back, as (offset,
+    /// digest) in the order read. Fewer than `limit` means it stopped at
+    /// the log's end as it read it.
+    LogRead {
+        log: String,
+        from: u64,
+        #[serde(default)]
+        limit: usize,
+        records: Vec<(u64, u64)>,
+    },
     /// A trim of `log` below `before`.
     LogTrim { log: String, before: u64 },
     /// After the faults healed and a last takeover fenced every writer:

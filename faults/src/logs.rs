@@ -11,6 +11,8 @@
 //! | one owner at a time | every takeover gets a new epoch ([`LogViolation::EpochReused`]); no append invoked after a takeover to a newer epoch completed is acknowledged to an older one ([`LogViolation::AckAfterTakeover`]) |
 //! | readers see what is kept | every record read is the acknowledged one at that offset, and at or past the final trim point the final read's ([`LogViolation::DirtyRead`]); a cursor reader's reads together cover every offset from the first it read to the last ([`LogViolation::Skipped`]) |
 //! | trims hold | the final trim point is at or past every acknowledged trim ([`LogViolation::TrimLost`]) |
+//! | a conditional append is written where it expects (issue #47) | acknowledged at its expected offset ([`LogViolation::ConditionBroken`]); two acknowledged at one offset are [`LogViolation::OffsetShared`], one lost is [`LogViolation::LostRecord`] |
+//! | reads see their writes (issue #47) | a read that began after an append was acknowledged, and answered fewer records than it asked for, reached past that append's offset ([`LogViolation::StaleRead`]) |
 //!
 //! The trim point moves only forward, so a record below the final trim
 //! point may be gone for a good reason; such records are judged by the
@@ -50,6 +52,12 @@ pub enum LogViolation {
     Skipped { log: String, offset: u64, process: u32 },
     /// An acknowledged trim point was undone.
     TrimLost { log: String, acked_before: u64, final_trim_before: u64 },
+    /// A conditional append acknowledged at another offset than it expected.
+    ConditionBroken { log: String, expected: u64, offset: u64 },
+    /// A read that began after `offset` was acknowledged stopped short of
+    /// it at `end` (fewer records than it asked for): it did not read its
+    /// writes.
+    StaleRead { log: String, from: u64, end: u64, offset: u64, acked_us: u64, invoked_us: u64, process: u32 },
 }
 
 /// What the log rules counted.
@@ -58,6 +66,9 @@ pub struct LogCounts {
     pub takeovers: usize,
     pub acked_appends: usize,
     pub unknown_appends: usize,
+    /// Conditional appends (issue #47) acknowledged, and refused (412).
+    pub conditional_acked: usize,
+    pub conditional_refused: usize,
     /// Records read by readers.
     pub records_read: usize,
     pub trims: usize,
@@ -93,13 +104,18 @@ pub fn check_logs(events: &[Event]) -> (LogCounts, Vec<LogViolation>) {
                 epochs.entry((log, *epoch)).or_default().push(e.process);
                 takeovers.entry(log).or_default().push((e.completed_us, *epoch));
             }
-            (Op::LogAppend { log, offset: Some(offset), digest, .. }, Outcome::Ok) => {
+            (Op::LogAppend { log, offset: Some(offset), digest, expected, .. }, Outcome::Ok) => {
                 n.acked_appends += 1;
+                n.conditional_acked += usize::from(expected.is_some());
+                if let Some(expected) = expected.filter(|x| x != offset) {
+                    v.push(LogViolation::ConditionBroken { log: log.clone(), expected, offset: *offset });
+                }
                 by_digest.entry((log, *digest)).or_default().insert(*offset);
                 by_offset.entry((log, *offset)).or_default().insert(*digest);
             }
             (Op::LogAppend { .. }, Outcome::Unknown) => n.unknown_appends += 1,
-            (Op::LogRead { log, from, records }, Outcome::Ok) => {
+            (Op::LogAppend { expected: Some(_), .. }, Outcome::Fail) => n.conditional_refused += 1,
+            (Op::LogRead { log, from, records, .. }, Outcome::Ok) => {
                 n.records_read += records.len();
                 if let Some((expected, got)) = first_gap(*from, records) {
                     v.push(LogViolation::Gap { log: log.clone(), from: *from, expected, got, process: e.process });
@@ -237,6 +253,43 @@ pub fn check_logs(events: &[Event]) -> (LogCounts, Vec<LogViolation>) {
             }
         }
     }
+    // Read your writes: the highest offset acknowledged before each
+    // instant, per log (appends by completion time, a running maximum).
+    let mut acks: BTreeMap<&str, Vec<(u64, u64)>> = BTreeMap::new();
+    for e in events {
+        if let (Op::LogAppend { log, offset: Some(offset), .. }, Outcome::Ok) = (&e.op, e.outcome) {
+            acks.entry(log).or_default().push((e.completed_us, *offset));
+        }
+    }
+    for a in acks.values_mut() {
+        a.sort_unstable();
+        let mut max = 0;
+        for (_, o) in a.iter_mut() {
+            max = max.max(*o);
+            *o = max;
+        }
+    }
+    for e in events {
+        let (Op::LogRead { log, from, limit, records }, Outcome::Ok) = (&e.op, e.outcome) else { continue };
+        if *limit == 0 || records.len() >= *limit {
+            continue;
+        }
+        let Some(a) = acks.get(log.as_str()) else { continue };
+        let before = a.partition_point(|&(at, _)| at < e.invoked_us);
+        let Some(&(acked_us, offset)) = before.checked_sub(1).map(|i| &a[i]) else { continue };
+        let end = records.last().map_or(*from, |r| r.0 + 1);
+        if offset >= *from && offset >= end {
+            v.push(LogViolation::StaleRead {
+                log: log.clone(),
+                from: *from,
+                end,
+                offset,
+                acked_us,
+                invoked_us: e.invoked_us,
+                process: e.process,
+            });
+        }
+    }
     for ((log, process), offsets) in &read_by {
         let (Some(&lo), Some(&hi)) = (offsets.first(), offsets.last()) else { continue };
         if let Some(offset) = (lo..=hi).find(|o| !offsets.contains(o)) {
@@ -259,10 +312,20 @@ mod tests {
         ev(process, at, Outcome::Ok, Op::LogOpen { log: "l".into(), epoch: Some(epoch) })
     }
     fn append(process: u32, at: u64, epoch: u64, offset: u64, digest: u64) -> Event {
-        ev(process, at, Outcome::Ok, Op::LogAppend { log: "l".into(), epoch, offset: Some(offset), digest })
+        ev(
+            process,
+            at,
+            Outcome::Ok,
+            Op::LogAppend { log: "l".into(), epoch, offset: Some(offset), digest, expected: None },
+        )
     }
     fn read(at: u64, from: u64, records: &[(u64, u64)]) -> Event {
-        ev(7, at, Outcome::Ok, Op::LogRead { log: "l".into(), from, records: records.to_vec() })
+        // Cut at its limit: the other rules' histories say nothing of
+        // freshness (stale_read below does).
+        ev(7, at, Outcome::Ok, Op::LogRead { log: "l".into(), from, limit: records.len(), records: records.to_vec() })
+    }
+    fn stale_read(at: u64, from: u64, records: &[(u64, u64)]) -> Event {
+        ev(7, at, Outcome::Ok, Op::LogRead { log: "l".into(), from, limit: 10, records: records.to_vec() })
     }
     fn fin(trim_before: u64, records: &[(u64, u64)]) -> Event {
         ev(9, 10_000, Outcome::Ok, Op::LogFinal { log: "l".into(), trim_before, records: records.to_vec() })
@@ -276,10 +339,20 @@ mod tests {
             append(1, 10, 1, 0, 100),
             append(1, 20, 1, 1, 101),
             // In flight at the takeover, of unknown outcome; kept.
-            ev(1, 30, Outcome::Unknown, Op::LogAppend { log: "l".into(), epoch: 1, offset: None, digest: 102 }),
+            ev(
+                1,
+                30,
+                Outcome::Unknown,
+                Op::LogAppend { log: "l".into(), epoch: 1, offset: None, digest: 102, expected: None },
+            ),
             open(2, 40, 2),
             // The old owner is refused once the new one holds.
-            ev(1, 50, Outcome::Fail, Op::LogAppend { log: "l".into(), epoch: 1, offset: None, digest: 103 }),
+            ev(
+                1,
+                50,
+                Outcome::Fail,
+                Op::LogAppend { log: "l".into(), epoch: 1, offset: None, digest: 103, expected: None },
+            ),
             // Its retry of 102 through a new takeover: the first offset.
             open(1, 60, 3),
             append(1, 70, 3, 2, 102),
@@ -422,6 +495,49 @@ mod tests {
             v.contains(&LogViolation::TrimLost { log: "l".into(), acked_before: 2, final_trim_before: 1 }),
             "{v:?}"
         );
+    }
+
+    /// Issue #47: a read that began after offset 3 was acknowledged (at
+    /// 85) and stopped short of it is stale; one that began before, or
+    /// that was cut by its own limit, is not.
+    #[test]
+    fn a_read_that_misses_an_append_acknowledged_before_it_began_is_named() {
+        let mut h = clean();
+        h.push(stale_read(86, 1, &[(1, 101), (2, 102)]));
+        let v = violations(&h);
+        let stale = LogViolation::StaleRead {
+            log: "l".into(),
+            from: 1,
+            end: 3,
+            offset: 3,
+            acked_us: 85,
+            invoked_us: 86,
+            process: 7,
+        };
+        assert!(v.contains(&stale), "{v:?}");
+        let mut h = clean();
+        h.push(stale_read(84, 1, &[(1, 101), (2, 102)]));
+        let cut = ev(
+            7,
+            86,
+            Outcome::Ok,
+            Op::LogRead { log: "l".into(), from: 1, limit: 2, records: vec![(1, 101), (2, 102)] },
+        );
+        h.push(cut);
+        assert_eq!(violations(&h), vec![], "begun before the ack, or cut at its limit");
+    }
+
+    #[test]
+    fn a_conditional_append_acknowledged_elsewhere_than_expected_is_named() {
+        let mut h = clean();
+        h.push(ev(
+            1,
+            81,
+            Outcome::Ok,
+            Op::LogAppend { log: "l".into(), epoch: 3, offset: Some(3), digest: 103, expected: Some(2) },
+        ));
+        let v = violations(&h);
+        assert!(v.contains(&LogViolation::ConditionBroken { log: "l".into(), expected: 2, offset: 3 }), "{v:?}");
     }
 
     #[test]

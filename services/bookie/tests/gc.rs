@@ -141,7 +141,8 @@ async fn delete_half(client: &Client, all: BTreeMap<u64, Vec<Bytes>>) -> (Vec<u6
 async fn deleting_half_the_ledgers_frees_their_space_and_the_rest_reads_back_after_a_restart() {
     let mut s = Setup::start(2, &["--entry-log-mib", "4"]);
     let client = s.client().await;
-    let spec = CreateLedger { ensemble: 2, write_quorum: 2, ack_quorum: 2, custom: BTreeMap::new() };
+    let spec =
+        CreateLedger { ensemble: 2, write_quorum: 2, ack_quorum: 2, custom: BTreeMap::new(), visible_acks: false };
     let all = write(&client, &spec, 8, 1200).await;
     let (deleted, kept) = delete_half(&client, all).await;
     // Clean restarts flush the write caches: everything is in entry logs.
@@ -188,7 +189,8 @@ async fn a_bookie_killed_at_any_step_of_gc_loses_no_live_entry_and_leaves_no_dan
     // the index in 4 MiB steps, so "compaction.switched" stops it with part
     // of a log's runs moved and part not.
     let mut s = Setup::start(1, &["--entry-log-mib", "16"]);
-    let spec = CreateLedger { ensemble: 1, write_quorum: 1, ack_quorum: 1, custom: BTreeMap::new() };
+    let spec =
+        CreateLedger { ensemble: 1, write_quorum: 1, ack_quorum: 1, custom: BTreeMap::new(), visible_acks: false };
     let mut kept = BTreeMap::new();
     for point in ["gc.ledgers_deleted", "compaction.copied", "compaction.switched", "compaction.before_unlink"] {
         let client = s.client().await;
@@ -231,7 +233,8 @@ async fn with_the_metadata_service_down_gc_deletes_nothing() {
     let metrics = free_tcp_addr();
     let mut s = Setup::start(1, &["--metrics-listen", &metrics, "--entry-log-mib", "4"]);
     let client = s.client().await;
-    let spec = CreateLedger { ensemble: 1, write_quorum: 1, ack_quorum: 1, custom: BTreeMap::new() };
+    let spec =
+        CreateLedger { ensemble: 1, write_quorum: 1, ack_quorum: 1, custom: BTreeMap::new(), visible_acks: false };
     let all = write(&client, &spec, 4, 300).await;
     let all_copy = all.clone();
     let (deleted, _) = delete_half(&client, all).await;
@@ -261,7 +264,8 @@ async fn with_the_metadata_service_down_gc_deletes_nothing() {
 async fn copies_of_a_closed_ledger_moved_off_a_bookie_are_dropped_there_but_not_during_a_repair() {
     let s = Setup::start(3, &["--entry-log-mib", "4"]);
     let client = s.client().await;
-    let spec = CreateLedger { ensemble: 2, write_quorum: 2, ack_quorum: 2, custom: BTreeMap::new() };
+    let spec =
+        CreateLedger { ensemble: 2, write_quorum: 2, ack_quorum: 2, custom: BTreeMap::new(), visible_acks: false };
     let written = write(&client, &spec, 1, 300).await;
     let (&id, data) = written.iter().next().unwrap();
     let first = data[0].clone();

@@ -131,7 +131,13 @@ fn main() {
         let client = Client::new(rpc, meta, ClientOptions::default());
         let mut writers = Vec::new();
         for _ in 0..ledgers {
-            let spec = CreateLedger { ensemble: 3, write_quorum: 3, ack_quorum: 2, custom: BTreeMap::new() };
+            let spec = CreateLedger {
+                ensemble: 3,
+                write_quorum: 3,
+                ack_quorum: 2,
+                custom: BTreeMap::new(),
+                visible_acks: false,
+            };
             writers.push(client.create(spec).await.unwrap());
         }
         let payload = Bytes::from(payload);

@@ -124,6 +124,7 @@ impl From<ClientError> for ApiError {
                 StatusCode::CONFLICT
             }
             ClientError::Trimmed { .. } => StatusCode::GONE,
+            ClientError::PreconditionFailed { .. } => StatusCode::PRECONDITION_FAILED,
             ClientError::Corrupt(..) | ClientError::InvalidMetadata(_) | ClientError::Rpc(_) => StatusCode::BAD_GATEWAY,
         };
         ApiError { status, code: e.code_name(), message: e.to_string() }

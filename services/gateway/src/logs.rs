@@ -494,6 +494,8 @@ pub async fn log_delete(state: State, req: HttpRequest) -> Result<HttpResponse, 
 struct AppendQuery {
     producer_id: Option<String>,
     sequence: Option<u64>,
+    /// Written only if the log's next offset is this (412 otherwise).
+    expected_offset: Option<u64>,
 }
 
 fn producer_of(producer_id: Option<String>, sequence: Option<u64>) -> Result<Option<(String, u64)>, ApiError> {
@@ -507,22 +509,41 @@ fn producer_of(producer_id: Option<String>, sequence: Option<u64>) -> Result<Opt
     }
 }
 
+/// A conditional append's refusal: 412, with the log's next offset (a
+/// caller that lost the race reads from its expectation to there, and
+/// decides again).
+fn precondition_failed((message, next_offset): (String, u64)) -> HttpResponse {
+    HttpResponse::PreconditionFailed().json(serde_json::json!({
+        "error": "PreconditionFailed",
+        "message": message,
+        "next_offset": next_offset,
+    }))
+}
+
+/// The offsets of the records appended, or a conditional append's refusal.
 async fn append_records(
     state: &State,
     who: Principal,
     name: String,
     records: Vec<Bytes>,
     producer: Option<(String, u64)>,
-) -> Result<Vec<u64>, ApiError> {
+    expected_offset: Option<u64>,
+) -> Result<Result<Vec<u64>, (String, u64)>, ApiError> {
     let s = state.get_ref().clone();
     state
         .run(async move {
             let w = s.writer_for(&name, &who).await?;
-            let got = w.append_batch(records, producer.as_ref().map(|(p, q)| (p.as_str(), *q))).await;
-            if got.is_err() {
-                s.drop_if_broken(&name, &w).await;
+            let got =
+                w.append_batch_at(records, producer.as_ref().map(|(p, q)| (p.as_str(), *q)), expected_offset).await;
+            match got {
+                // Refused before anything was placed: the writer goes on.
+                Err(e @ ClientError::PreconditionFailed { next_offset, .. }) => Ok(Err((e.to_string(), next_offset))),
+                Err(e) => {
+                    s.drop_if_broken(&name, &w).await;
+                    Err(e.into())
+                }
+                Ok(offsets) => Ok(Ok(offsets)),
             }
-            Ok(got?)
         })
         .await
 }
@@ -532,8 +553,10 @@ pub async fn log_append(state: State, req: HttpRequest, payload: web::Payload) -
     let q: AppendQuery = query(&req)?;
     let producer = producer_of(q.producer_id, q.sequence)?;
     let data = crate::api::read_entry_body(&state, payload).await?;
-    let offsets = append_records(&state, principal(&req), name, vec![data], producer).await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "offset": offsets[0] })))
+    match append_records(&state, principal(&req), name, vec![data], producer, q.expected_offset).await? {
+        Ok(offsets) => Ok(HttpResponse::Ok().json(serde_json::json!({ "offset": offsets[0] }))),
+        Err(refused) => Ok(precondition_failed(refused)),
+    }
 }
 
 #[derive(Deserialize)]
@@ -542,6 +565,9 @@ struct BatchBody {
     records: Vec<String>,
     producer_id: Option<String>,
     sequence: Option<u64>,
+    /// Written (its first record at this offset) only if the log's next
+    /// offset is this (412 otherwise).
+    expected_offset: Option<u64>,
 }
 
 pub async fn log_append_batch(state: State, req: HttpRequest, payload: web::Payload) -> Result<HttpResponse, ApiError> {
@@ -561,7 +587,10 @@ pub async fn log_append_batch(state: State, req: HttpRequest, payload: web::Payl
         }
         data.push(Bytes::from(bytes));
     }
-    let offsets = append_records(&state, principal(&req), name, data, producer).await?;
+    let offsets = match append_records(&state, principal(&req), name, data, producer, b.expected_offset).await? {
+        Ok(offsets) => offsets,
+        Err(refused) => return Ok(precondition_failed(refused)),
+    };
     Ok(HttpResponse::Ok().json(serde_json::json!({
         "first_offset": offsets[0],
         "last_offset": offsets[offsets.len() - 1],

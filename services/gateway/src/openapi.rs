@@ -67,6 +67,13 @@ fn reference(name: &str) -> Value {
 pub fn schemas() -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("Error".into(), object(&["error", "message"], json!({ "error": string(), "message": string() })));
+    m.insert(
+        "PreconditionFailed".into(),
+        object(
+            &["error", "message", "next_offset"],
+            json!({ "error": string(), "message": string(), "next_offset": uint() }),
+        ),
+    );
     m.insert("Status".into(), object(&["status"], json!({ "status": string(), "bookies": uint() })));
     let ledger_required = [
         "ledger_id",
@@ -368,6 +375,7 @@ fn request_body(kind: &str) -> Option<Value> {
                     },
                     "producer_id": producer_id(),
                     "sequence": uint(),
+                    "expected_offset": uint(),
                 },
             }),
         )),
@@ -443,6 +451,11 @@ fn query_params(method: &str, path: &str) -> Vec<Value> {
         ("post", "/v1/logs/{name}/records") => vec![
             q("producer_id", producer_id(), "an idempotent append's producer (with sequence)"),
             q("sequence", uint(), "its sequence number: a retry answers the first offset"),
+            q(
+                "expected_offset",
+                uint(),
+                "written only if the log's next offset is this (412 with next_offset otherwise)",
+            ),
         ],
         ("get", "/v1/logs/{name}/records") => vec![
             q("from", uint(), "first offset (default 0; below the trim point: 410)"),
@@ -483,7 +496,12 @@ pub fn document(endpoints: &[Endpoint]) -> Value {
             .collect();
         let mut responses = Map::new();
         for code in e.codes {
-            let r = if *code >= 400 {
+            let r = if *code == 412 {
+                json!({
+                    "description": "a conditional append met another next offset: nothing was written",
+                    "content": { "application/json": { "schema": reference("PreconditionFailed") } },
+                })
+            } else if *code >= 400 {
                 json!({ "description": "error", "content": { "application/json": { "schema": reference("Error") } } })
             } else {
                 success(e.reply)

@@ -1221,6 +1221,72 @@ fn a_log_is_appended_read_followed_trimmed_and_deleted_over_http() {
     assert_eq!((status, error_of(&v)), (404, "NoSuchLog"));
 }
 
+/// Issue #47 item 1, read your writes over HTTP: a GET sent after a POST
+/// was answered returns the record, through the gateway that owns the log
+/// and through another one, for single records and batches.
+#[test]
+fn an_answered_append_is_read_at_once_through_either_gateway() {
+    let g = start();
+    let (_second, other) = second_gateway(&g);
+    let (status, v) = g.json("POST", "/v1/logs", r#"{"name":"ryw","rollover":{"max_entries":5}}"#);
+    assert_eq!(status, 201, "{v}");
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut next = 0u64;
+    for i in 0..30u64 {
+        let offsets: Vec<u64> = if i % 3 == 2 {
+            let batch = json!({ "records": [b64.encode(format!("r{next}")), b64.encode(format!("r{}", next + 1))] });
+            let (status, v) = g.json("POST", "/v1/logs/ryw/records:batch", &batch.to_string());
+            assert_eq!(status, 200, "{v}");
+            v["offsets"].as_array().unwrap().iter().map(|o| o.as_u64().unwrap()).collect()
+        } else {
+            let (status, b) = g.call("POST", "/v1/logs/ryw/records", None, format!("r{next}").as_bytes());
+            assert_eq!(status, 200);
+            vec![json(&b)["offset"].as_u64().unwrap()]
+        };
+        assert_eq!(offsets[0], next);
+        let path = format!("/v1/logs/ryw/records?from={next}");
+        for (via, http) in [("the owner", &g.http), ("another gateway", &other)] {
+            let (status, b) = call(http, "GET", &path, None, b"");
+            let v = json(&b);
+            assert_eq!(status, 200, "{v}");
+            let got: Vec<u64> =
+                v["records"].as_array().unwrap().iter().map(|r| r["offset"].as_u64().unwrap()).collect();
+            assert_eq!(got, offsets, "read through {via} right after the append at {next}");
+        }
+        next += offsets.len() as u64;
+    }
+}
+
+/// Issue #47 item 2 over HTTP: `expected_offset` on a single append and
+/// in a batch's body; a mismatch is 412 with the log's next offset and
+/// writes nothing; an idempotent retry of a written conditional append
+/// answers its offset.
+#[test]
+fn a_conditional_append_over_http_is_412_with_the_next_offset() {
+    let g = start();
+    let (status, v) = g.json("POST", "/v1/logs", r#"{"name":"cas"}"#);
+    assert_eq!(status, 201, "{v}");
+    let (status, b) = g.call("POST", "/v1/logs/cas/records?expected_offset=0", None, b"a");
+    assert_eq!((status, json(&b)["offset"].as_u64()), (200, Some(0)));
+    let (status, b) = g.call("POST", "/v1/logs/cas/records?expected_offset=0", None, b"b");
+    let v = json(&b);
+    assert_eq!((status, error_of(&v), v["next_offset"].as_u64()), (412, "PreconditionFailed", Some(1)), "{v}");
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let batch = json!({ "records": [b64.encode("b"), b64.encode("c")], "expected_offset": 2 });
+    let (status, v) = g.json("POST", "/v1/logs/cas/records:batch", &batch.to_string());
+    assert_eq!((status, v["next_offset"].as_u64()), (412, Some(1)), "{v}");
+    let batch = json!({ "records": [b64.encode("b"), b64.encode("c")], "expected_offset": 1, "producer_id": "p", "sequence": 0 });
+    for attempt in 0..2 {
+        let (status, v) = g.json("POST", "/v1/logs/cas/records:batch", &batch.to_string());
+        assert_eq!((status, v["offsets"].clone()), (200, json!([1, 2])), "attempt {attempt}: {v}");
+    }
+    let (status, v) = g.json("GET", "/v1/logs/cas/records?from=0", "");
+    assert_eq!(status, 200);
+    let data: Vec<Vec<u8>> =
+        v["records"].as_array().unwrap().iter().map(|r| b64.decode(r["data"].as_str().unwrap()).unwrap()).collect();
+    assert_eq!(data, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()], "nothing refused was written: {v}");
+}
+
 /// Two gateways, one log: appends go to its owner. The other gateway
 /// answers 409 NotOwner naming it for as long as the owner holds its
 /// lease (never taking turns); once the owner is gone and its lease lapsed,

@@ -134,6 +134,7 @@ pub fn selftest(a: SelfTestArgs) -> anyhow::Result<()> {
             write_quorum: a.write_quorum,
             ack_quorum: a.ack_quorum,
             custom: BTreeMap::new(),
+            visible_acks: false,
         };
         let w = client.create(spec).await.context("create a ledger")?;
         let (id, ms) = write_read(&client, w, a.entries).await?;
@@ -155,7 +156,7 @@ pub fn bookie_sanity(a: BookieSanityArgs) -> anyhow::Result<()> {
         let mut rows = Vec::new();
         let mut failed = 0;
         for b in &bookies {
-            let spec = CreateLedger { ensemble: 1, write_quorum: 1, ack_quorum: 1, custom: BTreeMap::new() };
+            let spec = CreateLedger { ensemble: 1, write_quorum: 1, ack_quorum: 1, custom: BTreeMap::new(), visible_acks: false };
             let res = match client.create_on(vec![b.bookie_id.clone()], spec).await {
                 Ok(w) => write_read(&client, w, a.entries).await,
                 Err(e) => Err(anyhow::Error::new(e).context("create a ledger on it")),

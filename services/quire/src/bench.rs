@@ -301,6 +301,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             write_quorum: a.write_quorum,
             ack_quorum: a.ack_quorum,
             custom: BTreeMap::new(),
+            visible_acks: false,
         };
         // A cluster just started may still be registering its bookies.
         let deadline = Instant::now() + Duration::from_secs(20);

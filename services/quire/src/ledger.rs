@@ -122,7 +122,8 @@ pub fn run(a: LedgerArgs) -> anyhow::Result<()> {
 async fn run_cmd(client: &Client, cmd: LedgerCmd) -> anyhow::Result<()> {
     match cmd {
         LedgerCmd::Write { ensemble, write_quorum, ack_quorum, entries, no_close } => {
-            let spec = CreateLedger { ensemble, write_quorum, ack_quorum, custom: BTreeMap::new() };
+            let spec =
+                CreateLedger { ensemble, write_quorum, ack_quorum, custom: BTreeMap::new(), visible_acks: false };
             let w = client.create(spec).await.context("create ledger")?;
             let payloads: Vec<Bytes> = match entries {
                 Some(n) => (0..n).map(|i| Bytes::from(format!("entry-{i}"))).collect(),

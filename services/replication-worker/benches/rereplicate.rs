@@ -49,7 +49,8 @@ fn main() {
         let meta = Arc::new(MetaClient::new(rpc.clone(), cluster.metadata.addrs.clone(), MetaClientOptions::default()));
         meta.wait_for_registry(Duration::from_secs(30), |b| b.len() >= 4).await.unwrap().expect("4 bookies");
         let client = Client::new(rpc, meta.clone(), ClientOptions::default());
-        let spec = CreateLedger { ensemble: 3, write_quorum: 3, ack_quorum: 2, custom: BTreeMap::new() };
+        let spec =
+            CreateLedger { ensemble: 3, write_quorum: 3, ack_quorum: 2, custom: BTreeMap::new(), visible_acks: false };
         let mut ledgers = Vec::new();
         for l in 0..2u8 {
             let w = client.create_on(vec!["1".into(), "2".into(), "3".into()], spec.clone()).await.unwrap();

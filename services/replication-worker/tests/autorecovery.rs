@@ -129,7 +129,7 @@ async fn every_copy_is_there(client: &Client, meta: &LedgerMeta, expected: &[Byt
 }
 
 fn spec() -> CreateLedger {
-    CreateLedger { ensemble: 3, write_quorum: 3, ack_quorum: 2, custom: BTreeMap::new() }
+    CreateLedger { ensemble: 3, write_quorum: 3, ack_quorum: 2, custom: BTreeMap::new(), visible_acks: false }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

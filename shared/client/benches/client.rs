@@ -11,7 +11,6 @@
 //! BENCH_SIZE (1024), BENCH_DIR (/tmp/quire-bench-client: the disk under test),
 //! BENCH_BOOKIE_ARGS (extra bookie flags).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -58,7 +57,7 @@ async fn run_case(
     secs: Duration,
     payload: Bytes,
 ) -> (u64, f64, Histogram<u64>) {
-    let spec = CreateLedger { ensemble: 3, write_quorum: 3, ack_quorum: 2, custom: BTreeMap::new() };
+    let spec = CreateLedger { ensemble: 3, write_quorum: 3, ack_quorum: 2, ..CreateLedger::default() };
     let mut ledgers = Vec::new();
     for _ in 0..writers {
         ledgers.push(client.create(spec.clone()).await.expect("create ledger"));

@@ -173,6 +173,12 @@ pub struct WriterOptions {
     pub explicit_lac_interval: Duration,
     /// Recovery's writer: sends are recovery adds (accepted on a fenced ledger).
     pub recovery: bool,
+    /// Read your writes (issue #47): the shell answers an add only once a
+    /// reader that starts then sees it, that is once its LAC is stored on
+    /// Qa bookies ([`Writer::lac_visible`]). So the LAC goes out as soon
+    /// as it moves and nothing taken since carries it
+    /// ([`Writer::publish_lac_now`]), not after an idle interval.
+    pub visible_acks: bool,
 }
 
 impl Default for WriterOptions {
@@ -182,6 +188,7 @@ impl Default for WriterOptions {
             add_timeout: Duration::from_secs(5),
             explicit_lac_interval: Duration::from_millis(100),
             recovery: false,
+            visible_acks: false,
         }
     }
 }
@@ -239,6 +246,19 @@ pub struct Writer {
     length_added: u64,
     /// The highest LAC any bookie has been sent (piggybacked or explicit).
     lac_published: i64,
+    /// The highest LAC stored on Qa bookies: carried by an acknowledged
+    /// add, or sent alone and stored by Qa members. A reader that asks the
+    /// last ensemble's members and hears E - Qa + 1 of them hears one of
+    /// those (`LedgerReader::read_lac_fresh`).
+    lac_visible: i64,
+    /// The highest LAC each position of the current ensemble confirmed it
+    /// stored when sent alone (empty until the first such answer). A
+    /// member that stored v knows every LAC below: answers of earlier
+    /// sends still count when a later one is under way.
+    lac_stored: Vec<i64>,
+    /// The last LAC sent alone, and the positions that answered it: once
+    /// all did and it is still not visible, it may go again.
+    lac_publishing: Option<(i64, u64)>,
     last_activity: Option<Instant>,
     pending: BTreeMap<u64, Pending>,
     opts: WriterOptions,
@@ -287,6 +307,9 @@ impl Writer {
             length,
             length_added: length,
             lac_published: lac,
+            lac_visible: lac,
+            lac_stored: Vec::new(),
+            lac_publishing: None,
             last_activity: None,
             pending: BTreeMap::new(),
             opts: WriterOptions { max_pending: opts.max_pending.max(1), ..opts },
@@ -301,6 +324,12 @@ impl Writer {
     }
 
     /// The highest acknowledged entry (-1: none).
+    /// The highest LAC stored on Qa bookies (at most [`Writer::lac`]):
+    /// every entry up to it is acknowledged and a reader sees it.
+    pub fn lac_visible(&self) -> i64 {
+        self.lac_visible
+    }
+
     pub fn lac(&self) -> i64 {
         self.lac
     }
@@ -548,6 +577,9 @@ impl Writer {
             assert_eq!(id as i64, self.lac + 1, "acknowledgements leave in entry order");
             let p = self.pending.remove(&id).expect("first pending");
             self.lac = id as i64;
+            // Stored on Qa bookies with the entry (a bookie raises its LAC
+            // to what an add carries).
+            self.lac_visible = self.lac_visible.max(p.entry.last_add_confirmed);
             self.length = p.entry.ledger_length;
             let awaited = self.quorums.write_mask(id) & !p.confirmed;
             if awaited != 0 {
@@ -587,7 +619,9 @@ impl Writer {
         if self.done.is_some() || self.changing {
             return false;
         }
-        !self.pending.is_empty() || (self.lac > self.lac_published && !self.opts.recovery)
+        !self.pending.is_empty()
+            || (self.lac > self.lac_published && !self.opts.recovery)
+            || (self.opts.visible_acks && self.lac > self.lac_visible)
     }
 
     /// Time passes: adds older than the add timeout count their silent bookies
@@ -678,19 +712,80 @@ impl Writer {
     /// Readers learn the LAC from the entries that carry it, so after the last
     /// add it would lag by one until the next: an idle writer sends it alone.
     fn publish_lac(&mut self, now: Instant) -> Vec<Command> {
+        if self.opts.visible_acks {
+            return self.publish_lac_now();
+        }
         let idle =
             self.last_activity.is_none_or(|t| now.saturating_duration_since(t) >= self.opts.explicit_lac_interval);
         if !self.pending.is_empty() || self.lac <= self.lac_published || !idle || self.opts.recovery {
             return Vec::new();
         }
-        self.lac_published = self.lac;
         self.last_activity = Some(now);
+        self.send_lac()
+    }
+
+    /// With [`WriterOptions::visible_acks`]: sends the LAC alone to every
+    /// member, now, when it moved past what any add or earlier send carried
+    /// (a shell calls this when it has no add to send that would carry it).
+    /// Nothing otherwise.
+    pub fn publish_lac_now(&mut self) -> Vec<Command> {
+        if !self.opts.visible_acks
+            || self.opts.recovery
+            || self.done.is_some()
+            || self.changing
+            || self.closing
+            || self.lac <= self.lac_published
+        {
+            return Vec::new();
+        }
+        self.send_lac()
+    }
+
+    fn send_lac(&mut self) -> Vec<Command> {
+        self.lac_published = self.lac;
+        self.lac_publishing = Some((self.lac, 0));
         let (_, members) = self.current();
         members
             .iter()
             .enumerate()
             .map(|(position, member)| Command::SendLac { position, member: member.clone(), lac: self.lac })
             .collect()
+    }
+
+    /// The member at `position` answered the LAC `lac` sent alone. Stored
+    /// by Qa members of the current ensemble, it is visible. A round that
+    /// every member answered short of Qa is sent again (the next tick, or
+    /// [`Writer::publish_lac_now`]). A fence is the shell's to report
+    /// ([`Writer::fenced`]).
+    pub fn lac_answered(&mut self, position: usize, member: &Member, lac: i64, answer: &Answer) {
+        if self.current().1.get(position) != Some(member) {
+            return;
+        }
+        let stored = matches!(answer, Answer::Stored { instance_id } if *instance_id == member.instance_id || member.instance_id.is_empty());
+        if stored {
+            if self.lac_stored.len() != self.quorums.ensemble {
+                self.lac_stored = vec![-1; self.quorums.ensemble];
+            }
+            self.lac_stored[position] = self.lac_stored[position].max(lac);
+            // The Qa-th highest: stored on Qa members.
+            let mut by_height = self.lac_stored.clone();
+            by_height.sort_unstable_by(|a, b| b.cmp(a));
+            self.lac_visible = self.lac_visible.max(by_height[self.quorums.ack - 1]);
+        }
+        if let Some((value, answered)) = self.lac_publishing.as_mut() {
+            if *value == lac {
+                *answered |= 1u64 << position;
+                if answered.count_ones() as usize == self.quorums.ensemble {
+                    let value = *value;
+                    self.lac_publishing = None;
+                    if self.lac_visible < value {
+                        // Every member answered, short of Qa: again.
+                        self.lac_published = self.lac_visible;
+                    }
+                }
+            }
+        }
+        debug_assert!(self.lac_visible <= self.lac, "nothing unacknowledged is visible");
     }
 
     /// The metadata now has a new ensemble from `first_entry_id` on: resend
@@ -712,6 +807,17 @@ impl Writer {
         }
         self.failed.clear();
         self.changing = false;
+        // A LAC sent alone to the old members counts no more; what is not
+        // visible yet goes to the new ones.
+        if self.opts.visible_acks {
+            self.lac_publishing = None;
+            self.lac_published = self.lac_published.min(self.lac_visible);
+            for p in &changed {
+                if let Some(l) = self.lac_stored.get_mut(*p) {
+                    *l = -1;
+                }
+            }
+        }
         let ids: Vec<u64> = self.pending.keys().copied().collect();
         let mut out = Vec::new();
         for id in ids {

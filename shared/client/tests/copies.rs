@@ -18,7 +18,7 @@ fn payload(i: u64) -> Bytes {
 }
 
 fn spec() -> CreateLedger {
-    CreateLedger { ensemble: 3, write_quorum: 3, ack_quorum: 2, custom: BTreeMap::new() }
+    CreateLedger { ensemble: 3, write_quorum: 3, ack_quorum: 2, custom: BTreeMap::new(), visible_acks: false }
 }
 
 /// Whether bookie `id` serves entries `0..n` of `ledger` with their bytes.

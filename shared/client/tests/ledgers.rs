@@ -28,7 +28,7 @@ fn assert_entries(entries: &[quire_proto::v1::Entry], n: u64) {
 }
 
 fn spec(e: usize, w: usize, a: usize) -> CreateLedger {
-    CreateLedger { ensemble: e, write_quorum: w, ack_quorum: a, custom: BTreeMap::new() }
+    CreateLedger { ensemble: e, write_quorum: w, ack_quorum: a, custom: BTreeMap::new(), visible_acks: false }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -259,6 +259,103 @@ async fn deleting_a_log_deletes_the_ledger_its_writer_made_ahead() {
     assert_eq!(again.append(record(0)).await.unwrap(), 0);
 }
 
+/// Issue #47 item 1, read your writes: a read that begins after an append
+/// was answered returns it, from another client (another process's view:
+/// its own connections and metadata), for single appends and batches,
+/// one at a time and with a window of appends in flight, across
+/// rollovers. (Before, a read right after an append stopped at the LAC the
+/// bookies knew, which trails the writer until its next add or its
+/// explicit LAC 100 ms later.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answered_append_is_read_at_once_by_any_reader() {
+    let s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let client = s.client();
+    let reader = s.client();
+    let w = client.create_log("ryw", config(7), "owner-a").await.unwrap();
+    let mut next = 0u64;
+    // One at a time: each read right after its append.
+    for _ in 0..20 {
+        let offset = w.append(record(next)).await.unwrap();
+        assert_eq!(offset, next);
+        let got = reader.read_log("ryw", offset, 10).await.unwrap();
+        assert_eq!(got.first().map(|e| (e.offset, e.payload.clone())), Some((offset, record(next))), "offset {offset}");
+        next += 1;
+    }
+    // Batches: every record of the batch.
+    for _ in 0..5 {
+        let batch: Vec<Bytes> = (next..next + 4).map(record).collect();
+        let offsets = w.append_batch(batch, None).await.unwrap();
+        let got = reader.read_log("ryw", offsets[0], 10).await.unwrap();
+        assert_eq!(got.len(), 4, "the whole batch at {}", offsets[0]);
+        next += 4;
+    }
+    // Under load: a window of 32 appends in flight from one task; as each
+    // resolves, a read from its offset returns it.
+    let mut pending = std::collections::VecDeque::new();
+    for i in 0..300u64 {
+        pending.push_back(w.submit(record(next + i)).await.unwrap());
+        let drain = if i == 299 { pending.len() } else { pending.len().saturating_sub(31) };
+        for _ in 0..drain {
+            let offset = pending.pop_front().unwrap().await.unwrap();
+            let got = reader.read_log("ryw", offset, 1).await.unwrap();
+            assert_eq!(got.first().map(|e| e.offset), Some(offset), "offset {offset} under load");
+        }
+    }
+}
+
+/// Issue #47 item 2, conditional appends: written only at the expected
+/// offset, else PreconditionFailed with the next offset and nothing
+/// written; a retry of a conditional idempotent append that was written
+/// answers its offset; racing appends expecting one offset, and owners on
+/// either side of a takeover, never both succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conditional_append_is_written_only_where_it_expects() {
+    let s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let client = s.client();
+    let a = client.create_log("cas", config(3), "owner-a").await.unwrap();
+    assert_eq!(a.append_at(record(0), 0).await.unwrap(), 0);
+    let refused = a.append_at(record(99), 0).await;
+    assert!(
+        matches!(refused, Err(ClientError::PreconditionFailed { expected_offset: 0, next_offset: 1, .. })),
+        "{refused:?}"
+    );
+    assert_eq!(a.append_batch_at(vec![record(1), record(2)], None, Some(1)).await.unwrap(), vec![1, 2]);
+    let p = Some(("p", 7));
+    assert_eq!(a.append_batch_at(vec![record(3)], p, Some(3)).await.unwrap(), vec![3]);
+    assert_eq!(a.append_batch_at(vec![record(3)], p, Some(3)).await.unwrap(), vec![3], "a retry, not a refusal");
+    // Eight appends racing for offset 4 from one writer: one is written.
+    let racing: Vec<_> = (0..8)
+        .map(|i| {
+            let a = a.clone();
+            tokio::spawn(async move { a.append_at(Bytes::from(format!("racer-{i}")), 4).await })
+        })
+        .collect();
+    let mut won = Vec::new();
+    for r in racing {
+        match r.await.unwrap() {
+            Ok(o) => won.push(o),
+            Err(ClientError::PreconditionFailed { next_offset: 5, .. }) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(won, vec![4], "exactly one racer is written");
+    // Across a takeover: the new owner's next offset is the recovered end;
+    // the old owner's conditional append is fenced.
+    let b = client.open_log_writer("cas", "owner-b").await.unwrap();
+    assert!(matches!(a.append_at(record(5), 5).await, Err(ClientError::LogFenced(_))));
+    assert!(matches!(b.append_at(record(5), 4).await, Err(ClientError::PreconditionFailed { next_offset: 5, .. })));
+    assert_eq!(b.append_at(record(5), 5).await.unwrap(), 5);
+    let all = client.read_log("cas", 0, 100).await.unwrap();
+    assert_eq!(
+        all.iter().map(|e| e.offset).collect::<Vec<_>>(),
+        (0..6).collect::<Vec<_>>(),
+        "nothing refused was written"
+    );
+    assert_eq!(all[5].payload, record(5));
+}
+
 /// Issue #47, hole 1: a delete that read the log, then recovered the open
 /// ledger it saw, after the writer had rolled to its next one. The delete
 /// as it was sent (no version) is refused while the log's open ledger is

@@ -2,7 +2,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -11,7 +10,7 @@ use quire_client::{Client, ClientOptions, CreateLedger};
 use quire_proto::Role;
 
 fn spec() -> CreateLedger {
-    CreateLedger { ensemble: 3, write_quorum: 3, ack_quorum: 2, custom: BTreeMap::new() }
+    CreateLedger { ensemble: 3, write_quorum: 3, ack_quorum: 2, ..CreateLedger::default() }
 }
 
 /// A reader whose reads would wait a minute on a hung replica without
@@ -174,7 +173,7 @@ async fn a_tail_poll_on_a_new_ledger_parks_until_its_first_entries() {
 async fn a_read_over_a_connection_to_a_restarted_bookie_is_answered_and_with_it_down_says_why() {
     let mut s = Setup::start(&["r1", "r2", "r3"]);
     s.wait_for_bookies(3).await;
-    let one = CreateLedger { ensemble: 1, write_quorum: 1, ack_quorum: 1, custom: BTreeMap::new() };
+    let one = CreateLedger { ensemble: 1, write_quorum: 1, ack_quorum: 1, ..CreateLedger::default() };
     let w = s.client().create_on(vec!["1".into()], one).await.unwrap();
     let data: Vec<Bytes> = (0..6).map(|i| Bytes::from(format!("entry {i}"))).collect();
     w.add_batch(data.clone()).await.unwrap();
@@ -224,7 +223,7 @@ fn bookie_counter(s: &Setup, name: &str) -> u64 {
 async fn a_range_is_read_in_batches_over_the_stripes_and_around_a_frozen_or_dead_bookie() {
     let mut s = Setup::start_with_metrics(&["r1", "r2", "r3"]);
     s.wait_for_bookies(3).await;
-    let striped = CreateLedger { ensemble: 3, write_quorum: 2, ack_quorum: 2, custom: BTreeMap::new() };
+    let striped = CreateLedger { ensemble: 3, write_quorum: 2, ack_quorum: 2, ..CreateLedger::default() };
     let w = s.client().create(striped).await.unwrap();
     let data: Vec<Bytes> =
         (0..3000u64).map(|i| Bytes::from(format!("entry {i} ").repeat(1 + (i % 97) as usize))).collect();

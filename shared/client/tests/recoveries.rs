@@ -43,7 +43,8 @@ async fn a_recovery_after_one_that_stopped_half_way_never_closes_below_what_it_f
         ..ClientOptions::default()
     };
     let writer_client = Client::new(rpc.clone(), s.meta(&rpc), quiet.clone());
-    let spec = CreateLedger { ensemble: 3, write_quorum: 2, ack_quorum: 2, custom: BTreeMap::new() };
+    let spec =
+        CreateLedger { ensemble: 3, write_quorum: 2, ack_quorum: 2, custom: BTreeMap::new(), visible_acks: false };
     let w = writer_client.create_on(vec!["1".into(), "2".into(), "3".into()], spec).await.unwrap();
     let id = w.ledger_id();
     for i in 0..6 {

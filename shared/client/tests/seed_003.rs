@@ -26,7 +26,13 @@ async fn the_old_writer_is_fenced_after_its_bookies_are_replaced_and_the_ledger_
     // The client opens a ledger with E=2 Qw=2 Qa=2 and writes entry-0.
     let client = s.client();
     let w = client
-        .create(CreateLedger { ensemble: 2, write_quorum: 2, ack_quorum: 2, custom: BTreeMap::new() })
+        .create(CreateLedger {
+            ensemble: 2,
+            write_quorum: 2,
+            ack_quorum: 2,
+            custom: BTreeMap::new(),
+            visible_acks: false,
+        })
         .await
         .unwrap();
     let id = w.ledger_id();

@@ -150,6 +150,7 @@ impl LedgerModel {
             add_timeout: Duration::from_secs(5),
             explicit_lac_interval: Duration::from_millis(100),
             recovery,
+            visible_acks: false,
         }
     }
 

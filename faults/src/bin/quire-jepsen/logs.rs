@@ -41,7 +41,13 @@ fn config() -> LogConfig {
 
 /// Whether the system said no: the append did not happen as far as it knows.
 fn refused(e: &ClientError) -> bool {
-    matches!(e, ClientError::BadRequest(_) | ClientError::EntryTooLarge(_) | ClientError::SequenceTooOld { .. })
+    matches!(
+        e,
+        ClientError::BadRequest(_)
+            | ClientError::EntryTooLarge(_)
+            | ClientError::SequenceTooOld { .. }
+            | ClientError::PreconditionFailed { .. }
+    )
 }
 
 /// Creates the log and the reader's cursor (retried through faults until
@@ -84,6 +90,11 @@ struct Lane {
     producer: String,
     sequence: u64,
     payload: Option<Bytes>,
+    /// A conditional lane (lane 0 of each writer, issue #47): the offset
+    /// it expects the log's next record at (what it last wrote or was
+    /// told, plus one). The two writers' conditional lanes race for the
+    /// same offsets across every takeover.
+    expected: Option<u64>,
 }
 
 /// A log writer: takes the log over, appends on its lanes until its quota
@@ -92,8 +103,14 @@ struct Lane {
 /// idempotently, under the new epoch.
 pub async fn writer(process: u32, client: Client, sh: Arc<Shared>, seed: u64, pace: Duration) {
     let mut rng = Rng::new(seed);
-    let mut lanes: Vec<Lane> =
-        (0..LANES).map(|l| Lane { producer: format!("w{process}-{l}"), sequence: 0, payload: None }).collect();
+    let mut lanes: Vec<Lane> = (0..LANES)
+        .map(|l| Lane {
+            producer: format!("w{process}-{l}"),
+            sequence: 0,
+            payload: None,
+            expected: (l == 0).then_some(0),
+        })
+        .collect();
     while !sh.stop.load(Ordering::Relaxed) {
         let invoked = sh.now_us();
         let w = match client.open_log_writer(LOG, &format!("jepsen-{process}")).await {
@@ -150,19 +167,31 @@ async fn run_lane(
         };
         let d = digest(&payload);
         let invoked = sh.now_us();
-        match w.append_idempotent(payload, &lane.producer, lane.sequence).await {
+        let expected = lane.expected;
+        match w.append_batch_at(vec![payload], Some((&lane.producer, lane.sequence)), expected).await.map(|o| o[0]) {
             Ok(offset) => {
-                let op = Op::LogAppend { log: LOG.into(), epoch, offset: Some(offset), digest: d };
+                let op = Op::LogAppend { log: LOG.into(), epoch, offset: Some(offset), digest: d, expected };
                 sh.record(process, invoked, Outcome::Ok, op, None);
                 lane.payload = None;
                 lane.sequence += 1;
+                lane.expected = expected.map(|_| offset + 1);
+            }
+            Err(e @ ClientError::PreconditionFailed { next_offset, .. }) => {
+                // Nothing written (had an earlier attempt of this sequence
+                // been, the retry would have answered its offset): the
+                // lane's next record expects the log's end.
+                let op = Op::LogAppend { log: LOG.into(), epoch, offset: None, digest: d, expected };
+                sh.record(process, invoked, Outcome::Fail, op, Some(e.to_string()));
+                lane.payload = None;
+                lane.sequence += 1;
+                lane.expected = Some(next_offset);
             }
             Err(e) => {
                 // Fenced, timed out, the writer broken: the record may be
                 // in the log (kept by the next owner's recovery) or not;
                 // the next takeover's retry says which. Refused: never.
                 let outcome = if refused(&e) { Outcome::Fail } else { Outcome::Unknown };
-                let op = Op::LogAppend { log: LOG.into(), epoch, offset: None, digest: d };
+                let op = Op::LogAppend { log: LOG.into(), epoch, offset: None, digest: d, expected };
                 sh.record(process, invoked, outcome, op, Some(e.to_string()));
                 if outcome == Outcome::Fail {
                     lane.payload = None;
@@ -185,6 +214,11 @@ fn payload(rng: &mut Rng, producer: &str, sequence: u64) -> Bytes {
     Bytes::from(s)
 }
 
+/// Records a cursor reader asks for at once: an answer with fewer ended
+/// at the log's end as the read saw it (read your writes: every record
+/// acknowledged before the read began is within it).
+const READ_LIMIT: usize = 256;
+
 /// The cursor reader: reads on from its durable cursor (following the
 /// tail), records what it read, acknowledges it (written at most every
 /// 200 ms); after an error it opens the cursor again, from what was last
@@ -201,11 +235,12 @@ pub async fn reader(process: u32, client: Client, sh: Arc<Shared>) {
         while !sh.stop.load(Ordering::Relaxed) {
             let from = cursor.read_at();
             let invoked = sh.now_us();
-            match cursor.next(256, Duration::from_millis(500)).await {
+            match cursor.next(READ_LIMIT, Duration::from_millis(500)).await {
                 Ok(got) => {
                     let records: Vec<(u64, u64)> = got.iter().map(|e| (e.offset, digest(&e.payload))).collect();
                     let end = got.last().map(|e| e.offset + 1);
-                    sh.record(process, invoked, Outcome::Ok, Op::LogRead { log: LOG.into(), from, records }, None);
+                    let op = Op::LogRead { log: LOG.into(), from, limit: READ_LIMIT, records };
+                    sh.record(process, invoked, Outcome::Ok, op, None);
                     if let Some(end) = end {
                         if cursor.ack(end).await.is_err() {
                             break;
@@ -213,7 +248,7 @@ pub async fn reader(process: u32, client: Client, sh: Arc<Shared>) {
                     }
                 }
                 Err(e) => {
-                    let op = Op::LogRead { log: LOG.into(), from, records: vec![] };
+                    let op = Op::LogRead { log: LOG.into(), from, limit: READ_LIMIT, records: vec![] };
                     sh.record(process, invoked, Outcome::Unknown, op, Some(e.to_string()));
                     break;
                 }

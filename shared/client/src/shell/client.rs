@@ -76,6 +76,7 @@ impl ClientOptions {
             add_timeout: self.add_timeout,
             explicit_lac_interval: self.explicit_lac_interval,
             recovery,
+            visible_acks: false,
         }
     }
 }
@@ -91,11 +92,15 @@ pub struct CreateLedger {
     pub ack_quorum: usize,
     /// Application metadata.
     pub custom: BTreeMap<String, Bytes>,
+    /// Read your writes: the writer answers an add only once a reader that
+    /// starts then sees it (its LAC stored on Qa bookies; issue #47). A
+    /// log's ledgers are made so.
+    pub visible_acks: bool,
 }
 
 impl Default for CreateLedger {
     fn default() -> Self {
-        CreateLedger { ensemble: 3, write_quorum: 3, ack_quorum: 2, custom: BTreeMap::new() }
+        CreateLedger { ensemble: 3, write_quorum: 3, ack_quorum: 2, custom: BTreeMap::new(), visible_acks: false }
     }
 }
 
@@ -198,7 +203,7 @@ impl Client {
                 .ok_or_else(|| ClientError::NotEnoughBookies(format!("bookie {id} is not registered and writable")))?;
             members.push(Member { bookie_id: id.clone(), instance_id: c.instance_id.clone() });
         }
-        self.create_with(q, members, spec.custom).await
+        self.create_with(q, members, spec.custom, spec.visible_acks).await
     }
 
     async fn create_with(
@@ -206,6 +211,7 @@ impl Client {
         q: Quorums,
         members: Vec<Member>,
         custom: BTreeMap<String, Bytes>,
+        visible_acks: bool,
     ) -> Result<LedgerWriter, ClientError> {
         // One request id for every attempt: an attempt whose outcome is
         // unknown (the leader died with it) is sent again, and answers the
@@ -235,7 +241,7 @@ impl Client {
         };
         let meta = LedgerMeta::from_proto(created.ledger.ok_or_else(|| missing_ledger(None))?)?;
         tracing::info!(ledger_id = meta.ledger_id, ensemble = ?members.iter().map(|m| &m.bookie_id).collect::<Vec<_>>(), "created ledger");
-        Ok(LedgerWriter::spawn(self.clone(), meta))
+        Ok(LedgerWriter::spawn(self.clone(), meta, visible_acks))
     }
 
     /// Creates a ledger on an ensemble spread over racks, and returns its writer.
@@ -280,7 +286,7 @@ impl Client {
                     .unwrap_or_default(),
             })
             .collect();
-        self.create_with(q, members, spec.custom).await
+        self.create_with(q, members, spec.custom, spec.visible_acks).await
     }
 
     /// The ledger's metadata, as the metadata leader has it.

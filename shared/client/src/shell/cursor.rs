@@ -78,7 +78,7 @@ impl Client {
             let Some(s) = meta.record.open_segment() else { return Ok(meta.record.fixed_end()) };
             let end = |lac: i64| s.first_offset + (lac + 1).max(0) as u64;
             let reader = self.open(s.ledger_id).await?;
-            let mut lac = reader.read_lac().await?;
+            let mut lac = reader.read_lac_fresh().await?;
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if end(lac) < want && !left.is_zero() {
                 lac = reader.wait_lac(lac, left).await?;

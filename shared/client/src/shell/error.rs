@@ -99,6 +99,17 @@ pub enum ClientError {
         /// The producer's highest sequence number.
         last_sequence: u64,
     },
+    /// A conditional append (`expected_offset`) met a log whose next
+    /// offset is another: nothing was written (issue #47).
+    #[error("log {log}: the next offset is {next_offset}, not {expected_offset}; nothing was written")]
+    PreconditionFailed {
+        /// The log.
+        log: String,
+        /// The offset the append expected to be written at.
+        expected_offset: u64,
+        /// The offset the next record gets.
+        next_offset: u64,
+    },
     /// Any other RPC failure.
     #[error(transparent)]
     Rpc(RpcError),
@@ -145,6 +156,7 @@ impl ClientError {
             ClientError::LogFenced(_) => "LogFenced",
             ClientError::Trimmed { .. } => "Trimmed",
             ClientError::SequenceTooOld { .. } => "SequenceTooOld",
+            ClientError::PreconditionFailed { .. } => "PreconditionFailed",
             ClientError::Rpc(_) => "Internal",
         }
     }

@@ -2,7 +2,7 @@
 //! machine and executes its commands: adds to bookies, ensemble changes and
 //! the close against the metadata service.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -83,7 +83,7 @@ const CHANNEL_CAPACITY: usize = 256;
 enum Event {
     Added { entry_id: u64, position: usize, member: Member, answer: Answer },
     AddedBatch { position: usize, member: Member, answers: Vec<(u64, Answer)> },
-    LacPublished(Answer),
+    LacPublished { position: usize, member: Member, lac: i64, answer: Answer },
     EnsembleChanged(Result<LedgerMeta, ClientError>),
     Closed(Result<LedgerMeta, ClientError>),
     Marked,
@@ -117,10 +117,12 @@ pub struct LedgerWriter {
 }
 
 impl LedgerWriter {
-    pub(crate) fn spawn(client: Client, meta: LedgerMeta) -> LedgerWriter {
+    /// `visible_acks`: an add is answered only once a reader that starts
+    /// then sees it ([`crate::writer::WriterOptions::visible_acks`]).
+    pub(crate) fn spawn(client: Client, meta: LedgerMeta, visible_acks: bool) -> LedgerWriter {
         let opts = client.options().clone();
-        let writer =
-            Writer::new(meta.ledger_id, meta.quorums, meta.last_segment().members.clone(), opts.writer_options(false));
+        let writer_opts = crate::writer::WriterOptions { visible_acks, ..opts.writer_options(false) };
+        let writer = Writer::new(meta.ledger_id, meta.quorums, meta.last_segment().members.clone(), writer_opts);
         let meta = Arc::new(meta);
         let shared = Arc::new(Shared {
             lac: AtomicI64::new(-1),
@@ -137,6 +139,8 @@ impl LedgerWriter {
             meta,
             rx_open: true,
             replies: HashMap::new(),
+            visible_acks,
+            invisible: VecDeque::new(),
             spans: HashMap::new(),
             closers: Vec::new(),
             closing_by: None,
@@ -303,6 +307,11 @@ struct Actor {
     meta: Arc<LedgerMeta>,
     rx_open: bool,
     replies: HashMap<u64, Reply<Added>>,
+    /// Adds are answered once visible ([`crate::writer::WriterOptions::visible_acks`]).
+    visible_acks: bool,
+    /// Acknowledged adds not yet answered: their LAC is not yet stored on
+    /// Qa bookies. In entry order.
+    invisible: VecDeque<(u64, Reply<Added>)>,
     /// The caller's span of each traced pending add.
     spans: HashMap<u64, tracing::Span>,
     closers: Vec<Reply<LedgerMeta>>,
@@ -416,12 +425,24 @@ impl Actor {
                 }
             }
             self.flush();
+            // Acknowledged adds wait to be visible, and nothing taken since
+            // carries their LAC: send it alone now, unless an add is queued
+            // that will carry it.
+            if !self.invisible.is_empty() && rx.is_empty() {
+                let cmds = self.w.publish_lac_now();
+                self.execute(cmds);
+            }
             if self.closing && !self.close_sent && self.w.pending() == 0 && !self.w.changing() {
                 self.start_close();
             }
-            if (self.finished || (!self.rx_open && self.w.pending() == 0)) && self.no_tasks() {
+            if (self.finished || (!self.rx_open && self.w.pending() == 0 && self.invisible.is_empty()))
+                && self.no_tasks()
+            {
                 break;
             }
+        }
+        for (_, r) in self.invisible.drain(..) {
+            let _ = r.send(Err(ClientError::WriterClosed(ledger_id)));
         }
         // What was sent while the last turn ran is answered as a live actor
         // would answer it (a finished writer refuses with its reason:
@@ -459,6 +480,7 @@ impl Actor {
             && self.no_tasks()
             && self.outbox.is_empty()
             && self.replies.is_empty()
+            && self.invisible.is_empty()
             && self.closers.is_empty()
             && self.lost_on.is_empty()
             && self.w.pending() == 0
@@ -546,11 +568,14 @@ impl Actor {
                     self.execute(cmds);
                 }
             }
-            Event::LacPublished(Answer::Fenced) => {
+            Event::LacPublished { answer: Answer::Fenced, .. } => {
                 let cmds = self.w.fenced();
                 self.execute(cmds);
             }
-            Event::LacPublished(_) => {}
+            Event::LacPublished { position, member, lac, answer } => {
+                self.w.lac_answered(position, &member, lac, &answer);
+                self.answer_visible();
+            }
             Event::EnsembleChanged(Ok(meta)) => {
                 let seg = meta.last_segment().clone();
                 self.set_meta(meta);
@@ -571,6 +596,9 @@ impl Actor {
             Event::Closed(res) => {
                 if let Ok(m) = &res {
                     self.set_meta(m.clone());
+                    // Closed: its metadata shows every entry up to its end
+                    // to any reader.
+                    self.answer_invisible_through(m.last_entry_id);
                 }
                 for c in self.closers.drain(..) {
                     let _ = c.send(res.clone());
@@ -587,6 +615,20 @@ impl Actor {
         }
     }
 
+    /// Answers the acknowledged adds whose LAC is now stored on Qa bookies.
+    fn answer_visible(&mut self) {
+        self.answer_invisible_through(self.w.lac_visible());
+    }
+
+    /// Answers the acknowledged adds up to `last` (a visible LAC, or the end
+    /// a close made known), in order.
+    fn answer_invisible_through(&mut self, last: i64) {
+        while self.invisible.front().is_some_and(|(id, _)| *id as i64 <= last) {
+            let (id, r) = self.invisible.pop_front().expect("a front");
+            let _ = r.send(Ok(Added { entry_id: id, lac: last }));
+        }
+    }
+
     fn set_meta(&mut self, meta: LedgerMeta) {
         let meta = Arc::new(meta);
         *self.shared.meta.lock().expect("meta lock") = meta.clone();
@@ -600,11 +642,12 @@ impl Actor {
                 Command::Send { position, member, entry, recovery } => {
                     self.outbox.push((position, member, entry, recovery));
                 }
-                Command::SendLac { member, lac, .. } => {
+                Command::SendLac { position, member, lac } => {
                     let bookies = self.client.bookies().clone();
                     let version = self.meta.version;
                     self.tasks.get_or_insert_with(FuturesUnordered::new).push(Box::pin(async move {
-                        Event::LacPublished(bookies.write_lac(&member, ledger_id, lac, version).await)
+                        let answer = bookies.write_lac(&member, ledger_id, lac, version).await;
+                        Event::LacPublished { position, member, lac, answer }
                     }));
                 }
                 Command::Acknowledge { entry_ids, lac } => {
@@ -612,9 +655,14 @@ impl Actor {
                     for id in entry_ids {
                         self.spans.remove(&id);
                         if let Some(r) = self.replies.remove(&id) {
-                            let _ = r.send(Ok(Added { entry_id: id, lac }));
+                            if self.visible_acks {
+                                self.invisible.push_back((id, r));
+                            } else {
+                                let _ = r.send(Ok(Added { entry_id: id, lac }));
+                            }
                         }
                     }
+                    self.answer_visible();
                 }
                 Command::ChangeEnsemble { failed, first_entry_id } => {
                     let client = self.client.clone();
@@ -648,6 +696,12 @@ impl Actor {
                         if let Some(r) = self.replies.remove(&id) {
                             let _ = r.send(Err(e.clone()));
                         }
+                    }
+                    // Acknowledged but not yet visible: their outcome is
+                    // unknown to a reader now (a recovery keeps them; a
+                    // close above shows them), so they fail with the rest.
+                    for (_, r) in self.invisible.drain(..) {
+                        let _ = r.send(Err(e.clone()));
                     }
                     if self.w.may_close().is_err() && reason != FailReason::Closed {
                         // Nothing can be closed by a writer that lost the ledger

@@ -136,6 +136,8 @@ impl Client {
             write_quorum: c.write_quorum as usize,
             ack_quorum: c.ack_quorum as usize,
             custom: [(LOG_KEY.to_string(), Bytes::from(name.to_string()))].into(),
+            // An acknowledged append is readable at once, from anywhere.
+            visible_acks: true,
         };
         self.create(spec).await
     }
@@ -330,7 +332,14 @@ impl Client {
                 Ok(r) => r,
                 Err(e) => return Err(trimmed(e).await),
             };
-            let entries = match reader.read_range(entry_id, entry_id + want as u64 - 1, want).await {
+            // The open segment's end is the LAC its writer's answered
+            // appends made visible (read your writes: docs/logs.md).
+            let read = if seg.end_offset.is_none() {
+                reader.read_range_fresh(entry_id, entry_id + want as u64 - 1, want).await
+            } else {
+                reader.read_range(entry_id, entry_id + want as u64 - 1, want).await
+            };
+            let entries = match read {
                 Ok(es) => es,
                 Err(e) => return Err(trimmed(e).await),
             };
@@ -637,6 +646,30 @@ impl LogWriter {
         payloads: Vec<Bytes>,
         producer: Option<(&str, u64)>,
     ) -> Result<Vec<u64>, ClientError> {
+        self.append_batch_at(payloads, producer, None).await
+    }
+
+    /// Appends one record only if the log's next offset is
+    /// `expected_offset` when the writer takes it (optimistic concurrency:
+    /// "append only if the log ends here"); otherwise
+    /// [`ClientError::PreconditionFailed`] with the next offset, and
+    /// nothing is written.
+    pub async fn append_at(&self, payload: Bytes, expected_offset: u64) -> Result<u64, ClientError> {
+        Ok(self.append_batch_at(vec![payload], None, Some(expected_offset)).await?[0])
+    }
+
+    /// As [`LogWriter::append_batch`]; with `expected_offset`, the batch is
+    /// written (its first record at that offset) only if the log's next
+    /// offset is that when the writer takes it, else
+    /// [`ClientError::PreconditionFailed`] and nothing is written. With a
+    /// producer, a retry of a conditional append that was written answers
+    /// its offsets (the producer is judged first), not a refusal.
+    pub async fn append_batch_at(
+        &self,
+        payloads: Vec<Bytes>,
+        producer: Option<(&str, u64)>,
+        expected_offset: Option<u64>,
+    ) -> Result<Vec<u64>, ClientError> {
         if payloads.is_empty() {
             return Err(ClientError::BadRequest("an empty batch".into()));
         }
@@ -662,6 +695,19 @@ impl LogWriter {
             let mut st = self.inner.state.lock().await;
             if let Some(e) = self.broken() {
                 return Err(e);
+            }
+            if let Some(expected_offset) = expected_offset {
+                // A retry of a conditional append that was written is
+                // answered as a retry; anything else meets the condition.
+                let retry = producer.is_some_and(|(p, s)| matches!(st.producers.judge(p, s), Seen::Duplicate { .. }));
+                let next_offset = st.first_offset + st.entries;
+                if !retry && next_offset != expected_offset {
+                    return Err(ClientError::PreconditionFailed {
+                        log: self.inner.name.clone(),
+                        expected_offset,
+                        next_offset,
+                    });
+                }
             }
             for (i, payload) in payloads.into_iter().enumerate() {
                 let produced = producer.map(|(p, s)| Produced { producer_id: p, sequence: s + i as u64 });

@@ -161,6 +161,81 @@ impl LedgerReader {
         }
     }
 
+    /// The LAC as a writer with visible acknowledgements
+    /// ([`crate::CreateLedger::visible_acks`]) promised it: at least every
+    /// entry it has answered. Such a writer answers an add once its LAC is
+    /// stored on Qa members, so this hears at least E - Qa + 1 members of
+    /// the last ensemble (any such set meets every Qa of them), or fails
+    /// (Unavailable) rather than answer a LAC that may be stale. Entries
+    /// below the last ensemble's first were acknowledged before it was
+    /// made (a new ensemble starts at the first unacknowledged entry), so
+    /// the LAC is at least the one before it. (With the metadata the reader
+    /// has: one opened after the add was answered has it as the add left
+    /// it, or newer.)
+    pub async fn read_lac_fresh(&self) -> Result<i64, ClientError> {
+        let meta = self.metadata();
+        if let Some(l) = meta.closed_lac() {
+            return Ok(self.learn(l));
+        }
+        let seg = meta.last_segment();
+        let needed = meta.quorums.ensemble - meta.quorums.ack + 1;
+        let timeout = self.client.options().read_timeout;
+        let mut calls: FuturesUnordered<_> = seg
+            .members
+            .iter()
+            .map(|m| {
+                let bookies = self.client.bookies().clone();
+                let (id, expected) = (m.bookie_id.clone(), m.instance_id.clone());
+                async move { (expected, bookies.read_lac(&id, meta.ledger_id, timeout).await) }
+            })
+            .collect();
+        let mut best = seg.first_entry_id as i64 - 1;
+        let (mut heard, mut last_err) = (0, None);
+        while let Some((expected, r)) = calls.next().await {
+            match r {
+                // As in read_lac: a replaced instance's LAC is no answer.
+                Ok((_, instance)) if !expected.is_empty() && instance != expected => {}
+                Ok((l, _)) => {
+                    heard += 1;
+                    best = best.max(l);
+                }
+                Err(e) => last_err = Some(e),
+            }
+        }
+        if heard < needed {
+            // A close meanwhile answers by itself.
+            let m = self.refresh().await?;
+            if let Some(l) = m.closed_lac() {
+                return Ok(self.learn(l));
+            }
+            return Err(unanswered(
+                &format!("the LAC of ledger {} from {needed} of its bookies (heard {heard})", meta.ledger_id),
+                last_err,
+            ));
+        }
+        Ok(self.learn(best))
+    }
+
+    /// As [`LedgerReader::read_range`], with the LAC read by
+    /// [`LedgerReader::read_lac_fresh`] when `to` is past the one known.
+    pub async fn read_range_fresh(&self, from: u64, to: u64, max_entries: usize) -> Result<Vec<Entry>, ClientError> {
+        if from > to {
+            return Err(ClientError::BadRequest(format!("range {from}..={to} is empty")));
+        }
+        let to = to.min(from.saturating_add(max_entries.max(1) as u64 - 1));
+        let mut lac = self.known_lac();
+        if past_lac(to, lac) {
+            lac = self.read_lac_fresh().await?;
+        }
+        let last = if past_lac(from, lac) { None } else { Some(to.min(lac as u64)) };
+        let mut scan = Scan::new(self, from, last);
+        let mut out = Vec::new();
+        while let Some(batch) = scan.next_batch().await? {
+            out.extend(batch);
+        }
+        Ok(out)
+    }
+
     /// Waits until the LAC passes `after` or `wait` ends; returns the LAC then.
     pub async fn wait_lac(&self, after: i64, wait: Duration) -> Result<i64, ClientError> {
         let known = self.known_lac();

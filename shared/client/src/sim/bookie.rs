@@ -131,6 +131,15 @@ impl SimBookie {
         }
     }
 
+    /// The LAC a reader would be answered for `ledger_id` (none in limbo,
+    /// or for a ledger it never saw: NoSuchEntry).
+    pub fn readable_lac(&self, ledger_id: u64) -> Option<i64> {
+        if self.limbo.contains(&ledger_id) {
+            return None;
+        }
+        self.ledgers.get(&ledger_id).map(|l| l.lac)
+    }
+
     /// Its data is gone but its instance stays (the index lost, files from
     /// an old backup): every entry and fence is lost, and `limbo` (a ledger
     /// the metadata names this instance for) is in limbo until refilled.

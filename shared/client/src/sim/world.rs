@@ -37,7 +37,7 @@ pub enum Client {
 #[derive(Debug, Clone)]
 enum Caller {
     WriterAdd { entry_id: u64, position: usize, member: Member },
-    WriterLac,
+    WriterLac { position: usize, member: Member, lac: i64 },
     Fence { r: usize, gen: u64, position: usize },
     RecRead { r: usize, gen: u64, entry_id: u64, position: usize },
     RecWrite { r: usize, gen: u64, entry_id: u64, position: usize, member: Member },
@@ -48,7 +48,7 @@ enum Caller {
 impl Caller {
     fn client(&self) -> Client {
         match self {
-            Caller::WriterAdd { .. } | Caller::WriterLac => Client::Writer,
+            Caller::WriterAdd { .. } | Caller::WriterLac { .. } => Client::Writer,
             Caller::Fence { r, .. } | Caller::RecRead { r, .. } | Caller::RecWrite { r, .. } => Client::Recovery(*r),
             Caller::ReaderLac | Caller::ReaderRead { .. } => Client::Reader,
         }
@@ -183,6 +183,10 @@ pub struct Scenario {
     /// write-back's replacements are stored by CAS as they are made (the
     /// code before issue #19 item 1). Never on in a real run.
     pub store_replacements_early: bool,
+    /// The writer answers adds only once visible (issue #47: read your
+    /// writes), on odd seeds (drawn from the seed, not the scenario's
+    /// random stream, so that earlier seeds replay as they ran).
+    pub visible_acks: bool,
 }
 
 /// Counters from a run.
@@ -295,6 +299,7 @@ impl World {
             writeback_crash: *rng.pick(&[0.0, 0.3, 0.7]),
             aimed_stop: *rng.pick(&[0.0, 0.1, 0.3]),
             store_replacements_early: false,
+            visible_acks: seed % 2 == 1,
         };
         let racks = ["r1", "r2", "r3"];
         let mut world = World {
@@ -377,6 +382,48 @@ impl World {
 
     fn after(&mut self, d: Time, ev: Ev) {
         self.at(self.now + d, ev);
+    }
+
+    /// With visible acknowledgements: the shell's end of a turn (no add
+    /// queued here: the simulated application adds on its own schedule)
+    /// sends a LAC that nothing carries; and what the writer counts
+    /// visible is, on the bookies: no set of E - Qa + 1 members that a
+    /// reader may hear (the instance the ensemble names, not in limbo)
+    /// holds a lower LAC, unless the last ensemble's first entry covers it.
+    fn after_writer_answer(&mut self) -> Result<(), Violation> {
+        if !self.scenario.visible_acks || !self.writer_alive {
+            return Ok(());
+        }
+        let cmds = self.writer.as_mut().expect("writer").publish_lac_now();
+        self.writer_commands(cmds)?;
+        let w = self.writer.as_ref().expect("writer");
+        let visible = w.lac_visible();
+        // A closed ledger's readers read its end from the metadata.
+        if self.meta.ledgers.get(&self.ledger_id).is_some_and(|l| l.state == LedgerState::Closed) {
+            return Ok(());
+        }
+        let Some(meta) = &self.writer_meta else { return Ok(()) };
+        let seg = meta.last_segment();
+        if visible < seg.first_entry_id as i64 {
+            return Ok(());
+        }
+        let (mut heard, mut knowing) = (0usize, 0usize);
+        for m in &seg.members {
+            let b = &self.bookies[self.bookie_index(&m.bookie_id)];
+            let Some(lac) = b.readable_lac(self.ledger_id).filter(|_| b.instance_id == m.instance_id) else { continue };
+            heard += 1;
+            if lac >= visible {
+                knowing += 1;
+            }
+        }
+        let needed = self.scenario.quorums.ensemble - self.scenario.quorums.ack + 1;
+        if heard >= needed && heard - knowing >= needed {
+            return Err(Violation(format!(
+                "ReadYourWrites: LAC {visible} counted visible, but {} of the {heard} readable members hold less",
+                heard - knowing
+            )));
+        }
+        Ok(())
     }
 
     fn bookie_index(&self, id: &str) -> usize {
@@ -471,6 +518,7 @@ impl World {
             add_timeout: Duration::from_millis(150),
             explicit_lac_interval: Duration::from_millis(20),
             recovery: false,
+            visible_acks: self.scenario.visible_acks,
         };
         self.writer = Some(Writer::new(self.ledger_id, q, members, opts));
         self.writer_meta = Some(meta);
@@ -823,10 +871,11 @@ impl World {
                     let req = BookieReq::Add { entry, expected_instance: member.instance_id.clone(), recovery };
                     self.send(caller, &member.bookie_id, req);
                 }
-                writer::Command::SendLac { member, lac, .. } => {
+                writer::Command::SendLac { position, member, lac } => {
+                    let bookie = member.bookie_id.clone();
                     self.send(
-                        Caller::WriterLac,
-                        &member.bookie_id,
+                        Caller::WriterLac { position, member, lac },
+                        &bookie,
                         BookieReq::WriteLac { ledger_id: self.ledger_id, lac },
                     );
                 }
@@ -985,6 +1034,7 @@ impl World {
                                 add_timeout: Duration::from_millis(150),
                                 explicit_lac_interval: Duration::from_millis(20),
                                 recovery: true,
+                                visible_acks: false,
                             },
                         };
                         self.note(format!("recovery {gen}: fencing {:?}", ids(&stored.last_segment().members)));
@@ -1189,12 +1239,26 @@ impl World {
                 };
                 let cmds = self.writer.as_mut().expect("writer").answer(entry_id, position, &member, a);
                 self.writer_commands(cmds)?;
+                self.after_writer_answer()?;
             }
-            Caller::WriterLac => {
-                if self.writer_alive && matches!(resp, Some(BookieResp::LedgerFenced)) {
-                    let cmds = self.writer.as_mut().expect("writer").fenced();
-                    self.writer_commands(cmds)?;
+            Caller::WriterLac { position, member, lac } => {
+                if !self.writer_alive {
+                    return Ok(());
                 }
+                let w = self.writer.as_mut().expect("writer");
+                let cmds = match resp {
+                    Some(BookieResp::LedgerFenced) => w.fenced(),
+                    Some(BookieResp::Added { instance_id }) => {
+                        w.lac_answered(position, &member, lac, &Answer::Stored { instance_id });
+                        Vec::new()
+                    }
+                    _ => {
+                        w.lac_answered(position, &member, lac, &Answer::Failed);
+                        Vec::new()
+                    }
+                };
+                self.writer_commands(cmds)?;
+                self.after_writer_answer()?;
             }
             Caller::Fence { r, gen, position } => {
                 if self.current(r, gen) {
