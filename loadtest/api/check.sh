@@ -35,13 +35,25 @@ seed=(--seed "$SEED"); [ "$SEED" = random ] && seed=()
 # "SystemError: AST constructor recursion depth mismatch" (a schemathesis
 # Runtime Error that fails the run; seen twice in six runs here).
 cd "$WORK"
-if ! "$VENV/bin/schemathesis" --no-color --config-file "$ROOT/loadtest/api/schemathesis.toml" \
-    run "http://$HTTP/openapi.json" --checks all --workers 1 --max-examples "$EXAMPLES" "${seed[@]}" \
-    > "$WORK/schemathesis.txt" 2>&1; then
+# Two runs. A log's records routes go alone, without the check that
+# schema-valid data is accepted: a conditional append (expected_offset)
+# whose offset is not the log's next is 412 PreconditionFailed, a state of
+# the log that generated offsets meet at random, and the pinned version
+# reports its default list of accepted statuses for that check whatever
+# schemathesis.toml says (per operation, per phase, globally: tried). The
+# 412 and its body are tested in services/gateway/tests/http.rs. Every
+# other route, and every other check on these two, runs as before.
+RECORDS='^/v1/logs/\{name\}/records(:batch)?$'
+run_st() {
+  "$VENV/bin/schemathesis" --no-color --config-file "$ROOT/loadtest/api/schemathesis.toml" \
+    run "http://$HTTP/openapi.json" --checks all --workers 1 --max-examples "$EXAMPLES" "${seed[@]}" "$@" \
+    >> "$WORK/schemathesis.txt" 2>&1
+}
+if ! run_st --exclude-path-regex "$RECORDS" || ! run_st --include-path-regex "$RECORDS" --exclude-checks positive_data_acceptance; then
   cat "$WORK/schemathesis.txt"
   fail "schemathesis found failures (above; the cluster's log is in $WORK)"
 fi
-grep -E "^Test cases:|generated" "$WORK/schemathesis.txt" | tail -2
+grep -E "^Test cases:|generated" "$WORK/schemathesis.txt" | tail -4
 echo "api check: ok"
 stop_standalone
 rm -rf "$WORK"

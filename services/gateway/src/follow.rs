@@ -117,11 +117,12 @@ pub fn start(req: &HttpRequest, from: Option<u64>, format: Format) -> Result<u64
     Ok(at)
 }
 
-/// One follow stream while it lives, counted against `--max-follows`.
-struct Follows(Arc<GatewayState>);
+/// One follow stream while it lives, counted against `--max-follows`
+/// (a ledger's, or a log's event stream).
+pub(crate) struct Follows(Arc<GatewayState>);
 
 impl Follows {
-    fn take(state: &Arc<GatewayState>) -> Result<Follows, ApiError> {
+    pub(crate) fn take(state: &Arc<GatewayState>) -> Result<Follows, ApiError> {
         let now = state.follows.fetch_add(1, Ordering::SeqCst);
         let held = Follows(state.clone());
         if now >= state.max_follows {

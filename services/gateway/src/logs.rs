@@ -609,23 +609,27 @@ struct ReadQuery {
     wait_ms: Option<u64>,
 }
 
-fn records_json(records: &[LogEntry], next: u64) -> serde_json::Value {
+/// One record as reads answer it (and a log's event stream sends it).
+pub(crate) fn record_json(r: &LogEntry) -> serde_json::Value {
     let b64 = base64::engine::general_purpose::STANDARD;
-    let rs: Vec<serde_json::Value> = records
-        .iter()
-        .map(|r| {
-            let mut v = serde_json::json!({ "offset": r.offset, "data": b64.encode(&r.payload) });
-            if let Some((p, s)) = &r.produced {
-                v["producer_id"] = serde_json::json!(p);
-                v["sequence"] = serde_json::json!(s);
-            }
-            v
-        })
-        .collect();
+    let mut v = serde_json::json!({ "offset": r.offset, "data": b64.encode(&r.payload) });
+    if let Some((p, s)) = &r.produced {
+        v["producer_id"] = serde_json::json!(p);
+        v["sequence"] = serde_json::json!(s);
+    }
+    v
+}
+
+fn records_json(records: &[LogEntry], next: u64) -> serde_json::Value {
+    let rs: Vec<serde_json::Value> = records.iter().map(record_json).collect();
     serde_json::json!({ "records": rs, "next": next })
 }
 
-pub async fn log_read(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+pub async fn log_read(
+    state: State,
+    req: HttpRequest,
+    m: web::Data<crate::api::Metrics>,
+) -> Result<HttpResponse, ApiError> {
     let name = name_param(&req)?;
     let q: ReadQuery = query(&req)?;
     let from = q.from.unwrap_or(0);
@@ -641,6 +645,18 @@ pub async fn log_read(state: State, req: HttpRequest) -> Result<HttpResponse, Ap
     }
     if let Some(c) = &q.cursor {
         quire_log::config::validate_name(c).map_err(|e| ApiError::bad_request(format!("cursor: {e}")))?;
+    }
+    let format = crate::follow::Format::of(&req);
+    if q.follow == Some(true) && format == crate::follow::Format::EventStream {
+        let from = match &q.cursor {
+            Some(c) => {
+                let (s, name, c) = (state.get_ref().clone(), name.clone(), c.clone());
+                state.run_read(async move { Ok(s.client.cursor(&name, &c).await?.position) }).await?
+            }
+            None => from,
+        };
+        let at = crate::follow::start(&req, Some(from), format)?;
+        return crate::log_follow::follow(state.get_ref(), m, name, at).await;
     }
     let s = state.get_ref().clone();
     let records = state

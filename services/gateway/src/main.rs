@@ -13,6 +13,7 @@ mod auth;
 mod error;
 mod follow;
 mod https;
+mod log_follow;
 mod logs;
 mod openapi;
 mod state;

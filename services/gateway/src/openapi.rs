@@ -375,7 +375,8 @@ fn request_body(kind: &str) -> Option<Value> {
                     },
                     "producer_id": producer_id(),
                     "sequence": uint(),
-                    "expected_offset": uint(),
+                    // (null is absent: an unconditional append)
+                    "expected_offset": { "type": "integer", "format": "uint64", "minimum": 0, "nullable": true },
                 },
             }),
         )),
@@ -431,6 +432,16 @@ fn success(reply: &str) -> Value {
                 "text/event-stream": { "schema": string() },
             },
         }),
+        "LogRecordsOrFollow" => json!({
+            "description": "success: the records as JSON (with follow=true, a long poll answered as soon as one is \
+                committed); with follow=true and Accept: text/event-stream, server-sent events as records commit \
+                (event: record, id: its offset; : heartbeat comments; event: error last when the follow failed), \
+                resumed after a Last-Event-ID",
+            "content": {
+                "application/json": { "schema": reference("LogRecords") },
+                "text/event-stream": { "schema": string() },
+            },
+        }),
         name => json!({ "description": "success", "content": { "application/json": { "schema": reference(name) } } }),
     }
 }
@@ -465,7 +476,11 @@ fn query_params(method: &str, path: &str) -> Vec<Value> {
                 json!({ "type": "integer", "minimum": 1, "maximum": 10_000 }),
                 "at most this many (default 1000)",
             ),
-            q("follow", json!({ "type": "boolean" }), "wait for the next record when none is committed at from yet"),
+            q(
+                "follow",
+                json!({ "type": "boolean" }),
+                "wait for the next record when none is committed at from yet; with Accept: text/event-stream, stream every record as it commits",
+            ),
             q(
                 "wait_ms",
                 json!({ "type": "integer", "minimum": 0, "maximum": 60_000 }),

@@ -1287,6 +1287,76 @@ fn a_conditional_append_over_http_is_412_with_the_next_offset() {
     assert_eq!(data, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()], "nothing refused was written: {v}");
 }
 
+/// Issue #47 item 5: a log followed as server-sent events (what a
+/// browser's EventSource reads): one event a record as it commits, its id
+/// the offset; heartbeats as comments while idle; a reconnection with
+/// Last-Event-ID resumes after it. A missing log is a 404 and a bad
+/// Last-Event-ID a 400, before any stream.
+#[test]
+fn a_log_is_followed_as_server_sent_events_and_resumed_by_last_event_id() {
+    let g = start_args(None, 3, false, &["--follow-heartbeat-ms", "300"]);
+    let (status, v) = g.json("POST", "/v1/logs", r#"{"name":"sse","rollover":{"max_entries":2}}"#);
+    assert_eq!(status, 201, "{v}");
+    let (status, _) = g.call("POST", "/v1/logs/sse/records", None, b"a");
+    assert_eq!(status, 200);
+    let sse = [("Accept", "text/event-stream")];
+    let (status, head, mut e) = Streamed::open(&g.http, "/v1/logs/sse/records?from=0&follow=true", &sse);
+    assert_eq!(status, 200, "{head}");
+    assert!(head.to_ascii_lowercase().contains("content-type: text/event-stream"), "{head}");
+    // The next event (its lines), past heartbeat comments.
+    let next_event = |e: &mut Streamed| -> Vec<String> {
+        let mut lines = Vec::new();
+        loop {
+            let l = e.line().expect("the stream goes on");
+            if l.is_empty() {
+                if lines.iter().any(|l: &String| !l.starts_with(':')) {
+                    return lines.into_iter().filter(|l| !l.starts_with(':')).collect();
+                }
+                lines.clear();
+            } else {
+                lines.push(l);
+            }
+        }
+    };
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let event = |offset: u64, data: &str| {
+        vec![
+            format!("id: {offset}"),
+            "event: record".to_string(),
+            format!("data: {}", json!({ "offset": offset, "data": b64.encode(data) })),
+        ]
+    };
+    assert_eq!(next_event(&mut e), event(0, "a"));
+    // Records committed later arrive as they commit, across a rollover.
+    for (i, data) in ["b", "c", "d"].iter().enumerate() {
+        let (status, _) = g.call("POST", "/v1/logs/sse/records", None, data.as_bytes());
+        assert_eq!(status, 200);
+        assert_eq!(next_event(&mut e), event(i as u64 + 1, data));
+    }
+    drop(e);
+    // An EventSource reconnecting after event 1 resumes at 2, whatever from says.
+    let (status, head, mut e) = Streamed::open(
+        &g.http,
+        "/v1/logs/sse/records?from=0&follow=true",
+        &[("Accept", "text/event-stream"), ("Last-Event-ID", "1")],
+    );
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(next_event(&mut e), event(2, "c"));
+    assert_eq!(next_event(&mut e), event(3, "d"));
+    drop(e);
+    let (status, _, body) = call_with(&g.http, "GET", "/v1/logs/missing/records?follow=true", None, &sse, b"");
+    assert_eq!((status, error_of(&json(&body))), (404, "NoSuchLog"));
+    let (status, _, body) = call_with(
+        &g.http,
+        "GET",
+        "/v1/logs/sse/records?follow=true",
+        None,
+        &[("Accept", "text/event-stream"), ("Last-Event-ID", "x")],
+        b"",
+    );
+    assert_eq!((status, error_of(&json(&body))), (400, "BadRequest"));
+}
+
 /// Two gateways, one log: appends go to its owner. The other gateway
 /// answers 409 NotOwner naming it for as long as the owner holds its
 /// lease (never taking turns); once the owner is gone and its lease lapsed,
