@@ -29,6 +29,10 @@ pub struct Floors {
     pub log_appends: usize,
     /// Log records read by cursor readers.
     pub log_records_read: usize,
+    /// Conditional appends acknowledged, and refused (412): both, or the
+    /// two writers' conditional lanes did not race (issue #47).
+    pub log_conditional_acked: usize,
+    pub log_conditional_refused: usize,
     /// Logs read back whole at the finale (every log of the run).
     pub logs_final: usize,
 }
@@ -47,6 +51,8 @@ impl Floors {
             log_takeovers: 4 * minutes,
             log_appends: 500 * minutes,
             log_records_read: 200 * minutes,
+            log_conditional_acked: 30 * minutes,
+            log_conditional_refused: 30 * minutes,
             logs_final: 1,
         }
     }
@@ -64,6 +70,8 @@ pub fn shortfalls(report: &Report, floors: &Floors) -> Vec<String> {
         ("log takeovers", report.logs.takeovers, floors.log_takeovers),
         ("acknowledged log appends", report.logs.acked_appends, floors.log_appends),
         ("log records read at cursors", report.logs.records_read, floors.log_records_read),
+        ("conditional log appends acknowledged", report.logs.conditional_acked, floors.log_conditional_acked),
+        ("conditional log appends refused", report.logs.conditional_refused, floors.log_conditional_refused),
         ("logs read back at the finale", report.logs.logs_final, floors.logs_final),
     ]
     .into_iter()
@@ -96,6 +104,8 @@ mod tests {
                 takeovers: 20,
                 acked_appends: 5_000,
                 records_read: 3_000,
+                conditional_acked: 300,
+                conditional_refused: 2_000,
                 logs_final: 1,
                 ..Default::default()
             },
@@ -118,7 +128,7 @@ mod tests {
         assert_eq!(s.len(), 2, "{s:?}");
         assert!(s[0].contains("3 reads answered"), "{s:?}");
         assert!(s[1].contains("0 recoveries completed"), "{s:?}");
-        assert_eq!(shortfalls(&Report::default(), &floors).len(), 10);
+        assert_eq!(shortfalls(&Report::default(), &floors).len(), 12, "every floor, the conditional appends' too");
     }
 
     #[test]

@@ -767,10 +767,18 @@ impl Writer {
                 self.lac_stored = vec![-1; self.quorums.ensemble];
             }
             self.lac_stored[position] = self.lac_stored[position].max(lac);
-            // The Qa-th highest: stored on Qa members.
-            let mut by_height = self.lac_stored.clone();
-            by_height.sort_unstable_by(|a, b| b.cmp(a));
-            self.lac_visible = self.lac_visible.max(by_height[self.quorums.ack - 1]);
+            // The highest LAC stored on Qa members (E is small: a count
+            // per member, no allocation on every answer).
+            let ack = self.quorums.ack;
+            let stored_on_qa = self
+                .lac_stored
+                .iter()
+                .copied()
+                .filter(|v| self.lac_stored.iter().filter(|w| *w >= v).count() >= ack)
+                .max();
+            if let Some(v) = stored_on_qa {
+                self.lac_visible = self.lac_visible.max(v);
+            }
         }
         if let Some((value, answered)) = self.lac_publishing.as_mut() {
             if *value == lac {

@@ -118,14 +118,11 @@ impl LedgerReader {
         Ok(m)
     }
 
-    /// The LAC: for a closed ledger its last entry; for an open one the
-    /// highest LAC any bookie of the last ensemble reports (each was
-    /// acknowledged before the writer sent it).
-    pub async fn read_lac(&self) -> Result<i64, ClientError> {
-        let meta = self.metadata();
-        if let Some(l) = meta.closed_lac() {
-            return Ok(self.learn(l));
-        }
+    /// Asks every member of the last ensemble of `meta` for its LAC: the
+    /// highest answered, how many answered, and the last failure. A
+    /// replaced instance knows nothing of the ledger's tail (BookKeeper
+    /// #2612): its LAC is no answer at all.
+    async fn ask_lac(&self, meta: &LedgerMeta) -> (Option<i64>, usize, Option<RpcError>) {
         let timeout = self.client.options().read_timeout;
         let mut calls: FuturesUnordered<_> = meta
             .last_segment()
@@ -137,20 +134,31 @@ impl LedgerReader {
                 async move { (expected, bookies.read_lac(&id, meta.ledger_id, timeout).await) }
             })
             .collect();
-        let mut best = None::<i64>;
-        let mut last_err = None;
+        let (mut best, mut heard, mut last_err) = (None::<i64>, 0, None);
         while let Some((expected, r)) = calls.next().await {
             match r {
-                // A replaced instance knows nothing of the ledger's tail
-                // (BookKeeper #2612): its LAC is no answer at all.
                 Ok((_, instance)) if !expected.is_empty() && instance != expected => {}
-                Ok((l, _)) => best = Some(best.map_or(l, |b| b.max(l))),
+                Ok((l, _)) => {
+                    heard += 1;
+                    best = Some(best.map_or(l, |b| b.max(l)));
+                }
                 Err(e) => last_err = Some(e),
             }
         }
-        match best {
-            Some(l) => Ok(self.learn(l)),
-            None => {
+        (best, heard, last_err)
+    }
+
+    /// The LAC: for a closed ledger its last entry; for an open one the
+    /// highest LAC any bookie of the last ensemble reports (each was
+    /// acknowledged before the writer sent it).
+    pub async fn read_lac(&self) -> Result<i64, ClientError> {
+        let meta = self.metadata();
+        if let Some(l) = meta.closed_lac() {
+            return Ok(self.learn(l));
+        }
+        match self.ask_lac(&meta).await {
+            (Some(l), _, _) => Ok(self.learn(l)),
+            (None, _, last_err) => {
                 // No bookie answered: the ledger may have been closed meanwhile.
                 let m = self.refresh().await?;
                 match m.closed_lac() {
@@ -177,31 +185,8 @@ impl LedgerReader {
         if let Some(l) = meta.closed_lac() {
             return Ok(self.learn(l));
         }
-        let seg = meta.last_segment();
         let needed = meta.quorums.ensemble - meta.quorums.ack + 1;
-        let timeout = self.client.options().read_timeout;
-        let mut calls: FuturesUnordered<_> = seg
-            .members
-            .iter()
-            .map(|m| {
-                let bookies = self.client.bookies().clone();
-                let (id, expected) = (m.bookie_id.clone(), m.instance_id.clone());
-                async move { (expected, bookies.read_lac(&id, meta.ledger_id, timeout).await) }
-            })
-            .collect();
-        let mut best = seg.first_entry_id as i64 - 1;
-        let (mut heard, mut last_err) = (0, None);
-        while let Some((expected, r)) = calls.next().await {
-            match r {
-                // As in read_lac: a replaced instance's LAC is no answer.
-                Ok((_, instance)) if !expected.is_empty() && instance != expected => {}
-                Ok((l, _)) => {
-                    heard += 1;
-                    best = best.max(l);
-                }
-                Err(e) => last_err = Some(e),
-            }
-        }
+        let (best, heard, last_err) = self.ask_lac(&meta).await;
         if heard < needed {
             // A close meanwhile answers by itself.
             let m = self.refresh().await?;
@@ -213,7 +198,8 @@ impl LedgerReader {
                 last_err,
             ));
         }
-        Ok(self.learn(best))
+        let below_last_ensemble = meta.last_segment().first_entry_id as i64 - 1;
+        Ok(self.learn(best.unwrap_or(-1).max(below_last_ensemble)))
     }
 
     /// As [`LedgerReader::read_range`], with the LAC read by

@@ -231,6 +231,24 @@ impl ChainModel {
         Ok(())
     }
 
+    /// A recovery of ledger `id` (fenced) that ends it at `count` entries:
+    /// its close if it has one (a close is final: every recovery finds
+    /// it), else any count from its durable prefix to all it holds, written
+    /// back and closed. False when no recovery can end there.
+    fn recover(s: &mut ChainState, id: u64, count: u64) -> bool {
+        let l = s.ledger(id);
+        match l.closed {
+            Some(closed) => count == closed,
+            None if count < l.durable_prefix() || count > l.entries.len() as u64 => false,
+            None => {
+                let l = s.ledger_mut(id);
+                l.entries.iter_mut().take(count as usize).for_each(|e| e.1 = true);
+                l.closed = Some(count);
+                true
+            }
+        }
+    }
+
     /// Applies one step; false when it is not enabled.
     fn step(&self, s: &mut ChainState, a: &ChainAction) -> bool {
         match *a {
@@ -276,28 +294,11 @@ impl ChainModel {
             ChainAction::TakeRecover(w, count) => {
                 let Side::Opening { snap, fenced: true, recovered: None, .. } = &s.writers[w] else { return false };
                 let id = snap.open_segment().expect("fenced an open segment").ledger_id;
-                let l = s.ledger(id);
-                let end = match l.closed {
-                    // A close is final: every recovery finds it.
-                    Some(closed) => {
-                        if count != closed {
-                            return false;
-                        }
-                        closed
-                    }
-                    None => {
-                        if count < l.durable_prefix() || count > l.entries.len() as u64 {
-                            return false;
-                        }
-                        // Recovery writes back what it keeps, and closes.
-                        let l = s.ledger_mut(id);
-                        l.entries.iter_mut().take(count as usize).for_each(|e| e.1 = true);
-                        l.closed = Some(count);
-                        count
-                    }
-                };
+                if !Self::recover(s, id, count) {
+                    return false;
+                }
                 let Side::Opening { recovered, .. } = &mut s.writers[w] else { unreachable!() };
-                *recovered = Some(end as i64 - 1);
+                *recovered = Some(count as i64 - 1);
                 true
             }
             ChainAction::TakeCreate(w) => {
@@ -594,18 +595,8 @@ impl ChainModel {
             ChainAction::DeleteRecover(count) => {
                 let Deleter::Read { snap, fenced: true, recovered: false, .. } = &s.deleter else { return false };
                 let id = snap.open_segment().expect("fenced an open segment").ledger_id;
-                let l = s.ledger(id);
-                match l.closed {
-                    Some(closed) if count != closed => return false,
-                    Some(_) => {}
-                    None => {
-                        if count < l.durable_prefix() || count > l.entries.len() as u64 {
-                            return false;
-                        }
-                        let l = s.ledger_mut(id);
-                        l.entries.iter_mut().take(count as usize).for_each(|e| e.1 = true);
-                        l.closed = Some(count);
-                    }
+                if !Self::recover(s, id, count) {
+                    return false;
                 }
                 if let Deleter::Read { recovered, .. } = &mut s.deleter {
                     *recovered = true;
