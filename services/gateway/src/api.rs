@@ -128,7 +128,7 @@ endpoints! {
     get "/v1/logs/{name}" => log_get, "A log: its ledgers with offset ranges, owner epoch, trim point", "", "Log", [200, 400, 404];
     delete "/v1/logs/{name}" => log_delete, "Delete a log and its ledgers", "", "", [204, 400, 403, 404];
     post "/v1/logs/{name}/records" => log_append, "Append one record (raw body); producer_id and sequence make it idempotent; expected_offset makes it conditional", "raw", "LogAppended", [200, 400, 403, 404, 408, 409, 412, 413, 503, 504];
-    post "/v1/logs/{name}/records:batch" => log_append_batch, "Append several records (base64); producer_id and sequence (the first's) make them idempotent; expected_offset makes them conditional", "log_batch", "LogAppendedBatch", [200, 400, 403, 404, 408, 409, 412, 413, 503, 504];
+    post "/v1/logs/{name}/records:batch" => log_append_batch, "Append several records (base64) atomically: all are written, at consecutive offsets, or none (a reader never sees part of a batch); producer_id and sequence (the first's) make them idempotent; expected_offset makes them conditional", "log_batch", "LogAppendedBatch", [200, 400, 403, 404, 408, 409, 412, 413, 503, 504];
     get "/v1/logs/{name}/records" => log_read, "Records from an offset across ledgers, up to the committed end; with follow=true a long poll for the next ones, or server-sent events by Accept", "", "LogRecordsOrFollow", [200, 400, 404, 410, 503, 504];
     put "/v1/logs/{name}/cursors/{cursor}" => cursor_put, "Create a durable cursor (from start or end, or at a position), or seek it; one that holds retention is the log's principal's", "cursor_put", "Cursor", [200, 400, 403, 404, 408, 409, 413, 503];
     get "/v1/logs/{name}/cursors/{cursor}" => cursor_get, "A cursor's position", "", "Cursor", [200, 400, 404];

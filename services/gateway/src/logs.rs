@@ -604,6 +604,9 @@ struct ReadQuery {
     from: Option<u64>,
     /// Read from this cursor's position (not with from).
     cursor: Option<String>,
+    /// Read from the first record at or after this time (milliseconds
+    /// since the Unix epoch; not with from or cursor).
+    from_time: Option<u64>,
     limit: Option<u64>,
     follow: Option<bool>,
     wait_ms: Option<u64>,
@@ -612,7 +615,7 @@ struct ReadQuery {
 /// One record as reads answer it (and a log's event stream sends it).
 pub(crate) fn record_json(r: &LogEntry) -> serde_json::Value {
     let b64 = base64::engine::general_purpose::STANDARD;
-    let mut v = serde_json::json!({ "offset": r.offset, "data": b64.encode(&r.payload) });
+    let mut v = serde_json::json!({ "offset": r.offset, "time_ms": r.time_ms, "data": b64.encode(&r.payload) });
     if let Some((p, s)) = &r.produced {
         v["producer_id"] = serde_json::json!(p);
         v["sequence"] = serde_json::json!(s);
@@ -640,20 +643,24 @@ pub async fn log_read(
     } else {
         Duration::ZERO
     };
-    if q.cursor.is_some() && q.from.is_some() {
-        return Err(ApiError::bad_request("records are read from an offset or from a cursor, not both"));
+    if [q.cursor.is_some(), q.from.is_some(), q.from_time.is_some()].iter().filter(|given| **given).count() > 1 {
+        return Err(ApiError::bad_request("records are read from one of an offset, a cursor or a time"));
     }
     if let Some(c) = &q.cursor {
         quire_log::config::validate_name(c).map_err(|e| ApiError::bad_request(format!("cursor: {e}")))?;
     }
     let format = crate::follow::Format::of(&req);
     if q.follow == Some(true) && format == crate::follow::Format::EventStream {
-        let from = match &q.cursor {
-            Some(c) => {
+        let from = match (&q.cursor, q.from_time) {
+            (Some(c), _) => {
                 let (s, name, c) = (state.get_ref().clone(), name.clone(), c.clone());
                 state.run_read(async move { Ok(s.client.cursor(&name, &c).await?.position) }).await?
             }
-            None => from,
+            (None, Some(t)) => {
+                let (s, name) = (state.get_ref().clone(), name.clone());
+                state.run_read(async move { Ok(s.client.log_offset_at_time(&name, t).await?) }).await?
+            }
+            (None, None) => from,
         };
         let at = crate::follow::start(&req, Some(from), format)?;
         return crate::log_follow::follow(state.get_ref(), m, name, at).await;
@@ -661,9 +668,10 @@ pub async fn log_read(
     let s = state.get_ref().clone();
     let records = state
         .run_read(async move {
-            let from = match &q.cursor {
-                Some(c) => s.client.cursor(&name, c).await?.position,
-                None => from,
+            let from = match (&q.cursor, q.from_time) {
+                (Some(c), _) => s.client.cursor(&name, c).await?.position,
+                (None, Some(t)) => s.client.log_offset_at_time(&name, t).await?,
+                (None, None) => from,
             };
             let got = if wait.is_zero() {
                 s.client.read_log(&name, from, limit).await

@@ -228,6 +228,11 @@ pub fn schemas() -> Map<String, Value> {
                 "trim_before": uint(),
                 "ledgers": array_of(object(&["ledger_id", "first_offset", "end_offset"], json!({
                     "ledger_id": uint(), "first_offset": uint(), "end_offset": nullable_uint,
+                    "sealed_at_ms": uint(),
+                    "last_time_ms": {
+                        "type": "integer", "format": "uint64", "minimum": 0,
+                        "description": "the time of its last record, once sealed (0: open, or records without a time)",
+                    },
                 }))),
                 "ensemble": uint(), "write_quorum": uint(), "ack_quorum": uint(),
                 "rollover": object(&["max_entries", "max_bytes", "max_age_ms"], json!({
@@ -273,8 +278,12 @@ pub fn schemas() -> Map<String, Value> {
         object(
             &["records", "next"],
             json!({
-                "records": array_of(object(&["offset", "data"], json!({
+                "records": array_of(object(&["offset", "time_ms", "data"], json!({
                     "offset": uint(), "data": { "type": "string", "format": "byte" },
+                    "time_ms": {
+                        "type": "integer", "format": "uint64", "minimum": 0,
+                        "description": "when its writer took it, in milliseconds since the Unix epoch: never less than an earlier record's (0: written before records had a time)",
+                    },
                     "producer_id": string(), "sequence": uint(),
                 }))),
                 "next": uint(),
@@ -471,6 +480,11 @@ fn query_params(method: &str, path: &str) -> Vec<Value> {
         ("get", "/v1/logs/{name}/records") => vec![
             q("from", uint(), "first offset (default 0; below the trim point: 410)"),
             q("cursor", log_name(), "read from this cursor's position instead"),
+            q(
+                "from_time",
+                uint(),
+                "read from the first record whose time_ms is at or after this (ms since the Unix epoch) instead",
+            ),
             q(
                 "limit",
                 json!({ "type": "integer", "minimum": 1, "maximum": 10_000 }),

@@ -1132,7 +1132,8 @@ fn a_log_is_appended_read_followed_trimmed_and_deleted_over_http() {
     let (status, v) = g.json("POST", "/v1/logs/orders/records:batch", &batch.to_string());
     assert_eq!((status, v["offsets"].clone()), (200, json!([5, 6])), "{v}");
     let (_, v) = g.json("GET", "/v1/logs/orders", "");
-    assert!(v["ledgers"].as_array().unwrap().len() >= 3, "rolled every 3 records: {v}");
+    let ends: Vec<Value> = v["ledgers"].as_array().unwrap().iter().map(|l| l["end_offset"].clone()).collect();
+    assert_eq!(ends, [json!(3), Value::Null], "rolled after 3 records; a batch goes whole into one ledger: {v}");
     // Read across ledgers: follow waits for what the bookies' LAC has not shown yet.
     let mut got = Vec::new();
     while got.len() < 7 {
@@ -1219,6 +1220,55 @@ fn a_log_is_appended_read_followed_trimmed_and_deleted_over_http() {
     assert_eq!(status, 204);
     let (status, v) = g.json("GET", "/v1/logs/orders", "");
     assert_eq!((status, error_of(&v)), (404, "NoSuchLog"));
+}
+
+/// Issue #47 items 3 and 4 over HTTP: a batch is written whole into one
+/// ledger (the rollover waits for its end); every record read carries its
+/// writer's time (one per batch, never decreasing, taken as it was
+/// appended), and `from_time` starts at the first record at or after a time.
+#[test]
+fn records_carry_their_time_and_are_read_from_a_time_over_http() {
+    let g = start();
+    let (status, v) = g.json("POST", "/v1/logs", r#"{"name":"clock","rollover":{"max_entries":2}}"#);
+    assert_eq!(status, 201, "{v}");
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let now_ms = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let before = now_ms();
+    let batch = json!({ "records": [b64.encode("b0"), b64.encode("b1"), b64.encode("b2")] });
+    let (status, v) = g.json("POST", "/v1/logs/clock/records:batch", &batch.to_string());
+    assert_eq!((status, v["offsets"].clone()), (200, json!([0, 1, 2])), "{v}");
+    let after = now_ms();
+    let (_, v) = g.json("GET", "/v1/logs/clock", "");
+    assert_eq!(v["ledgers"].as_array().unwrap().len(), 1, "3 records in a ledger of 2: not cut: {v}");
+    for i in 3..6 {
+        let (status, b) = g.call("POST", "/v1/logs/clock/records", None, format!("r{i}").as_bytes());
+        assert_eq!((status, json(&b)["offset"].as_u64()), (200, Some(i)));
+    }
+    let (status, v) = g.json("GET", "/v1/logs/clock/records?from=0", "");
+    assert_eq!(status, 200, "{v}");
+    let rs = v["records"].as_array().unwrap().clone();
+    assert_eq!(rs.len(), 6, "{v}");
+    let times: Vec<u64> = rs.iter().map(|r| r["time_ms"].as_u64().unwrap()).collect();
+    assert!((before..=after).contains(&times[0]), "taken as it was appended: {times:?} in {before}..={after}");
+    assert!(times[..3].iter().all(|t| *t == times[0]), "one time per batch: {times:?}");
+    assert!(times.windows(2).all(|p| p[0] <= p[1]), "never decreasing: {times:?}");
+    let (_, log) = g.json("GET", "/v1/logs/clock", "");
+    let sealed = &log["ledgers"][0];
+    assert_eq!((sealed["end_offset"].as_u64(), sealed["last_time_ms"].as_u64()), (Some(3), Some(times[2])), "{log}");
+    // From a time: the first record at or after it.
+    for t in times.iter().flat_map(|t| [*t - 1, *t, *t + 1]) {
+        let expected = times.iter().position(|x| *x >= t).unwrap_or(6) as u64;
+        let (status, v) = g.json("GET", &format!("/v1/logs/clock/records?from_time={t}"), "");
+        assert_eq!(status, 200, "{v}");
+        let first = v["records"][0]["offset"].as_u64();
+        assert_eq!((first.unwrap_or(v["next"].as_u64().unwrap())), expected, "from_time={t}: {v}");
+    }
+    let (status, v) = g.json("GET", "/v1/logs/clock/records?from_time=1&from=2", "");
+    assert_eq!((status, error_of(&v)), (400, "BadRequest"), "{v}");
+    let (status, v) = g.json("GET", "/v1/logs/clock/records?from_time=x", "");
+    assert_eq!(status, 400, "{v}");
+    let (status, v) = g.json("GET", "/v1/logs/missing/records?from_time=1", "");
+    assert_eq!((status, error_of(&v)), (404, "NoSuchLog"), "{v}");
 }
 
 /// Issue #47 item 1, read your writes over HTTP: a GET sent after a POST
@@ -1326,12 +1376,23 @@ fn a_log_is_followed_as_server_sent_events_and_resumed_by_last_event_id() {
             format!("data: {}", json!({ "offset": offset, "data": b64.encode(data) })),
         ]
     };
-    assert_eq!(next_event(&mut e), event(0, "a"));
+    // Every record carries its time (issue #47 item 4): checked, then left
+    // out of the comparison.
+    let without_time = |mut ev: Vec<String>| {
+        if let Some(data) = ev.iter_mut().find(|l| l.starts_with("data: ")) {
+            let mut v: Value = serde_json::from_str(&data["data: ".len()..]).unwrap();
+            assert!(v["time_ms"].as_u64().is_some_and(|t| t > 0), "{v}");
+            v.as_object_mut().unwrap().remove("time_ms");
+            *data = format!("data: {v}");
+        }
+        ev
+    };
+    assert_eq!(without_time(next_event(&mut e)), event(0, "a"));
     // Records committed later arrive as they commit, across a rollover.
     for (i, data) in ["b", "c", "d"].iter().enumerate() {
         let (status, _) = g.call("POST", "/v1/logs/sse/records", None, data.as_bytes());
         assert_eq!(status, 200);
-        assert_eq!(next_event(&mut e), event(i as u64 + 1, data));
+        assert_eq!(without_time(next_event(&mut e)), event(i as u64 + 1, data));
     }
     drop(e);
     // An EventSource reconnecting after event 1 resumes at 2, whatever from says.
@@ -1341,8 +1402,8 @@ fn a_log_is_followed_as_server_sent_events_and_resumed_by_last_event_id() {
         &[("Accept", "text/event-stream"), ("Last-Event-ID", "1")],
     );
     assert_eq!(status, 200, "{head}");
-    assert_eq!(next_event(&mut e), event(2, "c"));
-    assert_eq!(next_event(&mut e), event(3, "d"));
+    assert_eq!(without_time(next_event(&mut e)), event(2, "c"));
+    assert_eq!(without_time(next_event(&mut e)), event(3, "d"));
     drop(e);
     let (status, _, body) = call_with(&g.http, "GET", "/v1/logs/missing/records?follow=true", None, &sse, b"");
     assert_eq!((status, error_of(&json(&body))), (404, "NoSuchLog"));

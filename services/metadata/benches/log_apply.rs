@@ -118,6 +118,7 @@ fn main() {
                 first_offset: 0,
                 end_offset: Some(0),
                 sealed_at_ms: 0,
+                last_time_ms: 0,
             });
         }
         let open = &ledgers[segments - 2];
@@ -126,6 +127,7 @@ fn main() {
             first_offset: 0,
             end_offset: None,
             sealed_at_ms: 0,
+            last_time_ms: 0,
         });
         let t = Instant::now();
         let log = update(&mut s, &log, record, vec![]);

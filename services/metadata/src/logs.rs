@@ -2,9 +2,10 @@
 //! compare-and-set of its record together with ledger updates, deleting
 //! one. The record's own rules are quire-log's ([`quire_log::check_edit`]);
 //! here are the ones that need the ledgers beside it: a segment is sealed
-//! only with its ledger closed at exactly its records (so no acknowledged
-//! entry lies past the log's end, and no entry the log does not count lies
-//! within it), a ledger joins a log only open and unlisted elsewhere, and a
+//! only with its ledger closed, at its records or at most one batch's
+//! records more (a batch a takeover's recovery cut, never acknowledged and
+//! left out of the log: issue #47 item 3; and no entry the log does not
+//! count lies within it), a ledger joins a log only open and unlisted elsewhere, and a
 //! ledger the log drops below its trim point is deleted with the edit.
 
 use quire_log::config::LEDGER_KEY as LOG_LEDGER_KEY;
@@ -213,7 +214,14 @@ impl MetaState {
                 let l = self.ledgers.get(id).ok_or(Refusal::NoSuchLedger(*id))?;
                 // In i128: no count or entry id from a request wraps here
                 // (check_edit bounds offsets, and this holds without it).
-                if l.state != LedgerState::Closed || i128::from(l.last_entry_id) + 1 != i128::from(*entries) {
+                // The log holds the closed ledger's entries up to its last
+                // whole batch: a takeover leaves out a batch its recovery
+                // cut (never acknowledged: a batch is answered once whole),
+                // which is at most one batch's records short of the end.
+                let held = i128::from(l.last_entry_id) + 1;
+                let short = held - i128::from(*entries);
+                let cut_max = quire_log::envelope::BATCH_RECORDS_MAX as i128 - 1;
+                if l.state != LedgerState::Closed || !(0..=cut_max).contains(&short) {
                     return Err(Refusal::BadRequest(format!(
                         "log {name} seals ledger {id} at {entries} records, but the ledger is {:?} at last entry {}",
                         l.state, l.last_entry_id
@@ -768,12 +776,19 @@ mod tests {
         let l1 = ledger(&mut s, "gateway/1");
         let log = create(&mut s, "l", l1.ledger_id);
         let l2 = ledger(&mut s, "gateway/1");
-        // Sealed at 10 records, ledger closed at 12: refused, ledger still open.
-        let rolled = log.record.roll(1, 9, l2.ledger_id).unwrap();
-        let out = update(&mut s, &log, rolled.clone(), vec![closed(&l1, 11)], &gw());
+        // Sealed at 12 records, ledger closed at 10: refused, ledger still open.
+        let too_long = log.record.roll(1, 11, l2.ledger_id).unwrap();
+        let out = update(&mut s, &log, too_long, vec![closed(&l1, 9)], &gw());
         assert!(matches!(out, Outcome::Refused(Refusal::BadRequest(_))), "{out:?}");
         assert_eq!(s.ledgers.get(&l1.ledger_id).unwrap(), l1, "the close was undone");
         assert_eq!(s.logs["l"].version, 1);
+        // Sealed short of its ledger by more than a batch (the most a
+        // takeover leaves out, a batch its recovery cut): refused.
+        let rolled = log.record.roll(1, 9, l2.ledger_id).unwrap();
+        let cut = quire_log::envelope::BATCH_RECORDS_MAX as i64;
+        let out = update(&mut s, &log, rolled.clone(), vec![closed(&l1, 9 + cut)], &gw());
+        assert!(matches!(out, Outcome::Refused(Refusal::BadRequest(_))), "{out:?}");
+        assert_eq!(s.ledgers.get(&l1.ledger_id).unwrap(), l1, "the close was undone");
         // Sealed while the ledger is still open: refused.
         assert!(matches!(update(&mut s, &log, rolled.clone(), vec![], &gw()), Outcome::Refused(_)));
         // A ledger another log lists cannot join.
@@ -821,6 +836,7 @@ mod tests {
             first_offset: 1 << 63,
             end_offset: None,
             sealed_at_ms: 0,
+            last_time_ms: 0,
         });
         let out = update(&mut s, &log, rolled, vec![(huge, l1.version)], &gw());
         assert!(matches!(&out, Outcome::Refused(Refusal::BadRequest(why)) if why.contains("offset")), "{out:?}");

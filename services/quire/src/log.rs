@@ -73,13 +73,18 @@ enum LogCmd {
         #[arg(long, requires = "producer_id")]
         sequence: Option<u64>,
     },
-    /// Print records from an offset, up to the committed end.
+    /// Print records from an offset (or a time), up to the committed end:
+    /// offset, time (ms since the Unix epoch), payload.
     Read {
         /// The log.
         name: String,
         /// First offset.
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, conflicts_with = "from_time")]
         from: u64,
+        /// Start at the first record at or after this time, in
+        /// milliseconds since the Unix epoch (`$(date -d 09:00 +%s%3N)`).
+        #[arg(long)]
+        from_time: Option<u64>,
         /// At most this many.
         #[arg(long, default_value_t = 1000)]
         limit: usize,
@@ -89,8 +94,11 @@ enum LogCmd {
         /// The log.
         name: String,
         /// First offset.
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, conflicts_with = "from_time")]
         from: u64,
+        /// Start at the first record at or after this time (ms since the Unix epoch).
+        #[arg(long)]
+        from_time: Option<u64>,
     },
     /// Move the trim point; ledgers wholly below it are deleted.
     Trim {
@@ -157,7 +165,7 @@ pub fn run(a: LogArgs) -> anyhow::Result<()> {
 
 fn print_records(records: &[quire_client::LogEntry]) {
     for r in records {
-        println!("{}\t{}", r.offset, String::from_utf8_lossy(&r.payload));
+        println!("{}\t{}\t{}", r.offset, r.time_ms, String::from_utf8_lossy(&r.payload));
     }
 }
 
@@ -220,14 +228,25 @@ async fn run_cmd(client: &Client, cmd: LogCmd) -> anyhow::Result<()> {
             }
             eprintln!("log {name}: {} records appended at epoch {}", offsets.len(), w.metadata().await.record.epoch);
         }
-        LogCmd::Read { name, from, limit } => {
+        LogCmd::Read { name, from, from_time, limit } => {
+            let from = match from_time {
+                Some(t) => {
+                    client.log_offset_at_time(&name, t).await.with_context(|| format!("find time {t} in log {name}"))?
+                }
+                None => from,
+            };
             let records = client.read_log(&name, from, limit).await.with_context(|| format!("read log {name}"))?;
             print_records(&records);
             let next = records.last().map_or(from, |r| r.offset + 1);
             eprintln!("log {name}: next offset {next}");
         }
-        LogCmd::Tail { name, from } => {
-            let mut at = from;
+        LogCmd::Tail { name, from, from_time } => {
+            let mut at = match from_time {
+                Some(t) => {
+                    client.log_offset_at_time(&name, t).await.with_context(|| format!("find time {t} in log {name}"))?
+                }
+                None => from,
+            };
             loop {
                 let records = client
                     .read_log_wait(&name, at, 1000, Duration::from_secs(30))

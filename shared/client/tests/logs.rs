@@ -130,7 +130,9 @@ async fn a_log_rolls_over_reads_across_ledgers_and_trims_whole_ledgers() {
     let client = s.client();
     let w = client.create_log("orders", config(10), "test-a").await.unwrap();
     let mut offsets = Vec::new();
-    for chunk in (0..35u64).collect::<Vec<_>>().chunks(7) {
+    // Batches of 5: a rollover comes between batches (a batch lies in one
+    // ledger), so the ledgers of 10 each end at one.
+    for chunk in (0..35u64).collect::<Vec<_>>().chunks(5) {
         offsets.extend(w.append_batch(chunk.iter().map(|i| record(*i)).collect(), None).await.unwrap());
     }
     assert_eq!(offsets, (0..35).collect::<Vec<_>>(), "dense offsets from 0");
@@ -640,4 +642,139 @@ async fn the_auditor_trims_old_ledgers_but_not_past_a_holding_cursor() {
     assert_eq!(m.record.trim_before, 9, "every sealed ledger, never the open one");
     assert_eq!(m.record.segments.len(), 1);
     assert_eq!(w.append(record(10)).await.unwrap(), 10, "the writer goes on");
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// A record's entry as a log writer writes it: `index` of a batch of `len`,
+/// taken at `time_ms`.
+fn entry(i: u64, time_ms: u64, index: u16, len: u16) -> Bytes {
+    use quire_log::envelope::{encode, BatchPlace, Header};
+    let header = Header { produced: None, time_ms, batch: BatchPlace { index, len } };
+    Bytes::from(encode(header, &record(i)).unwrap())
+}
+
+/// A log whose writer crashed within a batch, written here entry by entry
+/// as its writer would have: the log's first ledger, made and listed as
+/// `create_log` does, and its ledger writer (the crashed writer's hands).
+async fn crashed_writer(client: &quire_client::Client, name: &str) -> quire_client::LedgerWriter {
+    let spec = quire_client::CreateLedger {
+        ensemble: 3,
+        write_quorum: 3,
+        ack_quorum: 2,
+        custom: [(quire_client::shell::log::LOG_KEY.to_string(), Bytes::from(name.to_string()))].into(),
+        visible_acks: true,
+    };
+    let ledger = client.create(spec).await.unwrap();
+    let log = quire_log::LogMeta {
+        record: quire_log::LogRecord::new(name, "crashed", ledger.ledger_id()),
+        config: config(0),
+        producers: quire_log::Producers::default(),
+        creator: String::new(),
+        created_at_ms: 0,
+        version: 0,
+        principal: String::new(),
+    };
+    client.meta().call(quire_proto::v1::CreateLogRequest { log: Some(log.to_wire()) }).await.unwrap();
+    ledger
+}
+
+/// A batch is whole or not in the log (issue #47 item 3). Its records'
+/// envelopes name their batch: a reader holds back a batch whose last
+/// entry the LAC does not cover yet (a follower waits for it, not for its
+/// first), and a takeover that finds a batch its recovery cut (the writer
+/// crashed within it: never answered) ends the log before it, so the next
+/// writer's records take those offsets. Before: readers answered the cut
+/// batch's first records, and the takeover kept them in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_cut_by_a_crash_is_never_read_and_a_takeover_leaves_it_out() {
+    let s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let client = s.client();
+    let l = crashed_writer(&client, "cut").await;
+    let t0 = now_ms();
+    // Two records alone, then two of a batch of three.
+    for (i, (index, len)) in [(0, 1), (0, 1), (0, 3), (1, 3)].into_iter().enumerate() {
+        l.add(entry(i as u64, t0 + i.min(2) as u64, index, len)).await.unwrap();
+    }
+    let got = client.read_log("cut", 0, 100).await.unwrap();
+    assert_eq!(got.iter().map(|e| e.offset).collect::<Vec<_>>(), [0, 1], "the partial batch is held back");
+    assert_eq!(client.log_end("cut").await.unwrap(), 2, "the committed end is before the partial batch");
+    // A follower at the batch waits for its last entry, then reads it whole.
+    let follow = {
+        let client = client.clone();
+        tokio::spawn(async move { client.read_log_wait("cut", 2, 100, Duration::from_secs(20)).await })
+    };
+    assert!(!follow.is_finished());
+    l.add(entry(4, t0 + 2, 2, 3)).await.unwrap();
+    let got = follow.await.unwrap().unwrap();
+    assert_eq!(got.iter().map(|e| e.offset).collect::<Vec<_>>(), [2, 3, 4], "the batch, whole");
+    assert!(got.iter().all(|e| e.payload == record(e.offset) && e.time_ms == t0 + 2));
+    // A record alone taken an hour ahead (its writer's clock ran fast),
+    // then the first of a batch of two: the writer crashes.
+    let ahead = t0 + 3_600_000;
+    l.add(entry(5, ahead, 0, 1)).await.unwrap();
+    l.add(entry(6, ahead + 5, 0, 2)).await.unwrap();
+    assert_eq!(client.read_log("cut", 5, 100).await.unwrap().len(), 1);
+    // The takeover ends the log at 6: the cut batch is not in it.
+    let w = client.open_log_writer("cut", "owner-b").await.unwrap();
+    let sealed = &w.metadata().await.record.segments[0];
+    assert_eq!((sealed.end_offset, sealed.last_time_ms), (Some(6), ahead), "sealed at the last whole batch");
+    assert!(l.add(entry(7, ahead, 1, 2)).await.is_err(), "the crashed writer is fenced");
+    assert_eq!(w.append(record(6)).await.unwrap(), 6, "the next record takes the cut batch's offset");
+    let all = read(&client, "cut", 0, 7).await;
+    assert_eq!(all.iter().map(|e| e.offset).collect::<Vec<_>>(), (0..7).collect::<Vec<_>>());
+    assert!(all.iter().all(|e| e.payload == record(e.offset)), "never a record of the cut batch");
+    // Record time never goes back, across the takeover too: the new
+    // writer's clock is an hour behind the last record.
+    assert_eq!(all[6].time_ms, ahead, "no earlier than the record before it");
+    assert!(all.windows(2).all(|p| p[0].time_ms <= p[1].time_ms));
+}
+
+/// Every record carries its writer's time (issue #47 item 4): taken as it
+/// is appended, one time per batch, never decreasing; a batch lies in one
+/// ledger (a rollover comes between batches); and the first record at or
+/// after a time is found across sealed segments and the open one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_carry_their_time_and_a_reader_starts_at_a_time() {
+    let s = Setup::start(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let client = s.client();
+    let w = client.create_log("timed", config(2), "owner-a").await.unwrap();
+    let mut times = Vec::new();
+    for round in 0..4u64 {
+        let before = now_ms();
+        let batch = (0..3).map(|k| record(round * 3 + k)).collect();
+        let offsets = w.append_batch(batch, None).await.unwrap();
+        assert_eq!(offsets, (round * 3..round * 3 + 3).collect::<Vec<_>>());
+        times.push((before, now_ms()));
+        // Apart in time, so that each batch has a time of its own.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let meta = client.log_meta("timed").await.unwrap();
+    let ends: Vec<Option<u64>> = meta.record.segments.iter().map(|s| s.end_offset).collect();
+    assert_eq!(ends[..3], [Some(3), Some(6), Some(9)], "a batch of 3 in a ledger of 2: rolled between batches");
+    let all = read(&client, "timed", 0, 12).await;
+    for (round, (before, after)) in times.iter().enumerate() {
+        let batch = &all[round * 3..round * 3 + 3];
+        assert!(batch.iter().all(|e| e.time_ms == batch[0].time_ms), "one time per batch");
+        assert!((*before..=*after).contains(&batch[0].time_ms), "taken as it was appended");
+    }
+    let sealed = &meta.record.segments[1];
+    assert_eq!(sealed.last_time_ms, all[5].time_ms, "a sealed segment keeps its last record's time");
+    // From a time: the first record at or after it, in a sealed segment or
+    // the open one; before every record, the trim point; after, the end.
+    for (i, e) in all.iter().enumerate().step_by(3) {
+        assert_eq!(client.log_offset_at_time("timed", e.time_ms).await.unwrap(), i as u64);
+        assert_eq!(client.log_offset_at_time("timed", e.time_ms - 1).await.unwrap(), i as u64);
+    }
+    assert_eq!(client.log_offset_at_time("timed", 0).await.unwrap(), 0);
+    assert_eq!(client.log_offset_at_time("timed", all[11].time_ms + 1).await.unwrap(), 12);
+    // Trimmed: from the trim point on.
+    client.trim_log("timed", 6).await.unwrap();
+    assert_eq!(client.log_offset_at_time("timed", 0).await.unwrap(), 6);
+    assert_eq!(client.log_offset_at_time("timed", all[9].time_ms).await.unwrap(), 9);
+    assert!(matches!(client.log_offset_at_time("nope", 0).await, Err(ClientError::NoSuchLog(_))));
 }

@@ -1,5 +1,7 @@
 //! Retention (issue #23 item 5): how far the retention service trims a log,
-//! by the age of its sealed ledgers and the bytes they hold, never past the
+//! by the age of its sealed ledgers' records (the time of each one's last
+//! record, issue #47 item 4; the seal time for records written before
+//! records had a time) and the bytes they hold, never past the
 //! slowest cursor that holds retention. Whole ledgers only: the trim point
 //! it picks is a segment's end, so that each trim frees a ledger. The open
 //! segment is never trimmed (its records may not all be acknowledged).
@@ -27,9 +29,8 @@ pub fn trim_point(
     let mut held: u64 = sealed.iter().map(|s| bytes_of(s.ledger_id).unwrap_or(0)).sum();
     let mut to = record.trim_before;
     for s in &sealed {
-        let old = retention.max_age_ms > 0
-            && s.sealed_at_ms > 0
-            && now_ms.saturating_sub(s.sealed_at_ms) >= retention.max_age_ms;
+        let aged_from = if s.last_time_ms > 0 { s.last_time_ms } else { s.sealed_at_ms };
+        let old = retention.max_age_ms > 0 && aged_from > 0 && now_ms.saturating_sub(aged_from) >= retention.max_age_ms;
         let big = retention.max_bytes > 0 && held > retention.max_bytes;
         if !(old || big) {
             break;
@@ -65,6 +66,20 @@ mod tests {
         assert_eq!(trim_point(&log(), &r, 360, None, bytes), Some(20), "sealed at 100 and 200 are 150 old at 360");
         assert_eq!(trim_point(&log(), &r, 200, None, bytes), None, "none old enough");
         assert_eq!(trim_point(&log(), &r, 10_000, None, bytes), Some(30), "never the open segment");
+    }
+
+    #[test]
+    fn by_age_the_records_time_counts_before_the_seal_time() {
+        let mut l = log();
+        // Records of 50 and 60 ms sealed late (at 1000 and 1100), then a
+        // segment of version-1 records sealed at 300.
+        for (s, (t, at)) in l.segments.iter_mut().zip([(50, 1000), (60, 1100), (0, 1200)]) {
+            s.last_time_ms = t;
+            s.sealed_at_ms = at;
+        }
+        let r = Retention { max_age_ms: 100, max_bytes: 0 };
+        assert_eq!(trim_point(&l, &r, 200, None, bytes), Some(20), "by the records' time, not the seal's");
+        assert_eq!(trim_point(&l, &r, 1300, None, bytes), Some(30), "by the seal time without a record time");
     }
 
     #[test]

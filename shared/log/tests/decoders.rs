@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 use prost::Message;
-use quire_log::envelope::{self, Produced};
+use quire_log::envelope::{self, BatchPlace, Header, Produced};
 use quire_log::fuzzing::{decode_entry, decode_log_metadata};
 use quire_log::{LogConfig, LogMeta, LogRecord, Producers};
 
@@ -65,7 +65,12 @@ proptest! {
         cut in 0usize..8,
         tail in proptest::collection::vec(any::<u8>(), 0..4),
     ) {
-        let e = envelope::encode(Some(Produced { producer_id: &id, sequence: seq }), &payload).unwrap();
+        let header = Header {
+            produced: Some(Produced { producer_id: &id, sequence: seq }),
+            time_ms: seq >> 20,
+            batch: BatchPlace { index: (seq % 7) as u16, len: 7 },
+        };
+        let e = envelope::encode(header, &payload).unwrap();
         decode_entry(&e);
         decode_entry(&damaged(e, flips, cut, tail));
     }

@@ -76,16 +76,16 @@ impl Client {
         loop {
             let meta = self.log_meta(log).await?;
             let Some(s) = meta.record.open_segment() else { return Ok(meta.record.fixed_end()) };
-            let end = |lac: i64| s.first_offset + (lac + 1).max(0) as u64;
             let reader = self.open(s.ledger_id).await?;
-            let mut lac = reader.read_lac_fresh().await?;
+            // The end is after the last whole batch under the LAC (a batch
+            // is answered, and read, whole: docs/logs.md).
+            let lac = reader.read_lac_fresh().await?;
+            let end = s.first_offset + self.whole_batches(&reader, lac).await?.0;
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            if end(lac) < want && !left.is_zero() {
-                lac = reader.wait_lac(lac, left).await?;
+            if end >= want || left.is_zero() {
+                return Ok(end);
             }
-            if end(lac) >= want || tokio::time::Instant::now() >= deadline {
-                return Ok(end(lac));
-            }
+            reader.wait_lac(lac, left).await?;
         }
     }
 

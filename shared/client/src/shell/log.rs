@@ -18,7 +18,8 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use quire_log::envelope::{self, Produced};
-use quire_log::{LogConfig, LogMeta, LogRecord, Producers, Seen};
+use quire_log::envelope::{BatchPlace, Header};
+use quire_log::{LogConfig, LogMeta, LogRecord, Producers, Seal, Seen};
 use quire_proto::v1::{self, ErrorCode};
 use quire_rpc::RpcError;
 use tokio::sync::watch;
@@ -27,6 +28,7 @@ use crate::meta::{LedgerMeta, LedgerState};
 use crate::shell::client::{Client, CreateLedger};
 use crate::shell::error::ClientError;
 use crate::shell::ledger_writer::{Closer, LedgerWriter};
+use crate::shell::reader::LedgerReader;
 
 /// The custom metadata key naming the log a ledger was made for (an
 /// unlisted ledger so named is a rollover's leftover: see docs/logs.md).
@@ -41,6 +43,10 @@ pub struct LogEntry {
     pub payload: Bytes,
     /// The idempotent append's producer id and sequence, when it had one.
     pub produced: Option<(String, u64)>,
+    /// When its writer took it, in milliseconds since the Unix epoch (the
+    /// writer's clock, never less than an earlier record's; 0 for records
+    /// written before records had a time).
+    pub time_ms: u64,
 }
 
 fn log_error(e: RpcError, name: &str) -> ClientError {
@@ -209,12 +215,29 @@ impl Client {
     pub async fn open_log_writer(&self, name: &str, owner: &str) -> Result<LogWriter, ClientError> {
         loop {
             let meta = self.log_meta(name).await?;
-            let recovered_last = match meta.record.open_segment() {
-                Some(s) => self.recover(s.ledger_id).await?.last_entry_id,
-                None => -1,
+            // The open segment ends at its recovered ledger's last whole
+            // batch: a batch the recovery cut (its writer crashed or was
+            // fenced within it, so never answered it) is not in the log.
+            let seal = match meta.record.open_segment() {
+                Some(s) => {
+                    let recovered = self.recover(s.ledger_id).await?;
+                    let reader = self.open(s.ledger_id).await?;
+                    let (whole, last_time_ms) = self.whole_batches(&reader, recovered.last_entry_id).await?;
+                    if whole as i64 <= recovered.last_entry_id {
+                        tracing::info!(
+                            log = name,
+                            ledger_id = s.ledger_id,
+                            kept = whole,
+                            recovered = recovered.last_entry_id + 1,
+                            "a batch the recovery cut is left out of the log"
+                        );
+                    }
+                    Seal { last_entry_id: whole as i64 - 1, last_time_ms }
+                }
+                None => Seal { last_entry_id: -1, last_time_ms: 0 },
             };
             let next = self.create_log_ledger(name, &meta.config).await?;
-            let taken = match meta.record.take_over(owner, recovered_last, next.ledger_id()) {
+            let taken = match meta.record.take_over_sealed(owner, seal, next.ledger_id()) {
                 Ok(t) => t,
                 Err(e) => {
                     let _ = self.delete(next.ledger_id()).await;
@@ -298,6 +321,24 @@ impl Client {
         end: u64,
         max: usize,
     ) -> Result<Vec<LogEntry>, ClientError> {
+        Ok(self.read_log_range_held(record, from, end, max).await?.0)
+    }
+
+    /// [`Client::read_log_range`], and, when it stopped at a batch of the
+    /// open segment not yet whole, that batch's ledger and last entry (a
+    /// follower waits for the LAC to reach it).
+    ///
+    /// A batch is atomic (docs/logs.md): in the open segment, a record is
+    /// answered only once the LAC covers its batch's last entry; a fixed
+    /// segment ends at a whole batch (its sealer cut off what its recovery
+    /// cut), so every record within it is whole.
+    async fn read_log_range_held(
+        &self,
+        record: &LogRecord,
+        from: u64,
+        end: u64,
+        max: usize,
+    ) -> Result<(Vec<LogEntry>, Option<(u64, u64)>), ClientError> {
         let mut out = Vec::new();
         let mut offset = from;
         while out.len() < max && offset < end {
@@ -334,7 +375,8 @@ impl Client {
             };
             // The open segment's end is the LAC its writer's answered
             // appends made visible (read your writes: docs/logs.md).
-            let read = if seg.end_offset.is_none() {
+            let open = seg.end_offset.is_none();
+            let read = if open {
                 reader.read_range_fresh(entry_id, entry_id + want as u64 - 1, want).await
             } else {
                 reader.read_range(entry_id, entry_id + want as u64 - 1, want).await
@@ -343,13 +385,31 @@ impl Client {
                 Ok(es) => es,
                 Err(e) => return Err(trimmed(e).await),
             };
+            // Every entry the read answered is at or below this.
+            let lac = reader.known_lac();
             let got = entries.len();
             for e in entries {
                 let r = envelope::decode(&e.payload).map_err(|_| ClientError::Corrupt(ledger_id, e.entry_id))?;
+                let batch_last = r.header.batch.last_entry(e.entry_id);
+                let whole = match seg.end_offset {
+                    None => lac >= 0 && batch_last <= lac as u64,
+                    Some(end) => batch_last < end - seg.first_offset,
+                };
+                if !whole {
+                    // Part of a batch not yet whole (or cut: never whole).
+                    // Its records come once the LAC covers it, or never.
+                    if !open {
+                        // A fixed segment ends at a whole batch: its
+                        // sealer wrote it so. Damage or a bug.
+                        return Err(ClientError::Corrupt(ledger_id, e.entry_id));
+                    }
+                    return Ok((out, Some((ledger_id, batch_last))));
+                }
                 out.push(LogEntry {
                     offset: seg.first_offset + e.entry_id,
                     payload: e.payload.slice(e.payload.len() - r.payload.len()..),
-                    produced: r.produced.map(|p| (p.producer_id.to_string(), p.sequence)),
+                    produced: r.header.produced.map(|p| (p.producer_id.to_string(), p.sequence)),
+                    time_ms: r.header.time_ms,
                 });
             }
             if got < want {
@@ -358,7 +418,78 @@ impl Client {
             }
             offset += got as u64;
         }
-        Ok(out)
+        Ok((out, None))
+    }
+
+    /// How many of a ledger's entries, from entry 0, are whole batches when
+    /// its entries up to `last` are in (its LAC, or the end its recovery
+    /// found), and the time of the last of them (0: none). `last + 1`,
+    /// unless entry `last` belongs to a batch that goes on past it (cut by
+    /// a crash or a takeover, or still being written): then where that
+    /// batch starts.
+    pub(crate) async fn whole_batches(&self, reader: &LedgerReader, last: i64) -> Result<(u64, u64), ClientError> {
+        if last < 0 {
+            return Ok((0, 0));
+        }
+        let ledger_id = reader.ledger_id();
+        let decode_at = |entry_id: u64| async move {
+            let e = reader.read_unchecked(entry_id).await?;
+            let r = envelope::decode(&e.payload).map_err(|_| ClientError::Corrupt(ledger_id, entry_id))?;
+            Ok::<_, ClientError>((r.header.batch, r.header.time_ms))
+        };
+        let last = last as u64;
+        let (place, time_ms) = decode_at(last).await?;
+        if place.last_entry(last) <= last {
+            return Ok((last + 1, time_ms));
+        }
+        // Entry `last` is the batch's `index`th: it never goes below 0.
+        let first = place.first_entry(last);
+        if first == 0 {
+            return Ok((0, 0));
+        }
+        let (_, before_ms) = decode_at(first - 1).await?;
+        Ok((first, before_ms))
+    }
+
+    /// The offset of log `name`'s first record at or after `time_ms` (its
+    /// writer's time; never decreasing along the log), or the log's
+    /// committed end when every record is before it. From the trim point
+    /// on: segments by the time of their last record, then a binary search
+    /// of one segment's records (about log2 of its records in reads).
+    pub async fn log_offset_at_time(&self, name: &str, time_ms: u64) -> Result<u64, ClientError> {
+        let meta = self.log_meta(name).await?;
+        let record = &meta.record;
+        for seg in &record.segments {
+            // A fixed segment whose last record is before the time holds
+            // none at or after it (records without a time count as 0).
+            if seg.end_offset.is_some() && seg.last_time_ms < time_ms {
+                continue;
+            }
+            let reader = self.open(seg.ledger_id).await?;
+            let lo = record.trim_before.max(seg.first_offset) - seg.first_offset;
+            let hi = match seg.end_offset {
+                Some(end) => end - seg.first_offset,
+                None => self.whole_batches(&reader, reader.read_lac_fresh().await?).await?.0,
+            };
+            let (mut lo, mut hi) = (lo, hi.max(lo));
+            // Invariant: every entry below lo is before the time; hi is
+            // past the segment, or at or after it.
+            let end = hi;
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                let e = reader.read_unchecked(mid).await?;
+                let r = envelope::decode(&e.payload).map_err(|_| ClientError::Corrupt(seg.ledger_id, mid))?;
+                if r.header.time_ms < time_ms {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            if lo < end || seg.end_offset.is_none() {
+                return Ok(seg.first_offset + lo);
+            }
+        }
+        Ok(record.fixed_end().max(record.trim_before))
     }
 
     /// Reads up to `max` records of log `name` from `from` on, across
@@ -384,7 +515,7 @@ impl Client {
         loop {
             let meta = self.log_meta(name).await?;
             // (Below the trim point, read_log_range answers Trimmed.)
-            let got = self.read_log_range(&meta.record, from, u64::MAX, max.max(1)).await?;
+            let (got, held) = self.read_log_range_held(&meta.record, from, u64::MAX, max.max(1)).await?;
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if !got.is_empty() || left.is_zero() {
                 return Ok(got);
@@ -397,13 +528,22 @@ impl Client {
                 };
                 self.meta().call_waiting(req, left).await.map_err(|e| log_error(e, name))
             };
-            match meta.record.locate(from) {
-                quire_log::Located::At { ledger_id, entry_id }
+            // Held back at a batch not yet whole: wait for the LAC to reach
+            // its last entry (not merely `from`, which it already passed).
+            let waiting_on = match (held, meta.record.locate(from)) {
+                (Some((ledger_id, batch_last)), _) => Some((ledger_id, batch_last as i64 - 1)),
+                (None, quire_log::Located::At { ledger_id, entry_id })
                     if meta.record.open_segment().is_some_and(|s| s.ledger_id == ledger_id) =>
                 {
+                    Some((ledger_id, entry_id as i64 - 1))
+                }
+                _ => None,
+            };
+            match waiting_on {
+                Some((ledger_id, after)) => {
                     let reader = self.open(ledger_id).await?;
                     tokio::select! {
-                        r = reader.wait_lac(entry_id as i64 - 1, left) => { r?; }
+                        r = reader.wait_lac(after, left) => { r?; }
                         r = changed => { r?; }
                     }
                 }
@@ -456,20 +596,17 @@ const ARENA_ENTRY_MAX_BYTES: usize = ARENA_BYTES / 4;
 /// is), or for a large entry an allocation of its own. A full arena is
 /// replaced by a fresh buffer, never grown or reused in place, so a writer
 /// holds at most one buffer of ARENA_BYTES however large its records were.
-fn pack(
-    arena: &mut BytesMut,
-    produced: Option<Produced<'_>>,
-    payload: &[u8],
-) -> Result<Bytes, envelope::EnvelopeError> {
-    let (header, n) = envelope::header_bytes(produced)?;
+fn pack(arena: &mut BytesMut, header: Header<'_>, payload: &[u8]) -> Result<Bytes, envelope::EnvelopeError> {
+    let (bytes, n) = envelope::header_bytes(header)?;
+    let header_bytes = &bytes[..n];
     let len = n + payload.len();
     if len > ARENA_ENTRY_MAX_BYTES {
-        return envelope::encode(produced, payload).map(Bytes::from);
+        return envelope::encode(header, payload).map(Bytes::from);
     }
     if arena.capacity() < len {
         *arena = BytesMut::with_capacity(ARENA_BYTES);
     }
-    arena.extend_from_slice(&header[..n]);
+    arena.extend_from_slice(header_bytes);
     arena.extend_from_slice(payload);
     Ok(arena.split().freeze())
 }
@@ -494,6 +631,21 @@ struct State {
     arena: BytesMut,
     /// The de-duplication table, with every append given so far.
     producers: Producers,
+    /// The time given to the last record (or the log's floor before any):
+    /// the next is never before it.
+    time_ms: u64,
+}
+
+impl State {
+    /// The time of the next batch (or record): the clock, or the last
+    /// time given when the clock is behind it (a clock stepped back, or a
+    /// takeover from a writer whose clock ran ahead): never decreasing.
+    fn take_time(&mut self) -> u64 {
+        let now_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        self.time_ms = self.time_ms.max(now_ms);
+        self.time_ms
+    }
 }
 
 struct WriterInner {
@@ -567,11 +719,14 @@ impl std::future::Future for PendingAppend {
 enum Placed {
     Pending(crate::PendingAdd, u64),
     Duplicate(u64),
+    /// Not yet placed (a record of the batch being judged).
+    Fresh,
 }
 
 impl LogWriter {
     fn start(client: Client, meta: LogMeta, current: LedgerWriter, producers: Producers) -> LogWriter {
         let first_offset = meta.record.open_segment().map_or(0, |s| s.first_offset);
+        let meta_floor_ms = meta.record.time_floor_ms();
         assert_eq!(
             meta.record.open_segment().map(|s| s.ledger_id),
             Some(current.ledger_id()),
@@ -589,6 +744,7 @@ impl LogWriter {
             next,
             arena: BytesMut::new(),
             producers,
+            time_ms: meta_floor_ms,
         };
         let progress = watch::Sender::new(Progress { committed: first_offset, broken: None });
         LogWriter { inner: Arc::new(WriterInner { client, name, state: tokio::sync::Mutex::new(state), progress }) }
@@ -686,6 +842,13 @@ impl LogWriter {
                 )));
             }
         }
+        if payloads.len() > envelope::BATCH_RECORDS_MAX {
+            return Err(ClientError::BadRequest(format!(
+                "a batch holds at most {} records, not {}",
+                envelope::BATCH_RECORDS_MAX,
+                payloads.len()
+            )));
+        }
         let produced = producer.map(|(p, s)| Produced { producer_id: p, sequence: s });
         for p in &payloads {
             self.fits(p, produced)?;
@@ -709,6 +872,9 @@ impl LogWriter {
                     });
                 }
             }
+            // Judged whole before any is placed: the records not yet
+            // written are one batch, placed whole or not at all.
+            let mut fresh = Vec::with_capacity(payloads.len());
             for (i, payload) in payloads.into_iter().enumerate() {
                 let produced = producer.map(|(p, s)| Produced { producer_id: p, sequence: s + i as u64 });
                 if let Some(p) = produced {
@@ -727,8 +893,23 @@ impl LogWriter {
                         }
                     }
                 }
-                let (pending, offset) = self.place(&mut st, &payload, produced).await?;
-                placed.push(Placed::Pending(pending, offset));
+                placed.push(Placed::Fresh);
+                fresh.push((payload, produced));
+            }
+            if !fresh.is_empty() {
+                self.roll_if_due(&mut st).await?;
+                let time_ms = st.take_time();
+                let len = fresh.len() as u16;
+                let mut pendings = Vec::with_capacity(fresh.len());
+                for (index, (payload, produced)) in fresh.into_iter().enumerate() {
+                    let header = Header { produced, time_ms, batch: BatchPlace { index: index as u16, len } };
+                    pendings.push(self.place(&mut st, &payload, header).await?);
+                }
+                let mut pendings = pendings.into_iter();
+                for p in placed.iter_mut().filter(|p| matches!(p, Placed::Fresh)) {
+                    let (pending, offset) = pendings.next().expect("one per fresh record");
+                    *p = Placed::Pending(pending, offset);
+                }
             }
         }
         // Acknowledgements are taken by a task of their own, so that the
@@ -757,6 +938,7 @@ impl LogWriter {
                             return;
                         }
                     },
+                    Placed::Fresh => unreachable!("every fresh record is placed before the batch is awaited"),
                 }
             }
             let _ = tx.send(Ok(offsets));
@@ -785,7 +967,9 @@ impl LogWriter {
         if let Some(e) = self.broken() {
             return Err(e);
         }
-        let (pending, offset) = self.place(&mut st, &payload, None).await?;
+        self.roll_if_due(&mut st).await?;
+        let time_ms = st.take_time();
+        let (pending, offset) = self.place(&mut st, &payload, Header::alone(None, time_ms)).await?;
         Ok(PendingAppend { pending, offset, writer: self.clone() })
     }
 
@@ -800,15 +984,9 @@ impl LogWriter {
         Ok(())
     }
 
-    /// Gives one record its offset and its ledger's add: rolls over first
-    /// when due, writes the envelope, counts it toward the rollover and
-    /// (with a producer) the de-duplication table.
-    async fn place(
-        &self,
-        st: &mut State,
-        payload: &Bytes,
-        produced: Option<Produced<'_>>,
-    ) -> Result<(crate::PendingAdd, u64), ClientError> {
+    /// Rolls the log over when its segment is due: only between batches,
+    /// so that a batch lies in one ledger.
+    async fn roll_if_due(&self, st: &mut State) -> Result<(), ClientError> {
         let age_ms = st.started.map_or(0, |t| t.elapsed().as_millis() as u64);
         if st.meta.config.rollover.due(st.entries, st.bytes, age_ms) {
             // Boxed: the rollover's state (the next ledger, the close, the
@@ -816,7 +994,19 @@ impl LogWriter {
             // moved with it on every submit.
             Box::pin(self.roll(st)).await?;
         }
-        let entry = pack(&mut st.arena, produced, payload).expect("producer id checked");
+        Ok(())
+    }
+
+    /// Gives one record its offset and its ledger's add: writes the
+    /// envelope, counts it toward the rollover and (with a producer) the
+    /// de-duplication table.
+    async fn place(
+        &self,
+        st: &mut State,
+        payload: &Bytes,
+        header: Header<'_>,
+    ) -> Result<(crate::PendingAdd, u64), ClientError> {
+        let entry = pack(&mut st.arena, header, payload).expect("producer id and batch checked");
         let offset = st.first_offset + st.entries;
         let pending = match st.current.submit(entry).await {
             Ok(p) => p,
@@ -825,7 +1015,7 @@ impl LogWriter {
         st.entries += 1;
         st.bytes += payload.len() as u64;
         st.started.get_or_insert_with(Instant::now);
-        if let Some(p) = produced {
+        if let Some(p) = header.produced {
             st.producers.observe(p.producer_id, p.sequence, offset);
         }
         Ok((pending, offset))
@@ -889,6 +1079,7 @@ impl LogWriter {
             st.meta.clone(),
             next.ledger_id(),
             st.producers.clone(),
+            Given { entries: st.entries, last_time_ms: st.time_ms },
             stored.clone(),
         );
         // (On failure the next ledger is not deleted: of unknown outcome,
@@ -937,24 +1128,47 @@ fn spawn_next(
 /// listed at this epoch is this rollover having landed; a newer epoch or a
 /// ledger no longer open (recovered by a newer owner) is LogFenced; another
 /// edit of the same epoch (a trim) is built on and tried again.
+/// What a writer gave the ledger it rolls from.
+struct Given {
+    /// Its appends (whole batches: a rollover comes between batches).
+    entries: u64,
+    /// The time of the last of them.
+    last_time_ms: u64,
+}
+
 fn roll_closer(
     client: Client,
     mut log: LogMeta,
     next_ledger: u64,
     mut producers: Producers,
+    given: Given,
     stored: Arc<Mutex<Option<LogMeta>>>,
 ) -> Closer {
     Box::new(move |mut current: LedgerMeta, intended: LedgerMeta| {
         Box::pin(async move {
             let name = log.record.name.clone();
             let epoch = log.record.epoch;
+            if i128::from(intended.last_entry_id) + 1 != i128::from(given.entries) {
+                // The ledger failed under appends given to it: it may end
+                // within a batch. Neither sealed nor closed here: a
+                // takeover's recovery ends the log at its last whole batch.
+                tracing::warn!(
+                    log = %name,
+                    ledger_id = current.ledger_id,
+                    took = intended.last_entry_id + 1,
+                    given = given.entries,
+                    "the rolled ledger took fewer appends than given"
+                );
+                return Err(ClientError::LedgerClosed(current.ledger_id));
+            }
             let first = log.record.open_segment().map_or(0, |s| s.first_offset);
             let sealed_end = first + (intended.last_entry_id + 1) as u64;
             // Only what the ledger took: appends past its end are not in the log.
             producers.forget_from(sealed_end);
             producers.cover(sealed_end);
             loop {
-                let record = log.record.roll(epoch, intended.last_entry_id, next_ledger).map_err(chain_error)?;
+                let seal = Seal { last_entry_id: intended.last_entry_id, last_time_ms: given.last_time_ms };
+                let record = log.record.roll_sealed(epoch, seal, next_ledger).map_err(chain_error)?;
                 let mut closed = intended.clone();
                 closed.version = current.version;
                 closed.segments = current.segments.clone();
@@ -1022,9 +1236,9 @@ mod tests {
         for i in 0..2000usize {
             let len = sizes[i % sizes.len()];
             let payload: Vec<u8> = (0..len).map(|j| (i.wrapping_mul(31) + j) as u8).collect();
-            let entry = pack(&mut arena, produced(i), &payload).unwrap();
+            let entry = pack(&mut arena, Header::alone(produced(i), i as u64), &payload).unwrap();
             let header = envelope::header_len(produced(i));
-            assert_eq!(&entry[..header], &envelope::encode(produced(i), b"").unwrap()[..]);
+            assert_eq!(&entry[..header], &envelope::encode(Header::alone(produced(i), i as u64), b"").unwrap()[..]);
             assert_eq!(&entry[header..], &payload[..]);
             assert!(arena.capacity() <= ARENA_BYTES, "the writer's buffer stays bounded");
             // Keep every third entry, drop the rest at once.
@@ -1034,7 +1248,7 @@ mod tests {
         }
         for (entry, i, payload) in &kept {
             let header = envelope::header_len(produced(*i));
-            assert_eq!(&entry[..header], &envelope::encode(produced(*i), b"").unwrap()[..]);
+            assert_eq!(&entry[..header], &envelope::encode(Header::alone(produced(*i), *i as u64), b"").unwrap()[..]);
             assert_eq!(&entry[header..], &payload[..], "an entry kept its bytes");
         }
     }
