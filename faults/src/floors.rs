@@ -33,6 +33,8 @@ pub struct Floors {
     /// two writers' conditional lanes did not race (issue #47).
     pub log_conditional_acked: usize,
     pub log_conditional_refused: usize,
+    /// Atomic batches acknowledged (issue #47).
+    pub log_batches_acked: usize,
     /// Logs read back whole at the finale (every log of the run).
     pub logs_final: usize,
 }
@@ -53,6 +55,7 @@ impl Floors {
             log_records_read: 200 * minutes,
             log_conditional_acked: 30 * minutes,
             log_conditional_refused: 30 * minutes,
+            log_batches_acked: 30 * minutes,
             logs_final: 1,
         }
     }
@@ -72,6 +75,7 @@ pub fn shortfalls(report: &Report, floors: &Floors) -> Vec<String> {
         ("log records read at cursors", report.logs.records_read, floors.log_records_read),
         ("conditional log appends acknowledged", report.logs.conditional_acked, floors.log_conditional_acked),
         ("conditional log appends refused", report.logs.conditional_refused, floors.log_conditional_refused),
+        ("atomic log batches acknowledged", report.logs.batches_acked, floors.log_batches_acked),
         ("logs read back at the finale", report.logs.logs_final, floors.logs_final),
     ]
     .into_iter()
@@ -106,6 +110,7 @@ mod tests {
                 records_read: 3_000,
                 conditional_acked: 300,
                 conditional_refused: 2_000,
+                batches_acked: 300,
                 logs_final: 1,
                 ..Default::default()
             },
@@ -128,7 +133,11 @@ mod tests {
         assert_eq!(s.len(), 2, "{s:?}");
         assert!(s[0].contains("3 reads answered"), "{s:?}");
         assert!(s[1].contains("0 recoveries completed"), "{s:?}");
-        assert_eq!(shortfalls(&Report::default(), &floors).len(), 12, "every floor, the conditional appends' too");
+        assert_eq!(
+            shortfalls(&Report::default(), &floors).len(),
+            13,
+            "every floor, the conditional appends' and batches' too"
+        );
     }
 
     #[test]

@@ -81,6 +81,10 @@ pub enum Op {
         /// it is there.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         expected: Option<u64>,
+        /// The record's place in an atomic batch (issue #47): one event
+        /// per record, all with the batch's outcome.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        batch: Option<BatchOf>,
     },
     /// A read of `log` from offset `from` (a cursor's position), of at
     /// most `limit` records (0: unknown): what came back, as (offset,
@@ -92,12 +96,33 @@ pub enum Op {
         #[serde(default)]
         limit: usize,
         records: Vec<(u64, u64)>,
+        /// Each record's time (issue #47), in the order read.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        times: Vec<u64>,
     },
     /// A trim of `log` below `before`.
     LogTrim { log: String, before: u64 },
     /// After the faults healed and a last takeover fenced every writer:
     /// the whole log from its trim point, as (offset, digest).
-    LogFinal { log: String, trim_before: u64, records: Vec<(u64, u64)> },
+    LogFinal {
+        log: String,
+        trim_before: u64,
+        records: Vec<(u64, u64)>,
+        /// Each record's time (issue #47), in the order read.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        times: Vec<u64>,
+    },
+}
+
+/// A record's place in the atomic batch it was appended with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchOf {
+    /// The batch (the digest of its first record).
+    pub id: u64,
+    /// The record's index in it, from 0.
+    pub index: u32,
+    /// The batch's records.
+    pub len: u32,
 }
 
 impl Op {

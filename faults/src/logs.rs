@@ -13,6 +13,8 @@
 //! | trims hold | the final trim point is at or past every acknowledged trim ([`LogViolation::TrimLost`]) |
 //! | a conditional append is written where it expects (issue #47) | acknowledged at its expected offset ([`LogViolation::ConditionBroken`]); two acknowledged at one offset are [`LogViolation::OffsetShared`], one lost is [`LogViolation::LostRecord`] |
 //! | reads see their writes (issue #47) | a read that began after an append was acknowledged, and answered fewer records than it asked for, reached past that append's offset ([`LogViolation::StaleRead`]) |
+//! | a batch is whole or absent (issue #47) | the final read holds all of a batch's records at consecutive offsets, or none (or those from its trim point on); no read that stopped at the log's end ends within a batch ([`LogViolation::TornBatch`]) |
+//! | record time never goes back (issue #47) | in every read and the final read, each record's time is at least the one before it ([`LogViolation::TimeWentBack`]) |
 //!
 //! The trim point moves only forward, so a record below the final trim
 //! point may be gone for a good reason; such records are judged by the
@@ -20,7 +22,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::history::{Event, Op, Outcome};
+use crate::history::{BatchOf, Event, Op, Outcome};
 
 /// One broken log guarantee, with what shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +60,12 @@ pub enum LogViolation {
     /// it at `end` (fewer records than it asked for): it did not read its
     /// writes.
     StaleRead { log: String, from: u64, end: u64, offset: u64, acked_us: u64, invoked_us: u64, process: u32 },
+    /// Part of a batch: `offsets` of its `len` records (by index order), in
+    /// the final read or at the end of a read that stopped at the log's
+    /// end; or its records at offsets that are not consecutive.
+    TornBatch { log: String, batch: u64, len: u32, offsets: Vec<u64>, process: u32 },
+    /// A record's time before the time of the record before it.
+    TimeWentBack { log: String, offset: u64, time_ms: u64, before_ms: u64, process: u32 },
 }
 
 /// What the log rules counted.
@@ -75,11 +83,40 @@ pub struct LogCounts {
     pub logs_final: usize,
     /// Records in the final reads.
     pub records_final: usize,
+    /// Atomic batches acknowledged (issue #47).
+    pub batches_acked: usize,
 }
 
 /// Consecutive offsets from `from`: the first that is not, as (expected, got).
 fn first_gap(from: u64, records: &[(u64, u64)]) -> Option<(u64, u64)> {
     records.iter().enumerate().map(|(i, r)| (from + i as u64, r.0)).find(|(want, got)| want != got)
+}
+
+/// The records of `records` (offset, digest) that belong to a batch, by
+/// batch: (offset, place) in the order read.
+fn by_batch(records: &[(u64, u64)], batches: &BTreeMap<u64, BatchOf>) -> BTreeMap<u64, (BatchOf, Vec<(u64, u32)>)> {
+    let mut out: BTreeMap<u64, (BatchOf, Vec<(u64, u32)>)> = BTreeMap::new();
+    for &(offset, digest) in records {
+        if let Some(b) = batches.get(&digest) {
+            out.entry(b.id).or_insert_with(|| (*b, Vec::new())).1.push((offset, b.index));
+        }
+    }
+    out
+}
+
+/// Whether a batch's records as read sit at consecutive offsets in index
+/// order (each at its batch's first offset plus its index).
+fn consecutive(present: &[(u64, u32)]) -> bool {
+    let base = |&(o, i): &(u64, u32)| o.checked_sub(u64::from(i));
+    present.first().map(base).is_none_or(|b| b.is_some() && present.iter().all(|p| base(p) == b))
+}
+
+/// The first record (offset, time) whose time is before the one before it.
+fn time_back(records: &[(u64, u64)], times: &[u64]) -> Option<(u64, u64, u64)> {
+    records.iter().zip(times).collect::<Vec<_>>().windows(2).find_map(|w| {
+        let ((_, t0), ((o1, _), t1)) = ((w[0].0, *w[0].1), (w[1].0, *w[1].1));
+        (t1 < t0).then_some((*o1, t1, t0))
+    })
 }
 
 /// Checks the log operations of a history (events in any order).
@@ -96,6 +133,17 @@ pub fn check_logs(events: &[Event]) -> (LogCounts, Vec<LogViolation>) {
     let mut by_digest: BTreeMap<(&str, u64), BTreeSet<u64>> = BTreeMap::new();
     let mut by_offset: BTreeMap<(&str, u64), BTreeSet<u64>> = BTreeMap::new();
     let mut trims: BTreeMap<&str, u64> = BTreeMap::new();
+    // Every batched record's place, by its digest (whatever its outcome:
+    // an unanswered batch may be in the log, whole).
+    let mut batches: BTreeMap<u64, BatchOf> = BTreeMap::new();
+    for e in events {
+        if let Op::LogAppend { digest, batch: Some(b), .. } = &e.op {
+            batches.insert(*digest, *b);
+            if e.outcome == Outcome::Ok && b.index == 0 {
+                n.batches_acked += 1;
+            }
+        }
+    }
 
     for e in events {
         match (&e.op, e.outcome) {
@@ -115,10 +163,37 @@ pub fn check_logs(events: &[Event]) -> (LogCounts, Vec<LogViolation>) {
             }
             (Op::LogAppend { .. }, Outcome::Unknown) => n.unknown_appends += 1,
             (Op::LogAppend { expected: Some(_), .. }, Outcome::Fail) => n.conditional_refused += 1,
-            (Op::LogRead { log, from, records, .. }, Outcome::Ok) => {
+            (Op::LogRead { log, from, limit, records, times }, Outcome::Ok) => {
                 n.records_read += records.len();
                 if let Some((expected, got)) = first_gap(*from, records) {
                     v.push(LogViolation::Gap { log: log.clone(), from: *from, expected, got, process: e.process });
+                }
+                if let Some((offset, time_ms, before_ms)) = time_back(records, times) {
+                    v.push(LogViolation::TimeWentBack {
+                        log: log.clone(),
+                        offset,
+                        time_ms,
+                        before_ms,
+                        process: e.process,
+                    });
+                }
+                // A read that stopped at the log's end (fewer records than
+                // asked for) never ends within a batch; a read's batch is at
+                // consecutive offsets. (One that started within a batch began
+                // at a cursor's position: a page of a whole batch.)
+                let at_end = *limit > 0 && records.len() < *limit;
+                for (id, (b, present)) in by_batch(records, &batches) {
+                    let last = present.last().expect("a batch read has a record");
+                    let cut_at_end = at_end && records.last().map(|r| r.0) == Some(last.0) && last.1 + 1 < b.len;
+                    if !consecutive(&present) || cut_at_end {
+                        v.push(LogViolation::TornBatch {
+                            log: log.clone(),
+                            batch: id,
+                            len: b.len,
+                            offsets: present.iter().map(|p| p.0).collect(),
+                            process: e.process,
+                        });
+                    }
                 }
             }
             (Op::LogTrim { log, before }, Outcome::Ok) => {
@@ -126,9 +201,35 @@ pub fn check_logs(events: &[Event]) -> (LogCounts, Vec<LogViolation>) {
                 let t = trims.entry(log).or_default();
                 *t = (*t).max(*before);
             }
-            (Op::LogFinal { log, trim_before, records }, Outcome::Ok) => {
+            (Op::LogFinal { log, trim_before, records, times }, Outcome::Ok) => {
                 n.logs_final += 1;
                 n.records_final += records.len();
+                if let Some((offset, time_ms, before_ms)) = time_back(records, times) {
+                    v.push(LogViolation::TimeWentBack {
+                        log: log.clone(),
+                        offset,
+                        time_ms,
+                        before_ms,
+                        process: e.process,
+                    });
+                }
+                for (id, (b, present)) in by_batch(records, &batches) {
+                    // Whole, or cut only by the trim point: its last records,
+                    // from the trim point on.
+                    let whole = present.len() == b.len as usize;
+                    let trimmed = present
+                        .first()
+                        .is_some_and(|&(o, i)| o == *trim_before && i as usize + present.len() == b.len as usize);
+                    if !consecutive(&present) || !(whole || trimmed) {
+                        v.push(LogViolation::TornBatch {
+                            log: log.clone(),
+                            batch: id,
+                            len: b.len,
+                            offsets: present.iter().map(|p| p.0).collect(),
+                            process: e.process,
+                        });
+                    }
+                }
                 if let Some((expected, got)) = first_gap(*trim_before, records) {
                     v.push(LogViolation::Gap {
                         log: log.clone(),
@@ -270,7 +371,7 @@ pub fn check_logs(events: &[Event]) -> (LogCounts, Vec<LogViolation>) {
         }
     }
     for e in events {
-        let (Op::LogRead { log, from, limit, records }, Outcome::Ok) = (&e.op, e.outcome) else { continue };
+        let (Op::LogRead { log, from, limit, records, .. }, Outcome::Ok) = (&e.op, e.outcome) else { continue };
         if *limit == 0 || records.len() >= *limit {
             continue;
         }
@@ -316,19 +417,34 @@ mod tests {
             process,
             at,
             Outcome::Ok,
-            Op::LogAppend { log: "l".into(), epoch, offset: Some(offset), digest, expected: None },
+            Op::LogAppend { log: "l".into(), epoch, offset: Some(offset), digest, expected: None, batch: None },
         )
     }
     fn read(at: u64, from: u64, records: &[(u64, u64)]) -> Event {
         // Cut at its limit: the other rules' histories say nothing of
         // freshness (stale_read below does).
-        ev(7, at, Outcome::Ok, Op::LogRead { log: "l".into(), from, limit: records.len(), records: records.to_vec() })
+        ev(
+            7,
+            at,
+            Outcome::Ok,
+            Op::LogRead { log: "l".into(), from, limit: records.len(), records: records.to_vec(), times: vec![] },
+        )
     }
     fn stale_read(at: u64, from: u64, records: &[(u64, u64)]) -> Event {
-        ev(7, at, Outcome::Ok, Op::LogRead { log: "l".into(), from, limit: 10, records: records.to_vec() })
+        ev(
+            7,
+            at,
+            Outcome::Ok,
+            Op::LogRead { log: "l".into(), from, limit: 10, records: records.to_vec(), times: vec![] },
+        )
     }
     fn fin(trim_before: u64, records: &[(u64, u64)]) -> Event {
-        ev(9, 10_000, Outcome::Ok, Op::LogFinal { log: "l".into(), trim_before, records: records.to_vec() })
+        ev(
+            9,
+            10_000,
+            Outcome::Ok,
+            Op::LogFinal { log: "l".into(), trim_before, records: records.to_vec(), times: vec![] },
+        )
     }
 
     /// Two owners in turn, a retry answered with its first offset, a
@@ -343,7 +459,7 @@ mod tests {
                 1,
                 30,
                 Outcome::Unknown,
-                Op::LogAppend { log: "l".into(), epoch: 1, offset: None, digest: 102, expected: None },
+                Op::LogAppend { log: "l".into(), epoch: 1, offset: None, digest: 102, expected: None, batch: None },
             ),
             open(2, 40, 2),
             // The old owner is refused once the new one holds.
@@ -351,7 +467,7 @@ mod tests {
                 1,
                 50,
                 Outcome::Fail,
-                Op::LogAppend { log: "l".into(), epoch: 1, offset: None, digest: 103, expected: None },
+                Op::LogAppend { log: "l".into(), epoch: 1, offset: None, digest: 103, expected: None, batch: None },
             ),
             // Its retry of 102 through a new takeover: the first offset.
             open(1, 60, 3),
@@ -521,7 +637,7 @@ mod tests {
             7,
             86,
             Outcome::Ok,
-            Op::LogRead { log: "l".into(), from: 1, limit: 2, records: vec![(1, 101), (2, 102)] },
+            Op::LogRead { log: "l".into(), from: 1, limit: 2, records: vec![(1, 101), (2, 102)], times: vec![] },
         );
         h.push(cut);
         assert_eq!(violations(&h), vec![], "begun before the ack, or cut at its limit");
@@ -534,7 +650,7 @@ mod tests {
             1,
             81,
             Outcome::Ok,
-            Op::LogAppend { log: "l".into(), epoch: 3, offset: Some(3), digest: 103, expected: Some(2) },
+            Op::LogAppend { log: "l".into(), epoch: 3, offset: Some(3), digest: 103, expected: Some(2), batch: None },
         ));
         let v = violations(&h);
         assert!(v.contains(&LogViolation::ConditionBroken { log: "l".into(), expected: 2, offset: 3 }), "{v:?}");
@@ -546,5 +662,79 @@ mod tests {
         h.pop();
         let v = violations(&h);
         assert_eq!(v, vec![LogViolation::Unread { log: "l".into(), acked: 4 }]);
+    }
+
+    /// A batch of three (digests 200..203) acknowledged at 4..7 after the
+    /// clean history; `cut` of its records at the end of a read that
+    /// stopped at the log's end, and in the final read.
+    fn with_batch(read: &[(u64, u64)], fin_records: &[(u64, u64)], trim: u64) -> Vec<LogViolation> {
+        let mut h = clean();
+        h.pop();
+        for i in 0..3u64 {
+            let batch = Some(BatchOf { id: 200, index: i as u32, len: 3 });
+            let op = Op::LogAppend {
+                log: "l".into(),
+                epoch: 3,
+                offset: Some(4 + i),
+                digest: 200 + i,
+                expected: None,
+                batch,
+            };
+            h.push(ev(1, 85, Outcome::Ok, op));
+        }
+        h.push(ev(
+            7,
+            95,
+            Outcome::Ok,
+            Op::LogRead { log: "l".into(), from: 4, limit: 10, records: read.to_vec(), times: vec![] },
+        ));
+        let mut all = vec![(0, 100), (1, 101), (2, 102), (3, 103)];
+        all.extend_from_slice(fin_records);
+        let all: Vec<_> = all.into_iter().filter(|r| r.0 >= trim).collect();
+        h.push(fin(trim, &all));
+        violations(&h)
+    }
+
+    #[test]
+    fn a_batch_seen_in_part_is_named() {
+        let whole = [(4, 200), (5, 201), (6, 202)];
+        assert_eq!(with_batch(&whole, &whole, 2), vec![], "whole everywhere");
+        assert_eq!(with_batch(&whole, &whole[1..], 5), vec![], "its first record below the final trim point");
+        let torn = LogViolation::TornBatch { log: "l".into(), batch: 200, len: 3, offsets: vec![4, 5], process: 7 };
+        assert!(with_batch(&whole[..2], &whole, 2).contains(&torn), "a read that stopped within it");
+        let v = with_batch(&whole, &whole[..2], 2);
+        assert!(v.iter().any(|x| matches!(x, LogViolation::TornBatch { process: 9, .. })), "a prefix kept: {v:?}");
+        assert!(v.iter().any(|x| matches!(x, LogViolation::LostRecord { offset: 6, .. })), "{v:?}");
+        let moved = [(4, 200), (5, 202)];
+        let v = with_batch(&moved, &whole, 2);
+        assert!(v.iter().any(|x| matches!(x, LogViolation::TornBatch { process: 7, .. })), "not consecutive: {v:?}");
+    }
+
+    #[test]
+    fn a_time_before_the_one_before_it_is_named() {
+        let mut h = clean();
+        let op = Op::LogRead {
+            log: "l".into(),
+            from: 1,
+            limit: 3,
+            records: vec![(1, 101), (2, 102), (3, 103)],
+            times: vec![5, 9, 7],
+        };
+        h.push(ev(7, 91, Outcome::Ok, op));
+        let v = violations(&h);
+        assert!(
+            v.contains(&LogViolation::TimeWentBack {
+                log: "l".into(),
+                offset: 3,
+                time_ms: 7,
+                before_ms: 9,
+                process: 7
+            }),
+            "{v:?}"
+        );
+        let mut h = clean();
+        let Op::LogFinal { times, .. } = &mut h.last_mut().unwrap().op else { panic!("the final read is last") };
+        *times = vec![1, 1, 2, 3];
+        assert_eq!(violations(&h), vec![], "equal times are fine");
     }
 }

@@ -1,6 +1,7 @@
 //! Retention of logs (issue #23 item 5), run by the active auditor at each
 //! pass: a log whose settings say so is trimmed by whole ledgers past its
-//! age or size limit (quire-log's `retention::trim_point`), never past its
+//! age (by its records' time, issue #47: each old ledger's last record is
+//! read) or size limit (quire-log's `retention::trim_point`), never past its
 //! slowest holding cursor. The metadata service lets the auditor move a
 //! trim point and nothing else, and refuses a trim past a holding cursor
 //! whatever the auditor computed.
@@ -27,9 +28,15 @@ pub async fn trim_logs(client: &Client, ledgers: &[LedgerMeta], now_ms: u64) -> 
         let cursors = client.cursors(&name).await.unwrap_or_default();
         let floor = quire_log::cursor::retention_floor(&cursors).map(|(p, _)| p);
         let retention = meta.config.retention;
-        let Some(to) =
-            quire_log::retention::trim_point(&meta.record, &retention, now_ms, floor, |id| lengths.get(&id).copied())
-        else {
+        let times = last_times(client, &meta.record, retention.max_age_ms, now_ms).await?;
+        let Some(to) = quire_log::retention::trim_point(
+            &meta.record,
+            &retention,
+            now_ms,
+            floor,
+            |id| lengths.get(&id).copied(),
+            |id| times.get(&id).copied(),
+        ) else {
             continue;
         };
         match client.trim_log(&name, to).await {
@@ -45,4 +52,37 @@ pub async fn trim_logs(client: &Client, ledgers: &[LedgerMeta], now_ms: u64) -> 
         }
     }
     Ok(trimmed)
+}
+
+/// The last record's time of each of the log's oldest fixed segments that
+/// retention by age may trim, read from their ledgers: oldest first, up
+/// to the first that is not older than `max_age_ms` (records' times never
+/// decrease along a log, so none after it is either). Empty without an
+/// age limit.
+async fn last_times(
+    client: &Client,
+    record: &quire_log::LogRecord,
+    max_age_ms: u64,
+    now_ms: u64,
+) -> Result<BTreeMap<u64, u64>, ClientError> {
+    let mut times = BTreeMap::new();
+    if max_age_ms == 0 {
+        return Ok(times);
+    }
+    for s in record.segments.iter().filter(|s| s.end_offset.is_some()) {
+        let t = match client.segment_last_time_ms(record, s.ledger_id).await {
+            Ok(t) => t.filter(|t| *t > 0),
+            // Trimmed or deleted meanwhile: the next pass sees the log anew.
+            Err(ClientError::NoSuchLedger(_)) => return Ok(times),
+            Err(e) => return Err(e),
+        };
+        let aged_from = t.unwrap_or(s.sealed_at_ms);
+        if let Some(t) = t {
+            times.insert(s.ledger_id, t);
+        }
+        if aged_from == 0 || now_ms.saturating_sub(aged_from) < max_age_ms {
+            break;
+        }
+    }
+    Ok(times)
 }

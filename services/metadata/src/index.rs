@@ -508,7 +508,6 @@ mod tests {
                     first_offset: 0,
                     end_offset: None,
                     sealed_at_ms: 0,
-                    last_time_ms: 0,
                 })
                 .collect();
             log

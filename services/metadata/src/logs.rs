@@ -147,6 +147,7 @@ impl MetaState {
         ledgers: Vec<(Ledger, u64)>,
         caller: &Caller,
         now_ms: u64,
+        may_cut: bool,
     ) -> Result<(Outcome, Vec<Touched>), Refusal> {
         let name = log.record.name.clone();
         let stored = self.logs.get(&name).ok_or_else(|| Refusal::NoSuchLog(name.clone()))?.clone();
@@ -217,10 +218,12 @@ impl MetaState {
                 // The log holds the closed ledger's entries up to its last
                 // whole batch: a takeover leaves out a batch its recovery
                 // cut (never acknowledged: a batch is answered once whole),
-                // which is at most one batch's records short of the end.
+                // which is at most one batch's records short of the end. A
+                // writer's own rollover seals what its ledger took, exactly.
                 let held = i128::from(l.last_entry_id) + 1;
                 let short = held - i128::from(*entries);
-                let cut_max = quire_log::envelope::BATCH_RECORDS_MAX as i128 - 1;
+                let takeover = log.record.epoch > stored.record.epoch;
+                let cut_max = if may_cut && takeover { quire_log::envelope::BATCH_RECORDS_MAX as i128 - 1 } else { 0 };
                 if l.state != LedgerState::Closed || !(0..=cut_max).contains(&short) {
                     return Err(Refusal::BadRequest(format!(
                         "log {name} seals ledger {id} at {entries} records, but the ledger is {:?} at last entry {}",
@@ -814,6 +817,34 @@ mod tests {
         let _ = other;
     }
 
+    /// Issue #47 item 3: a takeover may seal the open segment short of its
+    /// closed ledger by a batch the recovery cut (UpdateLogCutting, what the
+    /// service logs now), a rollover never; and an UpdateLog logged by an
+    /// earlier build replays as it was applied: exact.
+    #[test]
+    fn only_a_takeover_seals_short_of_its_ledger_and_only_by_a_batch() {
+        let mut s = MetaState::default();
+        let l1 = ledger(&mut s, "gateway/1");
+        let log = create(&mut s, "l", l1.ledger_id);
+        let l2 = ledger(&mut s, "gateway/1");
+        let cutting = |s: &mut MetaState, record: LogRecord, ledgers: Vec<(Ledger, u64)>| {
+            let log = Log { record, ..log.clone() };
+            let cmd = Command::UpdateLogCutting { log, expected_version: 1, ledgers, caller: gw(), now_ms: 99 };
+            s.apply(cmd).0
+        };
+        // The ledger closed at entry 6; the log keeps 5 records (a batch
+        // cut at entries 5 and 6).
+        let rolled = log.record.roll(1, 4, l2.ledger_id).unwrap();
+        let out = cutting(&mut s, rolled, vec![closed(&l1, 6)]);
+        assert!(matches!(out, Outcome::Refused(Refusal::BadRequest(_))), "a rollover seals exactly: {out:?}");
+        let taken = log.record.take_over("b", 4, l2.ledger_id).unwrap();
+        let out = update(&mut s, &log, taken.clone(), vec![closed(&l1, 6)], &gw());
+        assert!(matches!(out, Outcome::Refused(Refusal::BadRequest(_))), "an UpdateLog replays exact: {out:?}");
+        let out = cutting(&mut s, taken, vec![closed(&l1, 6)]);
+        assert!(matches!(out, Outcome::Log(..)), "{out:?}");
+        assert_eq!(s.logs["l"].record.segments[0].end_offset, Some(5));
+    }
+
     /// A crafted seal of 2^63 records (a ledger closed at entry i64::MAX):
     /// refused with a clear error in apply, on every replica alike, with
     /// nothing changed. Before offsets were bounded, `entries as i64 - 1`
@@ -836,7 +867,6 @@ mod tests {
             first_offset: 1 << 63,
             end_offset: None,
             sealed_at_ms: 0,
-            last_time_ms: 0,
         });
         let out = update(&mut s, &log, rolled, vec![(huge, l1.version)], &gw());
         assert!(matches!(&out, Outcome::Refused(Refusal::BadRequest(why)) if why.contains("offset")), "{out:?}");

@@ -647,7 +647,7 @@ impl quire_rpc::Service for MetaService {
                         .get(&log.record.name)
                         .is_some_and(|l| l.record.epoch < log.record.epoch);
                     let name = log.record.name.clone();
-                    let cmd = Command::UpdateLog {
+                    let cmd = Command::UpdateLogCutting {
                         log,
                         expected_version: u.expected_version,
                         ledgers,

@@ -412,6 +412,11 @@ pub enum Command {
     /// `expected_version` is 0, when the log is at another version (an
     /// edit since the caller fenced it). A variant of its own, as above.
     DeleteLogFenced { name: String, expected_version: u64, caller: Caller },
+    /// UpdateLog in which a takeover (a raised epoch) may seal the open
+    /// segment short of its closed ledger by a batch the recovery cut (at
+    /// most 65 534 entries: issue #47, atomic batches). A variant of its
+    /// own, so that an UpdateLog replays as it was first applied.
+    UpdateLogCutting { log: Log, expected_version: u64, ledgers: Vec<(Ledger, u64)>, caller: Caller, now_ms: u64 },
 }
 
 /// The names of logs' ownership locks start so; only these may be taken over.
@@ -1086,7 +1091,10 @@ impl MetaState {
                 self.create_log(log, &caller, now_ms)
             }
             Command::UpdateLog { log, expected_version, ledgers, caller, now_ms } => {
-                self.update_log(log, expected_version, ledgers, &caller, now_ms)
+                self.update_log(log, expected_version, ledgers, &caller, now_ms, false)
+            }
+            Command::UpdateLogCutting { log, expected_version, ledgers, caller, now_ms } => {
+                self.update_log(log, expected_version, ledgers, &caller, now_ms, true)
             }
             Command::DeleteLog { name, caller } => self.delete_log(&name, &caller, false, None),
             Command::DeleteLogAndSweep { name, caller } => self.delete_log(&name, &caller, true, None),

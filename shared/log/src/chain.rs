@@ -37,41 +37,17 @@ pub struct LogSegment {
     /// segment, whose ledger is still written).
     pub end_offset: Option<u64>,
     /// When its end was fixed, by the metadata leader's clock (0: open, or
-    /// unknown): retention by age counts from it where its records have no
-    /// time. The metadata service sets it; what a writer sends is ignored.
+    /// unknown): retention by age counts from it. The metadata service
+    /// sets it; what a writer sends is ignored.
     pub sealed_at_ms: u64,
-    /// The time of its last record (its writer's clock, milliseconds since
-    /// the Unix epoch), fixed with its end by whoever seals it: never less
-    /// than an earlier segment's (an empty segment carries the one before
-    /// it). 0 while open, and for segments of records written before
-    /// records had a time. Finding the first record at a time, and
-    /// retention by age, start from it.
-    #[serde(default)]
-    pub last_time_ms: u64,
 }
 
 impl LogSegment {
-    /// A new open segment.
-    pub fn open(ledger_id: u64, first_offset: u64) -> LogSegment {
-        LogSegment { ledger_id, first_offset, end_offset: None, sealed_at_ms: 0, last_time_ms: 0 }
-    }
-
     /// Whether `offset` lies in this segment (an open segment holds every
     /// offset from its first on; the caller bounds it by the LAC).
     fn holds(&self, offset: u64) -> bool {
         offset >= self.first_offset && self.end_offset.is_none_or(|end| offset < end)
     }
-}
-
-/// Where a segment's end is fixed: the last entry of its ledger in the log
-/// (-1: none), and the time of that record (0: unknown; no earlier than
-/// the segment before it in any case).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Seal {
-    /// The last entry the log holds of the ledger.
-    pub last_entry_id: i64,
-    /// Its record's time.
-    pub last_time_ms: u64,
 }
 
 /// A log's record in the metadata service.
@@ -156,7 +132,7 @@ impl LogRecord {
             name: name.into(),
             epoch: 1,
             owner: owner.into(),
-            segments: vec![LogSegment::open(first_ledger, 0)],
+            segments: vec![LogSegment { ledger_id: first_ledger, first_offset: 0, end_offset: None, sealed_at_ms: 0 }],
             trim_before: 0,
         }
     }
@@ -205,21 +181,12 @@ impl LogRecord {
         Ok(())
     }
 
-    /// The time no record appended from now on may be before: the last
-    /// sealed segment's last record's (0: none known).
-    pub fn time_floor_ms(&self) -> u64 {
-        self.segments.iter().rev().find(|s| s.end_offset.is_some()).map_or(0, |s| s.last_time_ms)
-    }
-
-    fn seal_open(&mut self, seal: Seal) -> Result<(), ChainError> {
-        let Seal { last_entry_id, last_time_ms } = seal;
-        let floor = self.time_floor_ms();
+    fn seal_open(&mut self, last_entry_id: i64) -> Result<(), ChainError> {
         let s = self
             .segments
             .last_mut()
             .filter(|s| s.end_offset.is_none())
             .ok_or_else(|| ChainError::NoOpenSegment(self.name.clone()))?;
-        s.last_time_ms = last_time_ms.max(floor);
         // In i128: a ledger's count (last entry id + 1) reaches 2^63, which
         // no i64 holds; an end past OFFSET_MAX is refused by check().
         let entries = u64::try_from((i128::from(last_entry_id) + 1).max(0)).expect("at most 2^63");
@@ -238,7 +205,7 @@ impl LogRecord {
             return Err(ChainError::LedgerListed(ledger_id));
         }
         let first_offset = self.fixed_end();
-        self.segments.push(LogSegment::open(ledger_id, first_offset));
+        self.segments.push(LogSegment { ledger_id, first_offset, end_offset: None, sealed_at_ms: 0 });
         Ok(())
     }
 
@@ -246,14 +213,9 @@ impl LogRecord {
     /// at `last_entry_id` (-1: empty) and `next_ledger` takes the following
     /// offsets. The returned record is what the owner writes by CAS.
     pub fn roll(&self, epoch: u64, last_entry_id: i64, next_ledger: u64) -> Result<LogRecord, ChainError> {
-        self.roll_sealed(epoch, Seal { last_entry_id, last_time_ms: 0 }, next_ledger)
-    }
-
-    /// [`LogRecord::roll`], with the time of the sealed segment's last record.
-    pub fn roll_sealed(&self, epoch: u64, seal: Seal, next_ledger: u64) -> Result<LogRecord, ChainError> {
         self.same_epoch(epoch)?;
         let mut next = self.clone();
-        next.seal_open(seal)?;
+        next.seal_open(last_entry_id)?;
         next.open_next(next_ledger)?;
         next.check()?;
         Ok(next)
@@ -269,21 +231,9 @@ impl LogRecord {
         recovered_last_entry_id: i64,
         next_ledger: u64,
     ) -> Result<LogRecord, ChainError> {
-        self.take_over_sealed(owner, Seal { last_entry_id: recovered_last_entry_id, last_time_ms: 0 }, next_ledger)
-    }
-
-    /// [`LogRecord::take_over`], sealing the open segment at `seal`: its
-    /// last whole batch's last entry (a batch the recovery cut is not in
-    /// the log), and that record's time.
-    pub fn take_over_sealed(
-        &self,
-        owner: impl Into<String>,
-        seal: Seal,
-        next_ledger: u64,
-    ) -> Result<LogRecord, ChainError> {
         let mut next = self.clone();
         if next.open_segment().is_some() {
-            next.seal_open(seal)?;
+            next.seal_open(recovered_last_entry_id)?;
         }
         next.open_next(next_ledger)?;
         next.epoch += 1;
@@ -350,17 +300,6 @@ impl LogRecord {
             if !seen.insert(s.ledger_id) {
                 return bad(format!("ledger {} listed twice", s.ledger_id));
             }
-            if i > 0 && s.end_offset.is_some() && s.last_time_ms < self.segments[i - 1].last_time_ms {
-                return bad(format!(
-                    "ledger {}'s last record time {} is before the one before it ({})",
-                    s.ledger_id,
-                    s.last_time_ms,
-                    self.segments[i - 1].last_time_ms
-                ));
-            }
-            if s.end_offset.is_none() && s.last_time_ms != 0 {
-                return bad(format!("open ledger {} has a last record time", s.ledger_id));
-            }
         }
         if self.trim_before > self.fixed_end() {
             return bad(format!("trimmed before {} past the fixed end {}", self.trim_before, self.fixed_end()));
@@ -384,7 +323,8 @@ impl LogRecord {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Edit {
     /// Segments whose end the edit fixed: the ledger and how many entries it
-    /// holds in the log (its ledger must be closed at exactly that many).
+    /// holds in the log (its ledger must be closed at exactly that many, or,
+    /// in a takeover, up to one batch more: a batch its recovery cut).
     pub sealed: Vec<(u64, u64)>,
     /// Ledgers the edit added (each must exist and be open, so that nothing
     /// was written to it before the log listed it).
@@ -436,12 +376,6 @@ pub fn check_edit(old: &LogRecord, new: &LogRecord) -> Result<Edit, ChainError> 
         }
         match (s.end_offset, n.end_offset) {
             (Some(a), Some(b)) if a != b => return bad(format!("ledger {} end moved from {a} to {b}", s.ledger_id)),
-            (Some(_), Some(_)) if n.last_time_ms != s.last_time_ms => {
-                return bad(format!(
-                    "ledger {}'s last record time moved from {} to {}",
-                    s.ledger_id, s.last_time_ms, n.last_time_ms
-                ))
-            }
             (Some(_), None) => return bad(format!("ledger {} reopened", s.ledger_id)),
             (None, Some(end)) => edit.sealed.push((s.ledger_id, end - s.first_offset)),
             _ => {}
@@ -573,32 +507,6 @@ mod tests {
         assert!(r.check().is_err(), "offsets in no ledger");
     }
 
-    /// Issue #47 item 4: a sealed segment keeps its last record's time,
-    /// never less than the one before it (an empty or time-less segment
-    /// carries it on); the floor a new writer starts from is the last one;
-    /// once sealed it never changes.
-    #[test]
-    fn a_sealed_segments_time_never_goes_back_and_never_moves() {
-        let r = LogRecord::new("t", "a", 1);
-        let r = r.roll_sealed(1, Seal { last_entry_id: 4, last_time_ms: 500 }, 2).unwrap();
-        assert_eq!((r.segments[0].last_time_ms, r.time_floor_ms()), (500, 500));
-        let r2 = r.take_over_sealed("b", Seal { last_entry_id: -1, last_time_ms: 0 }, 3).unwrap();
-        assert_eq!(r2.segments[1].last_time_ms, 500, "an empty segment carries the time before it");
-        let r3 = r2.roll_sealed(2, Seal { last_entry_id: 0, last_time_ms: 400 }, 4).unwrap();
-        assert_eq!(r3.time_floor_ms(), 500, "a clock behind the floor is raised to it");
-        assert!(check_edit(&r, &r2).is_ok());
-        let mut moved = r2.clone();
-        moved.segments[0].last_time_ms = 600;
-        assert!(matches!(check_edit(&r2, &moved), Err(ChainError::Invalid(_))), "a fixed time moved");
-        let mut back = r3.clone();
-        back.segments[2].last_time_ms = 10;
-        back.segments[1].last_time_ms = 10;
-        assert!(back.check().is_err(), "a time before an earlier segment's");
-        let mut open = r.clone();
-        open.segments[1].last_time_ms = 1;
-        assert!(open.check().is_err(), "an open segment has no last time yet");
-    }
-
     #[test]
     fn check_edit_names_what_changed_and_refuses_what_moves_offsets() {
         let a = LogRecord::new("l", "o", 1);
@@ -639,13 +547,13 @@ mod tests {
         let (empty, _) =
             LogRecord::new("l", "o", 1).roll(1, 4, 2).unwrap().take_over("p", -1, 3).unwrap().trim(5).unwrap();
         let mut again = empty.clone();
-        again.segments = vec![LogSegment::open(9, 0)];
+        again.segments = vec![LogSegment { ledger_id: 9, first_offset: 0, end_offset: None, sealed_at_ms: 0 }];
         again.trim_before = 5;
         assert!(check_edit(&empty, &again).is_err(), "{:?}", check_edit(&empty, &again));
         // A ledger added with records in it is refused.
         let mut stuffed = b.clone();
         stuffed.segments[1].end_offset = Some(8);
-        stuffed.segments.push(LogSegment::open(10, 8));
+        stuffed.segments.push(LogSegment { ledger_id: 10, first_offset: 8, end_offset: None, sealed_at_ms: 0 });
         stuffed.segments[1].ledger_id = 9;
         assert!(stuffed.check().is_ok() && check_edit(&a, &stuffed).is_err());
     }

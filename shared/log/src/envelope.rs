@@ -60,14 +60,16 @@ impl BatchPlace {
     pub const ALONE: BatchPlace = BatchPlace { index: 0, len: 1 };
 
     /// The last entry of the batch holding entry `entry_id` (which has this
-    /// place): the batch is whole once that entry is in the ledger.
-    pub fn last_entry(self, entry_id: u64) -> u64 {
-        entry_id - u64::from(self.index) + u64::from(self.len) - 1
+    /// place): the batch is whole once that entry is in the ledger. None
+    /// for a place no entry at `entry_id` can have (damage: its batch
+    /// would start before entry 0, or end past the largest id).
+    pub fn last_entry(self, entry_id: u64) -> Option<u64> {
+        self.first_entry(entry_id)?.checked_add(u64::from(self.len) - 1).filter(|l| *l <= i64::MAX as u64)
     }
 
-    /// The first entry of that batch.
-    pub fn first_entry(self, entry_id: u64) -> u64 {
-        entry_id - u64::from(self.index)
+    /// The first entry of that batch (None: damage, as for `last_entry`).
+    pub fn first_entry(self, entry_id: u64) -> Option<u64> {
+        entry_id.checked_sub(u64::from(self.index))
     }
 }
 
@@ -243,8 +245,10 @@ mod tests {
     #[test]
     fn a_batch_place_names_its_batch() {
         let b = BatchPlace { index: 2, len: 5 };
-        assert_eq!((b.first_entry(12), b.last_entry(12)), (10, 14));
-        assert_eq!((BatchPlace::ALONE.first_entry(3), BatchPlace::ALONE.last_entry(3)), (3, 3));
+        assert_eq!((b.first_entry(12), b.last_entry(12)), (Some(10), Some(14)));
+        assert_eq!((BatchPlace::ALONE.first_entry(3), BatchPlace::ALONE.last_entry(3)), (Some(3), Some(3)));
+        assert_eq!((b.first_entry(1), b.last_entry(1)), (None, None), "a batch before entry 0: damage");
+        assert_eq!(b.last_entry(i64::MAX as u64), None, "a batch past the largest entry id: damage");
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub mod meta;
 pub mod producers;
 pub mod retention;
 
-pub use chain::{check_edit, ChainError, Edit, Located, LogRecord, LogSegment, Seal, OFFSET_MAX};
+pub use chain::{check_edit, ChainError, Edit, Located, LogRecord, LogSegment, OFFSET_MAX};
 pub use config::{LogConfig, Retention, Rollover};
 pub use cursor::Cursor;
 pub use meta::LogMeta;

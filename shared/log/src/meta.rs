@@ -45,7 +45,7 @@ impl LogMeta {
             "trim_before": r.trim_before,
             "ledgers": r.segments.iter().map(|s| serde_json::json!({
                 "ledger_id": s.ledger_id, "first_offset": s.first_offset, "end_offset": s.end_offset,
-                "sealed_at_ms": s.sealed_at_ms, "last_time_ms": s.last_time_ms,
+                "sealed_at_ms": s.sealed_at_ms,
             })).collect::<Vec<_>>(),
             "ensemble": c.ensemble_size,
             "write_quorum": c.write_quorum,
@@ -78,7 +78,6 @@ impl LogMeta {
                     first_offset: s.first_offset,
                     end_offset: s.end_offset,
                     sealed_at_ms: s.sealed_at_ms,
-                    last_time_ms: s.last_time_ms,
                 })
                 .collect(),
             trim_before: r.trim_before,
@@ -144,7 +143,6 @@ impl LogMeta {
                         first_offset: s.first_offset,
                         end_offset: s.end_offset,
                         sealed_at_ms: s.sealed_at_ms,
-                        last_time_ms: s.last_time_ms,
                     })
                     .collect(),
                 trim_before: m.trim_before,

@@ -1,7 +1,8 @@
 //! The log workload (issue LOGS): two writers race for one log, each
 //! taking it over again and again (every takeover fences the other), with
 //! idempotent appends on a few lanes each that retry what was left open
-//! through the next takeover; a reader at a durable cursor that holds
+//! through the next takeover (lane 0 of each writer conditional, lane 1
+//! atomic batches of 2 to 5 records: issue #47); a reader at a durable cursor that holds
 //! retention; a trimmer behind the cursor. The log rolls every 100 records,
 //! so takeovers, rollovers and trims interleave under the faults. At the
 //! finale one more takeover fences both writers and the whole log is read
@@ -14,6 +15,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use quire_client::sim::rng::Rng;
 use quire_client::{Client, ClientError, CursorStart, LogWriter};
+use quire_faults::history::BatchOf;
 use quire_faults::{Op, Outcome};
 use quire_log::config::{LogConfig, Retention, Rollover};
 
@@ -89,7 +91,11 @@ pub async fn setup(process: u32, client: &Client, sh: &Shared, deadline: Duratio
 struct Lane {
     producer: String,
     sequence: u64,
-    payload: Option<Bytes>,
+    /// Its records (a batch's, on a batch lane), retried whole.
+    payload: Option<Vec<Bytes>>,
+    /// A batch lane (lane 1 of each writer, issue #47): each append is a
+    /// batch of 2 to 5 records, written whole or not at all.
+    batches: bool,
     /// A conditional lane (lane 0 of each writer, issue #47): the offset
     /// it expects the log's next record at (what it last wrote or was
     /// told, plus one). The two writers' conditional lanes race for the
@@ -108,6 +114,7 @@ pub async fn writer(process: u32, client: Client, sh: Arc<Shared>, seed: u64, pa
             producer: format!("w{process}-{l}"),
             sequence: 0,
             payload: None,
+            batches: l == 1,
             expected: (l == 0).then_some(0),
         })
         .collect();
@@ -157,45 +164,53 @@ async fn run_lane(
         if sh.stop.load(Ordering::Relaxed) && lane.payload.is_none() {
             break;
         }
-        let payload = match &lane.payload {
+        let payloads = match &lane.payload {
             Some(p) => p.clone(),
             None => {
-                let p = payload(&mut rng, &lane.producer, lane.sequence);
+                let n = if lane.batches { rng.range(2, 6) } else { 1 };
+                let p: Vec<Bytes> = (0..n).map(|i| payload(&mut rng, &lane.producer, lane.sequence + i)).collect();
                 lane.payload = Some(p.clone());
                 p
             }
         };
-        let d = digest(&payload);
+        let digests: Vec<u64> = payloads.iter().map(|p| digest(p)).collect();
+        let len = digests.len();
+        let (batches, expected) = (lane.batches, lane.expected);
         let invoked = sh.now_us();
-        let expected = lane.expected;
-        match w.append_batch_at(vec![payload], Some((&lane.producer, lane.sequence)), expected).await.map(|o| o[0]) {
-            Ok(offset) => {
-                let op = Op::LogAppend { log: LOG.into(), epoch, offset: Some(offset), digest: d, expected };
-                sh.record(process, invoked, Outcome::Ok, op, None);
+        // One event per record, each with the batch's outcome.
+        let record = |outcome: Outcome, offsets: Option<&[u64]>, error: Option<String>| {
+            for (i, &d) in digests.iter().enumerate() {
+                let batch = batches.then_some(BatchOf { id: digests[0], index: i as u32, len: len as u32 });
+                let offset = offsets.map(|o| o[i]);
+                let op = Op::LogAppend { log: LOG.into(), epoch, offset, digest: d, expected, batch };
+                sh.record(process, invoked, outcome, op, error.clone());
+            }
+        };
+        match w.append_batch_at(payloads, Some((&lane.producer, lane.sequence)), expected).await {
+            Ok(offsets) => {
+                record(Outcome::Ok, Some(&offsets), None);
                 lane.payload = None;
-                lane.sequence += 1;
-                lane.expected = expected.map(|_| offset + 1);
+                lane.sequence += len as u64;
+                lane.expected = expected.map(|_| offsets[len - 1] + 1);
             }
             Err(e @ ClientError::PreconditionFailed { next_offset, .. }) => {
                 // Nothing written (had an earlier attempt of this sequence
                 // been, the retry would have answered its offset): the
                 // lane's next record expects the log's end.
-                let op = Op::LogAppend { log: LOG.into(), epoch, offset: None, digest: d, expected };
-                sh.record(process, invoked, Outcome::Fail, op, Some(e.to_string()));
+                record(Outcome::Fail, None, Some(e.to_string()));
                 lane.payload = None;
-                lane.sequence += 1;
+                lane.sequence += len as u64;
                 lane.expected = Some(next_offset);
             }
             Err(e) => {
-                // Fenced, timed out, the writer broken: the record may be
+                // Fenced, timed out, the writer broken: the records may be
                 // in the log (kept by the next owner's recovery) or not;
                 // the next takeover's retry says which. Refused: never.
                 let outcome = if refused(&e) { Outcome::Fail } else { Outcome::Unknown };
-                let op = Op::LogAppend { log: LOG.into(), epoch, offset: None, digest: d, expected };
-                sh.record(process, invoked, outcome, op, Some(e.to_string()));
+                record(outcome, None, Some(e.to_string()));
                 if outcome == Outcome::Fail {
                     lane.payload = None;
-                    lane.sequence += 1;
+                    lane.sequence += len as u64;
                 }
                 break;
             }
@@ -238,8 +253,9 @@ pub async fn reader(process: u32, client: Client, sh: Arc<Shared>) {
             match cursor.next(READ_LIMIT, Duration::from_millis(500)).await {
                 Ok(got) => {
                     let records: Vec<(u64, u64)> = got.iter().map(|e| (e.offset, digest(&e.payload))).collect();
+                    let times = got.iter().map(|e| e.time_ms).collect();
                     let end = got.last().map(|e| e.offset + 1);
-                    let op = Op::LogRead { log: LOG.into(), from, limit: READ_LIMIT, records };
+                    let op = Op::LogRead { log: LOG.into(), from, limit: READ_LIMIT, records, times };
                     sh.record(process, invoked, Outcome::Ok, op, None);
                     if let Some(end) = end {
                         if cursor.ack(end).await.is_err() {
@@ -248,7 +264,7 @@ pub async fn reader(process: u32, client: Client, sh: Arc<Shared>) {
                     }
                 }
                 Err(e) => {
-                    let op = Op::LogRead { log: LOG.into(), from, limit: READ_LIMIT, records: vec![] };
+                    let op = Op::LogRead { log: LOG.into(), from, limit: READ_LIMIT, records: vec![], times: vec![] };
                     sh.record(process, invoked, Outcome::Unknown, op, Some(e.to_string()));
                     break;
                 }
@@ -301,12 +317,14 @@ pub async fn read_back(process: u32, client: &Client, sh: &Shared, deadline: Dur
         sh.record(process, invoked, Outcome::Ok, Op::LogOpen { log: LOG.into(), epoch: Some(meta.record.epoch) }, None);
         let (trim, end) = (meta.record.trim_before, meta.record.fixed_end());
         let mut records = Vec::new();
+        let mut times = Vec::new();
         let mut from = trim;
         let invoked = sh.now_us();
         while from < end {
             match client.read_log(LOG, from, 4096).await {
                 Ok(got) if !got.is_empty() => {
                     records.extend(got.iter().map(|e| (e.offset, digest(&e.payload))));
+                    times.extend(got.iter().map(|e| e.time_ms));
                     from = got.last().expect("non-empty").offset + 1;
                 }
                 Ok(_) => {
@@ -324,7 +342,13 @@ pub async fn read_back(process: u32, client: &Client, sh: &Shared, deadline: Dur
             continue;
         }
         let n = records.len();
-        sh.record(process, invoked, Outcome::Ok, Op::LogFinal { log: LOG.into(), trim_before: trim, records }, None);
+        sh.record(
+            process,
+            invoked,
+            Outcome::Ok,
+            Op::LogFinal { log: LOG.into(), trim_before: trim, records, times },
+            None,
+        );
         return Ok(n);
     }
     Err(last_error)

@@ -311,13 +311,14 @@ fn main() -> anyhow::Result<()> {
         short
     ));
     summary.push_str(&format!(
-        "  log {}: {} takeovers, {} acknowledged appends ({} unknown; conditional: {} acknowledged, {} refused), {} records read at the cursor, {} trims, {} records read back\n",
+        "  log {}: {} takeovers, {} acknowledged appends ({} unknown; conditional: {} acknowledged, {} refused; {} atomic batches acknowledged), {} records read at the cursor, {} trims, {} records read back\n",
         logs::LOG,
         report.logs.takeovers,
         report.logs.acked_appends,
         report.logs.unknown_appends,
         report.logs.conditional_acked,
         report.logs.conditional_refused,
+        report.logs.batches_acked,
         report.logs.records_read,
         report.logs.trims,
         report.logs.records_final

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use quire_log::Cursor;
 use quire_proto::v1::{self, ErrorCode};
 
+use crate::meta::LedgerState;
 use crate::shell::client::Client;
 use crate::shell::error::ClientError;
 use crate::shell::log::LogEntry;
@@ -85,7 +86,12 @@ impl Client {
             if end >= want || left.is_zero() {
                 return Ok(end);
             }
-            reader.wait_lac(lac, left).await?;
+            // A closed ledger takes nothing more (its end within a batch
+            // a takeover cuts): the end stays where it is until the log's
+            // record moves.
+            if reader.wait_lac(lac, left).await? <= lac && reader.metadata().state == LedgerState::Closed {
+                return Ok(end);
+            }
         }
     }
 

@@ -19,7 +19,7 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use quire_log::envelope::{self, Produced};
 use quire_log::envelope::{BatchPlace, Header};
-use quire_log::{LogConfig, LogMeta, LogRecord, Producers, Seal, Seen};
+use quire_log::{LogConfig, LogMeta, LogRecord, Producers, Seen};
 use quire_proto::v1::{self, ErrorCode};
 use quire_rpc::RpcError;
 use tokio::sync::watch;
@@ -187,7 +187,7 @@ impl Client {
                 Ok(r) => {
                     let stored = from_wire(r.log, name)?;
                     tracing::info!(log = name, ledger_id = first.ledger_id(), "created log");
-                    return Ok(LogWriter::start(self.clone(), stored, first, Producers::default()));
+                    return Ok(LogWriter::start(self.clone(), stored, first, Producers::default(), 0));
                 }
                 Err(e) if e.code() == Some(ErrorCode::NoSuchLedger) && attempts < 2 => {
                     tracing::info!(
@@ -218,7 +218,7 @@ impl Client {
             // The open segment ends at its recovered ledger's last whole
             // batch: a batch the recovery cut (its writer crashed or was
             // fenced within it, so never answered it) is not in the log.
-            let seal = match meta.record.open_segment() {
+            let (sealed_last, kept_time_ms) = match meta.record.open_segment() {
                 Some(s) => {
                     let recovered = self.recover(s.ledger_id).await?;
                     let reader = self.open(s.ledger_id).await?;
@@ -232,17 +232,30 @@ impl Client {
                             "a batch the recovery cut is left out of the log"
                         );
                     }
-                    Seal { last_entry_id: whole as i64 - 1, last_time_ms }
+                    (whole as i64 - 1, (whole > 0).then_some(last_time_ms))
                 }
-                None => Seal { last_entry_id: -1, last_time_ms: 0 },
+                None => (-1, None),
             };
             let next = self.create_log_ledger(name, &meta.config).await?;
-            let taken = match meta.record.take_over_sealed(owner, seal, next.ledger_id()) {
+            let taken = match meta.record.take_over(owner, sealed_last, next.ledger_id()) {
                 Ok(t) => t,
                 Err(e) => {
                     let _ = self.delete(next.ledger_id()).await;
                     return Err(chain_error(e));
                 }
+            };
+            // The new writer's times start from the log's last record's:
+            // record time never goes back, across owners whose clocks
+            // disagree.
+            let floor_ms = match kept_time_ms {
+                Some(t) => t,
+                None => match self.time_before(&taken, taken.fixed_end()).await {
+                    Ok(t) => t,
+                    Err(e) => {
+                        let _ = self.delete(next.ledger_id()).await;
+                        return Err(e);
+                    }
+                },
             };
             let mut producers = meta.producers.clone();
             if let Err(e) = self.observe_producers(&taken, &mut producers).await {
@@ -262,7 +275,7 @@ impl Client {
                         ledger_id = next.ledger_id(),
                         "took the log over"
                     );
-                    return Ok(LogWriter::start(self.clone(), stored, next, producers));
+                    return Ok(LogWriter::start(self.clone(), stored, next, producers, floor_ms));
                 }
                 Err(e) => {
                     // Refused or of unknown outcome: what is stored says
@@ -277,7 +290,7 @@ impl Client {
                         && stored.record.owner == owner
                         && stored.record.open_segment().map(|s| s.ledger_id) == Some(next.ledger_id());
                     if ours {
-                        return Ok(LogWriter::start(self.clone(), stored, next, producers));
+                        return Ok(LogWriter::start(self.clone(), stored, next, producers, floor_ms));
                     }
                     if !stored.record.segments.iter().any(|s| s.ledger_id == next.ledger_id()) {
                         let _ = self.delete(next.ledger_id()).await;
@@ -389,21 +402,26 @@ impl Client {
             let lac = reader.known_lac();
             let got = entries.len();
             for e in entries {
-                let r = envelope::decode(&e.payload).map_err(|_| ClientError::Corrupt(ledger_id, e.entry_id))?;
-                let batch_last = r.header.batch.last_entry(e.entry_id);
-                let whole = match seg.end_offset {
-                    None => lac >= 0 && batch_last <= lac as u64,
-                    Some(end) => batch_last < end - seg.first_offset,
-                };
-                if !whole {
-                    // Part of a batch not yet whole (or cut: never whole).
-                    // Its records come once the LAC covers it, or never.
-                    if !open {
-                        // A fixed segment ends at a whole batch: its
-                        // sealer wrote it so. Damage or a bug.
-                        return Err(ClientError::Corrupt(ledger_id, e.entry_id));
+                let corrupt = || ClientError::Corrupt(ledger_id, e.entry_id);
+                let r = envelope::decode(&e.payload).map_err(|_| corrupt())?;
+                let batch_last = r.header.batch.last_entry(e.entry_id).ok_or_else(corrupt)?;
+                match seg.end_offset {
+                    // Part of a batch not yet whole (or cut: never whole):
+                    // its records come once the LAC covers it, or never.
+                    None if lac < 0 || batch_last > lac as u64 => return Ok((out, Some((ledger_id, batch_last)))),
+                    // A fixed segment ends at a whole batch (its sealer
+                    // wrote it so), unless a takeover by a build before
+                    // atomic batches sealed it: the log holds what its
+                    // record says.
+                    Some(end) if batch_last >= end - seg.first_offset => {
+                        tracing::warn!(
+                            log = %record.name,
+                            ledger_id,
+                            entry_id = e.entry_id,
+                            "a fixed segment ends within a batch (sealed by an earlier build?)"
+                        );
                     }
-                    return Ok((out, Some((ledger_id, batch_last))));
+                    _ => {}
                 }
                 out.push(LogEntry {
                     offset: seg.first_offset + e.entry_id,
@@ -439,11 +457,11 @@ impl Client {
         };
         let last = last as u64;
         let (place, time_ms) = decode_at(last).await?;
-        if place.last_entry(last) <= last {
+        let corrupt = || ClientError::Corrupt(ledger_id, last);
+        if place.last_entry(last).ok_or_else(corrupt)? <= last {
             return Ok((last + 1, time_ms));
         }
-        // Entry `last` is the batch's `index`th: it never goes below 0.
-        let first = place.first_entry(last);
+        let first = place.first_entry(last).ok_or_else(corrupt)?;
         if first == 0 {
             return Ok((0, 0));
         }
@@ -453,43 +471,68 @@ impl Client {
 
     /// The offset of log `name`'s first record at or after `time_ms` (its
     /// writer's time; never decreasing along the log), or the log's
-    /// committed end when every record is before it. From the trim point
-    /// on: segments by the time of their last record, then a binary search
-    /// of one segment's records (about log2 of its records in reads).
+    /// committed end when every record is before it: a binary search of
+    /// the offsets from the trim point to that end, one record read a step
+    /// (about log2 of the records: 32 for four billion).
     pub async fn log_offset_at_time(&self, name: &str, time_ms: u64) -> Result<u64, ClientError> {
         let meta = self.log_meta(name).await?;
         let record = &meta.record;
-        for seg in &record.segments {
-            // A fixed segment whose last record is before the time holds
-            // none at or after it (records without a time count as 0).
-            if seg.end_offset.is_some() && seg.last_time_ms < time_ms {
-                continue;
+        let end = match record.open_segment() {
+            Some(s) => {
+                let reader = self.open(s.ledger_id).await?;
+                s.first_offset + self.whole_batches(&reader, reader.read_lac_fresh().await?).await?.0
             }
-            let reader = self.open(seg.ledger_id).await?;
-            let lo = record.trim_before.max(seg.first_offset) - seg.first_offset;
-            let hi = match seg.end_offset {
-                Some(end) => end - seg.first_offset,
-                None => self.whole_batches(&reader, reader.read_lac_fresh().await?).await?.0,
+            None => record.fixed_end(),
+        };
+        let mut readers: std::collections::HashMap<u64, LedgerReader> = std::collections::HashMap::new();
+        // Every record below lo is before the time; hi is the end, or a
+        // record at or after it.
+        let (mut lo, mut hi) = (record.trim_before, end.max(record.trim_before));
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let quire_log::Located::At { ledger_id, entry_id } = record.locate(mid) else {
+                return Err(ClientError::Trimmed {
+                    log: name.to_string(),
+                    offset: mid,
+                    trim_before: record.trim_before,
+                });
             };
-            let (mut lo, mut hi) = (lo, hi.max(lo));
-            // Invariant: every entry below lo is before the time; hi is
-            // past the segment, or at or after it.
-            let end = hi;
-            while lo < hi {
-                let mid = lo + (hi - lo) / 2;
-                let e = reader.read_unchecked(mid).await?;
-                let r = envelope::decode(&e.payload).map_err(|_| ClientError::Corrupt(seg.ledger_id, mid))?;
-                if r.header.time_ms < time_ms {
-                    lo = mid + 1;
-                } else {
-                    hi = mid;
-                }
-            }
-            if lo < end || seg.end_offset.is_none() {
-                return Ok(seg.first_offset + lo);
+            let reader = match readers.entry(ledger_id) {
+                std::collections::hash_map::Entry::Occupied(r) => r.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => v.insert(self.open(ledger_id).await?),
+            };
+            let e = reader.read_unchecked(entry_id).await?;
+            let r = envelope::decode(&e.payload).map_err(|_| ClientError::Corrupt(ledger_id, entry_id))?;
+            if r.header.time_ms < time_ms {
+                lo = mid + 1;
+            } else {
+                hi = mid;
             }
         }
-        Ok(record.fixed_end().max(record.trim_before))
+        Ok(lo)
+    }
+
+    /// The time of the record before offset `end` of `record` (0: none
+    /// left, below the trim point).
+    async fn time_before(&self, record: &LogRecord, end: u64) -> Result<u64, ClientError> {
+        if end <= record.trim_before {
+            return Ok(0);
+        }
+        let got = self.read_log_range(record, end - 1, end, 1).await?;
+        Ok(got.first().map_or(0, |e| e.time_ms))
+    }
+
+    /// The time of the last record of a fixed segment of `record` (None:
+    /// it holds none, or is not fixed), read from its ledger: retention
+    /// by record time asks it of the oldest segments.
+    pub async fn segment_last_time_ms(&self, record: &LogRecord, ledger_id: u64) -> Result<Option<u64>, ClientError> {
+        let Some(seg) = record.segments.iter().find(|s| s.ledger_id == ledger_id) else { return Ok(None) };
+        let Some(end) = seg.end_offset.filter(|end| *end > seg.first_offset) else { return Ok(None) };
+        let reader = self.open(ledger_id).await?;
+        let last = end - seg.first_offset - 1;
+        let e = reader.read_unchecked(last).await?;
+        let r = envelope::decode(&e.payload).map_err(|_| ClientError::Corrupt(ledger_id, last))?;
+        Ok(Some(r.header.time_ms))
     }
 
     /// Reads up to `max` records of log `name` from `from` on, across
@@ -539,12 +582,21 @@ impl Client {
                 }
                 _ => None,
             };
+            tokio::pin!(changed);
             match waiting_on {
                 Some((ledger_id, after)) => {
                     let reader = self.open(ledger_id).await?;
                     tokio::select! {
-                        r = reader.wait_lac(after, left) => { r?; }
-                        r = changed => { r?; }
+                        r = reader.wait_lac(after, left) => {
+                            // A ledger closed short of it (recovered by a
+                            // takeover whose record has not landed, or has
+                            // cut the batch) takes nothing more: the log's
+                            // record moves next. Wait on it, not in a loop.
+                            if r? <= after && reader.metadata().state == LedgerState::Closed {
+                                (&mut changed).await?;
+                            }
+                        }
+                        r = &mut changed => { r?; }
                     }
                 }
                 _ => {
@@ -724,9 +776,16 @@ enum Placed {
 }
 
 impl LogWriter {
-    fn start(client: Client, meta: LogMeta, current: LedgerWriter, producers: Producers) -> LogWriter {
+    /// A writer of `meta`'s open segment (its ledger `current`), whose
+    /// records' times start from `time_floor_ms` (the log's last record's).
+    fn start(
+        client: Client,
+        meta: LogMeta,
+        current: LedgerWriter,
+        producers: Producers,
+        time_floor_ms: u64,
+    ) -> LogWriter {
         let first_offset = meta.record.open_segment().map_or(0, |s| s.first_offset);
-        let meta_floor_ms = meta.record.time_floor_ms();
         assert_eq!(
             meta.record.open_segment().map(|s| s.ledger_id),
             Some(current.ledger_id()),
@@ -744,7 +803,7 @@ impl LogWriter {
             next,
             arena: BytesMut::new(),
             producers,
-            time_ms: meta_floor_ms,
+            time_ms: time_floor_ms,
         };
         let progress = watch::Sender::new(Progress { committed: first_offset, broken: None });
         LogWriter { inner: Arc::new(WriterInner { client, name, state: tokio::sync::Mutex::new(state), progress }) }
@@ -919,11 +978,16 @@ impl LogWriter {
         let me = self.clone();
         tokio::spawn(async move {
             let mut offsets = Vec::with_capacity(placed.len());
+            // The batch's end, made known once all of it is acknowledged:
+            // a retry of one of its records (a duplicate, waiting on
+            // `committed`) is answered only then, never while the batch
+            // could still be cut.
+            let mut batch_end = None;
             for p in placed {
                 match p {
                     Placed::Pending(pending, offset) => match pending.await {
                         Ok(_) => {
-                            me.inner.progress.send_modify(|g| g.committed = g.committed.max(offset + 1));
+                            batch_end = Some(offset + 1);
                             offsets.push(offset);
                         }
                         Err(e) => {
@@ -940,6 +1004,9 @@ impl LogWriter {
                     },
                     Placed::Fresh => unreachable!("every fresh record is placed before the batch is awaited"),
                 }
+            }
+            if let Some(end) = batch_end {
+                me.inner.progress.send_modify(|g| g.committed = g.committed.max(end));
             }
             let _ = tx.send(Ok(offsets));
         });
@@ -1079,7 +1146,7 @@ impl LogWriter {
             st.meta.clone(),
             next.ledger_id(),
             st.producers.clone(),
-            Given { entries: st.entries, last_time_ms: st.time_ms },
+            st.entries,
             stored.clone(),
         );
         // (On failure the next ledger is not deleted: of unknown outcome,
@@ -1128,27 +1195,20 @@ fn spawn_next(
 /// listed at this epoch is this rollover having landed; a newer epoch or a
 /// ledger no longer open (recovered by a newer owner) is LogFenced; another
 /// edit of the same epoch (a trim) is built on and tried again.
-/// What a writer gave the ledger it rolls from.
-struct Given {
-    /// Its appends (whole batches: a rollover comes between batches).
-    entries: u64,
-    /// The time of the last of them.
-    last_time_ms: u64,
-}
-
 fn roll_closer(
     client: Client,
     mut log: LogMeta,
     next_ledger: u64,
     mut producers: Producers,
-    given: Given,
+    given_entries: u64,
     stored: Arc<Mutex<Option<LogMeta>>>,
 ) -> Closer {
     Box::new(move |mut current: LedgerMeta, intended: LedgerMeta| {
         Box::pin(async move {
             let name = log.record.name.clone();
             let epoch = log.record.epoch;
-            if i128::from(intended.last_entry_id) + 1 != i128::from(given.entries) {
+            // What the writer gave it: whole batches (it rolls between them).
+            if i128::from(intended.last_entry_id) + 1 != i128::from(given_entries) {
                 // The ledger failed under appends given to it: it may end
                 // within a batch. Neither sealed nor closed here: a
                 // takeover's recovery ends the log at its last whole batch.
@@ -1156,7 +1216,7 @@ fn roll_closer(
                     log = %name,
                     ledger_id = current.ledger_id,
                     took = intended.last_entry_id + 1,
-                    given = given.entries,
+                    given = given_entries,
                     "the rolled ledger took fewer appends than given"
                 );
                 return Err(ClientError::LedgerClosed(current.ledger_id));
@@ -1167,8 +1227,7 @@ fn roll_closer(
             producers.forget_from(sealed_end);
             producers.cover(sealed_end);
             loop {
-                let seal = Seal { last_entry_id: intended.last_entry_id, last_time_ms: given.last_time_ms };
-                let record = log.record.roll_sealed(epoch, seal, next_ledger).map_err(chain_error)?;
+                let record = log.record.roll(epoch, intended.last_entry_id, next_ledger).map_err(chain_error)?;
                 let mut closed = intended.clone();
                 closed.version = current.version;
                 closed.segments = current.segments.clone();

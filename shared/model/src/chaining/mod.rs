@@ -7,7 +7,12 @@
 //! the service accepts an edit exactly as `services/metadata/src/logs.rs`
 //! does: the version first, then [`check_edit`], then the ledgers the edit
 //! names (a sealed segment's ledger closed at exactly its count, an opened
-//! one open, empty and unlisted, a dropped one deleted with it). The
+//! one open, empty and unlisted, a dropped one deleted with it). (The
+//! service also lets a takeover seal up to one batch short of its closed
+//! ledger, a batch its recovery cut: issue #47. The writers here append
+//! one record at a time, so a seal here is always exact, and atomic
+//! batches are not modelled: they are checked over real processes and by
+//! the fault suite.) The
 //! writer's steps mirror `shell/log.rs`: `open_log_writer`'s loop (read,
 //! fence and recover the open ledger, make the next, CAS, again on a
 //! conflict) and `LogWriter`'s appends, acknowledgements and rollover (its
