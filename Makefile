@@ -73,6 +73,7 @@ check-model:
 		--max-states $(MODEL_MAX_STATES) $(if $(PRE_FIX),--pre-fix --first)
 	$(if $(PRE_FIX),,$(CARGO) run --release -p quire-model --bin quire-model -- --log --log-takeovers 2 --log-trims 0 --log-crashes 0)
 	$(if $(PRE_FIX),,$(CARGO) run --release -p quire-model --bin quire-model -- --log --log-appends 2 --log-rollover 1 --log-trims 0 --log-crashes 0 --log-deletes 1)
+	$(if $(PRE_FIX),,$(CARGO) run --release -p quire-model --bin quire-model -- --log --log-appends 4 --log-batch 2 --log-trims 0)
 
 # The protocol simulator over many seeds (make test runs 5000 and every seed
 # that once failed): `make sim SEEDS=100000 START=0`.

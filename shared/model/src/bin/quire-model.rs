@@ -77,8 +77,11 @@ struct Args {
     /// Log model: deletes of the log racing the writers.
     #[arg(long, default_value_t = 0)]
     log_deletes: u8,
+    /// Log model: records per atomic batch (issue #47).
+    #[arg(long, default_value_t = 1)]
+    log_batch: u64,
     /// Log model: check with a deliberate bug (no-fence, write-ahead,
-    /// sweep-unbounded, delete-unfenced): it must be found.
+    /// sweep-unbounded, delete-unfenced, keep-cut-batch): it must be found.
     #[arg(long)]
     log_bug: Option<String>,
     /// Stop after generating this many states (repeats included: the
@@ -137,7 +140,12 @@ fn check_log(a: &Args) -> anyhow::Result<()> {
         Some("write-ahead") => Some(ChainBug::WriteAhead),
         Some("sweep-unbounded") => Some(ChainBug::SweepUnbounded),
         Some("delete-unfenced") => Some(ChainBug::DeleteUnfenced),
-        Some(other) => anyhow::bail!("--log-bug {other}: no-fence, write-ahead, sweep-unbounded or delete-unfenced"),
+        Some("keep-cut-batch") => Some(ChainBug::KeepCutBatch),
+        Some(other) => {
+            anyhow::bail!(
+                "--log-bug {other}: no-fence, write-ahead, sweep-unbounded, delete-unfenced or keep-cut-batch"
+            )
+        }
     };
     let c = ChainConfig {
         writers: a.log_writers,
@@ -147,6 +155,7 @@ fn check_log(a: &Args) -> anyhow::Result<()> {
         trims: a.log_trims,
         crashes: a.log_crashes,
         deletes: a.log_deletes,
+        batch: a.log_batch.max(1),
         bug,
     };
     let r = check_chain(c, a.threads);

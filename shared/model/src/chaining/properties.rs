@@ -15,7 +15,11 @@ pub fn all() -> Vec<Property<ChainModel>> {
     vec![
         Property::always("the stored record keeps its invariants", record_valid),
         Property::always("every non-empty ledger is in the log's list", non_empty_listed),
-        Property::always("every sealed segment is its ledger's closed length", sealed_match),
+        Property::always(
+            "every sealed segment is its ledger's closed length, or a cut batch short of it",
+            sealed_match,
+        ),
+        Property::always("no sealed segment ends within a batch", sealed_whole),
         Property::always("at most one ledger of the log takes appends", one_writable),
         Property::always("no acknowledged record is lost", acked_kept),
         Property::always("no record is in the log twice", no_duplicates),
@@ -39,16 +43,37 @@ fn non_empty_listed(_: &ChainModel, s: &ChainState) -> bool {
     s.ledgers.iter().enumerate().all(|(i, l)| l.entries.is_empty() || l.deleted || listed.contains(&(i as u64 + 1)))
 }
 
-/// A sealed segment holds exactly what its closed ledger holds: its end is
-/// the recovery's (or the owner's close), never a guess. (The open
+/// A sealed segment holds what its closed ledger holds: its end is the
+/// recovery's (or the owner's close), never a guess, less only the records
+/// of a batch the recovery cut (issue #47: never acknowledged). (The open
 /// segment's ledger may be closed already: a takeover's recovery closes it
 /// before its CAS seals the segment.)
 fn sealed_match(_: &ChainModel, s: &ChainState) -> bool {
     s.log_deleted
-        || s.record
-            .segments
-            .iter()
-            .all(|seg| seg.end_offset.is_none_or(|end| s.ledger(seg.ledger_id).closed == Some(end - seg.first_offset)))
+        || s.record.segments.iter().all(|seg| {
+            seg.end_offset.is_none_or(|end| {
+                let count = end - seg.first_offset;
+                let l = s.ledger(seg.ledger_id);
+                l.closed.is_some_and(|closed| {
+                    closed >= count
+                        && l.entries[count as usize..closed as usize]
+                            .iter()
+                            .all(|e| !s.acked.values().any(|v| *v == e.0))
+                })
+            })
+        })
+}
+
+/// Every sealed segment ends at a whole batch: no reader of a fixed
+/// segment is given part of a batch (issue #47).
+fn sealed_whole(_: &ChainModel, s: &ChainState) -> bool {
+    s.log_deleted
+        || s.record.segments.iter().all(|seg| {
+            seg.end_offset.is_none_or(|end| {
+                let count = (end - seg.first_offset) as usize;
+                count == 0 || !s.continues.contains(&s.ledger(seg.ledger_id).entries[count - 1].0)
+            })
+        })
 }
 
 /// At most one writer holds a ledger that can still take an add to its

@@ -96,6 +96,10 @@ pub struct ChainState {
     pub acked: BTreeMap<u64, u8>,
     /// The next record's value (every append's bytes differ).
     pub next_value: u8,
+    /// Records (by value) that are not the last of their atomic batch
+    /// (issue #47): a batch is whole once a record not in here follows
+    /// them. Empty with batches of one.
+    pub continues: std::collections::BTreeSet<u8>,
     /// A takeover landed and the leader's sweep of the ledgers no writer
     /// can list has not run yet.
     pub sweep_pending: bool,
