@@ -111,12 +111,27 @@ fn consecutive(present: &[(u64, u32)]) -> bool {
     present.first().map(base).is_none_or(|b| b.is_some() && present.iter().all(|p| base(p) == b))
 }
 
-/// The first record (offset, time) whose time is before the one before it.
-fn time_back(records: &[(u64, u64)], times: &[u64]) -> Option<(u64, u64, u64)> {
-    records.iter().zip(times).collect::<Vec<_>>().windows(2).find_map(|w| {
-        let ((_, t0), ((o1, _), t1)) = ((w[0].0, *w[0].1), (w[1].0, *w[1].1));
-        (t1 < t0).then_some((*o1, t1, t0))
+/// The first record of a read whose time is before the one before it.
+fn time_back(log: &str, records: &[(u64, u64)], times: &[u64], process: u32) -> Option<LogViolation> {
+    let pairs: Vec<(u64, u64)> = records.iter().map(|r| r.0).zip(times.iter().copied()).collect();
+    pairs.windows(2).find(|w| w[1].1 < w[0].1).map(|w| LogViolation::TimeWentBack {
+        log: log.to_string(),
+        offset: w[1].0,
+        time_ms: w[1].1,
+        before_ms: w[0].1,
+        process,
     })
+}
+
+/// A batch seen in part: its records as read, (offset, index).
+fn torn(log: &str, batch: u64, b: BatchOf, present: &[(u64, u32)], process: u32) -> LogViolation {
+    LogViolation::TornBatch {
+        log: log.to_string(),
+        batch,
+        len: b.len,
+        offsets: present.iter().map(|p| p.0).collect(),
+        process,
+    }
 }
 
 /// Checks the log operations of a history (events in any order).
@@ -168,15 +183,7 @@ pub fn check_logs(events: &[Event]) -> (LogCounts, Vec<LogViolation>) {
                 if let Some((expected, got)) = first_gap(*from, records) {
                     v.push(LogViolation::Gap { log: log.clone(), from: *from, expected, got, process: e.process });
                 }
-                if let Some((offset, time_ms, before_ms)) = time_back(records, times) {
-                    v.push(LogViolation::TimeWentBack {
-                        log: log.clone(),
-                        offset,
-                        time_ms,
-                        before_ms,
-                        process: e.process,
-                    });
-                }
+                v.extend(time_back(log, records, times, e.process));
                 // A read that stopped at the log's end (fewer records than
                 // asked for) never ends within a batch; a read's batch is at
                 // consecutive offsets. (One that started within a batch began
@@ -186,13 +193,7 @@ pub fn check_logs(events: &[Event]) -> (LogCounts, Vec<LogViolation>) {
                     let last = present.last().expect("a batch read has a record");
                     let cut_at_end = at_end && records.last().map(|r| r.0) == Some(last.0) && last.1 + 1 < b.len;
                     if !consecutive(&present) || cut_at_end {
-                        v.push(LogViolation::TornBatch {
-                            log: log.clone(),
-                            batch: id,
-                            len: b.len,
-                            offsets: present.iter().map(|p| p.0).collect(),
-                            process: e.process,
-                        });
+                        v.push(torn(log, id, b, &present, e.process));
                     }
                 }
             }
@@ -204,15 +205,7 @@ pub fn check_logs(events: &[Event]) -> (LogCounts, Vec<LogViolation>) {
             (Op::LogFinal { log, trim_before, records, times }, Outcome::Ok) => {
                 n.logs_final += 1;
                 n.records_final += records.len();
-                if let Some((offset, time_ms, before_ms)) = time_back(records, times) {
-                    v.push(LogViolation::TimeWentBack {
-                        log: log.clone(),
-                        offset,
-                        time_ms,
-                        before_ms,
-                        process: e.process,
-                    });
-                }
+                v.extend(time_back(log, records, times, e.process));
                 for (id, (b, present)) in by_batch(records, &batches) {
                     // Whole, or cut only by the trim point: its last records,
                     // from the trim point on.
@@ -221,13 +214,7 @@ pub fn check_logs(events: &[Event]) -> (LogCounts, Vec<LogViolation>) {
                         .first()
                         .is_some_and(|&(o, i)| o == *trim_before && i as usize + present.len() == b.len as usize);
                     if !consecutive(&present) || !(whole || trimmed) {
-                        v.push(LogViolation::TornBatch {
-                            log: log.clone(),
-                            batch: id,
-                            len: b.len,
-                            offsets: present.iter().map(|p| p.0).collect(),
-                            process: e.process,
-                        });
+                        v.push(torn(log, id, b, &present, e.process));
                     }
                 }
                 if let Some((expected, got)) = first_gap(*trim_before, records) {

@@ -220,15 +220,15 @@ impl Client {
             // fenced within it, so never answered it) is not in the log.
             let (sealed_last, kept_time_ms) = match meta.record.open_segment() {
                 Some(s) => {
-                    let recovered = self.recover(s.ledger_id).await?;
-                    let reader = self.open(s.ledger_id).await?;
-                    let (whole, last_time_ms) = self.whole_batches(&reader, recovered.last_entry_id).await?;
-                    if whole as i64 <= recovered.last_entry_id {
+                    let reader = self.open_recovered(s.ledger_id).await?;
+                    let recovered_last = reader.metadata().last_entry_id;
+                    let (whole, last_time_ms) = self.whole_batches(&reader, recovered_last).await?;
+                    if whole as i64 <= recovered_last {
                         tracing::info!(
                             log = name,
                             ledger_id = s.ledger_id,
                             kept = whole,
-                            recovered = recovered.last_entry_id + 1,
+                            recovered = recovered_last + 1,
                             "a batch the recovery cut is left out of the log"
                         );
                     }
@@ -771,8 +771,6 @@ impl std::future::Future for PendingAppend {
 enum Placed {
     Pending(crate::PendingAdd, u64),
     Duplicate(u64),
-    /// Not yet placed (a record of the batch being judged).
-    Fresh,
 }
 
 impl LogWriter {
@@ -912,8 +910,7 @@ impl LogWriter {
         for p in &payloads {
             self.fits(p, produced)?;
         }
-        let mut placed = Vec::with_capacity(payloads.len());
-        {
+        let placed: Vec<Placed> = {
             let mut st = self.inner.state.lock().await;
             if let Some(e) = self.broken() {
                 return Err(e);
@@ -932,7 +929,9 @@ impl LogWriter {
                 }
             }
             // Judged whole before any is placed: the records not yet
-            // written are one batch, placed whole or not at all.
+            // written are one batch, placed whole or not at all. Each
+            // record's judgement: the offset of a duplicate, None if new.
+            let mut judged = Vec::with_capacity(payloads.len());
             let mut fresh = Vec::with_capacity(payloads.len());
             for (i, payload) in payloads.into_iter().enumerate() {
                 let produced = producer.map(|(p, s)| Produced { producer_id: p, sequence: s + i as u64 });
@@ -940,7 +939,7 @@ impl LogWriter {
                     match st.producers.judge(p.producer_id, p.sequence) {
                         Seen::New => {}
                         Seen::Duplicate { offset } => {
-                            placed.push(Placed::Duplicate(offset));
+                            judged.push(Some(offset));
                             continue;
                         }
                         Seen::TooOld { last_sequence } => {
@@ -952,25 +951,31 @@ impl LogWriter {
                         }
                     }
                 }
-                placed.push(Placed::Fresh);
+                judged.push(None);
                 fresh.push((payload, produced));
             }
+            let mut pendings = Vec::with_capacity(fresh.len());
             if !fresh.is_empty() {
                 self.roll_if_due(&mut st).await?;
                 let time_ms = st.take_time();
                 let len = fresh.len() as u16;
-                let mut pendings = Vec::with_capacity(fresh.len());
                 for (index, (payload, produced)) in fresh.into_iter().enumerate() {
                     let header = Header { produced, time_ms, batch: BatchPlace { index: index as u16, len } };
                     pendings.push(self.place(&mut st, &payload, header).await?);
                 }
-                let mut pendings = pendings.into_iter();
-                for p in placed.iter_mut().filter(|p| matches!(p, Placed::Fresh)) {
-                    let (pending, offset) = pendings.next().expect("one per fresh record");
-                    *p = Placed::Pending(pending, offset);
-                }
             }
-        }
+            let mut pendings = pendings.into_iter();
+            judged
+                .into_iter()
+                .map(|j| match j {
+                    Some(offset) => Placed::Duplicate(offset),
+                    None => {
+                        let (pending, offset) = pendings.next().expect("one placed per new record");
+                        Placed::Pending(pending, offset)
+                    }
+                })
+                .collect()
+        };
         // Acknowledgements are taken by a task of their own, so that the
         // writer's progress (which a retry of an append in flight waits
         // on) moves even when this caller stops waiting.
@@ -1002,7 +1007,6 @@ impl LogWriter {
                             return;
                         }
                     },
-                    Placed::Fresh => unreachable!("every fresh record is placed before the batch is awaited"),
                 }
             }
             if let Some(end) = batch_end {
