@@ -10,13 +10,15 @@
 #   env: ROUNDS (3), SECS (10), CASES ("4:100 1:100 16:1": ledgers:window),
 #   MODE (write: ledgers; log: named logs, `quire bench --mode`), or
 #   MODE_A and MODE_B per side (one build, ledgers against logs:
-#   MODE_A=write MODE_B=log ab.sh DIR DIR)
+#   MODE_A=write MODE_B=log ab.sh DIR DIR), ARGS_A and ARGS_B: more
+#   `quire bench` flags per side (ARGS_A=--visible-acks: ledgers answered
+#   once visible, a log's rule)
 # Each folder holds quire, quire-bookie, quire-metadata, quire-gateway,
 # quire-auditor and quire-replication-worker (cp target/release/quire* DIR).
 set -euo pipefail
 A=$1; B=$2
 ROUNDS=${ROUNDS:-3}; SECS=${SECS:-10}; CASES=${CASES:-"4:100 1:100 16:1"}; MODE=${MODE:-write}
-MODE_A=${MODE_A:-$MODE}; MODE_B=${MODE_B:-$MODE}
+MODE_A=${MODE_A:-$MODE}; MODE_B=${MODE_B:-$MODE}; ARGS_A=${ARGS_A:-}; ARGS_B=${ARGS_B:-}
 WORK=${WORK:-/tmp/quire-ab}; HTTP=127.0.0.1:18280
 META=127.0.0.1:4381,127.0.0.1:4382,127.0.0.1:4383
 PID=
@@ -30,7 +32,7 @@ cluster_cpu() { # jiffies of every process under the standalone supervisor
 printf "%-6s %-8s %-6s %10s %9s %9s %14s\n" round case side adds/s p50_ms p99_ms cpu_ms/1k_adds
 for r in $(seq 1 "$ROUNDS"); do
   for side in before after; do
-    dir=$A; mode=$MODE_A; [ $side = after ] && { dir=$B; mode=$MODE_B; }
+    dir=$A; mode=$MODE_A; args=$ARGS_A; [ $side = after ] && { dir=$B; mode=$MODE_B; args=$ARGS_B; }
     rm -rf "$WORK"; mkdir -p "$WORK"
     "$dir/quire" standalone --data-dir "$WORK" --http "$HTTP" --port-offset 200 > "$WORK.log" 2>&1 &
     PID=$!
@@ -39,7 +41,7 @@ for r in $(seq 1 "$ROUNDS"); do
       l=${c%%:*}; w=${c##*:}
       c0=$(cluster_cpu)
       out=$("$dir/quire" bench --metadata "$META" --certs-dir "$WORK/certs" --mode "$mode" --ledgers "$l" --window "$w" \
-              --duration-secs "$SECS" --format json 2>/dev/null)
+              --duration-secs "$SECS" --format json $args 2>/dev/null)
       c1=$(cluster_cpu)
       python3 - "$out" "$r" "$c" "$side" "$c0" "$c1" <<'PY'
 import json, os, sys

@@ -114,6 +114,12 @@ pub struct BenchArgs {
     /// The client's async worker threads (default: one per core).
     #[arg(long)]
     pub(crate) worker_threads: Option<usize>,
+    /// Ledger modes: answer an add only once a reader that starts then
+    /// sees it, as a log's writer does (read your writes: its LAC stored
+    /// on Qa bookies). Measures that rule's cost on ledgers alone, the
+    /// like-for-like reference for `--mode log`.
+    #[arg(long)]
+    pub(crate) visible_acks: bool,
 }
 
 fn hist() -> Histogram<u64> {
@@ -301,7 +307,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             write_quorum: a.write_quorum,
             ack_quorum: a.ack_quorum,
             custom: BTreeMap::new(),
-            visible_acks: false,
+            visible_acks: a.visible_acks,
         };
         // A cluster just started may still be registering its bookies.
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -410,6 +416,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         match a.format {
             Format::Text => {
                 let mode = if a.rate > 0 { format!("open loop at {} adds/s", a.rate) } else { format!("closed loop, {} in flight per ledger", a.window) };
+                let mode = if a.visible_acks && a.mode != Mode::Log { format!("{mode}, answered once visible") } else { mode };
                 let what = if a.mode == Mode::Log {
                     format!("logs {} (rolled every {} records)", a.ledgers, a.log_rollover_entries)
                 } else {

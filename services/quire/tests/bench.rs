@@ -34,6 +34,11 @@ fn quire_bench_writes_closed_and_open_loop_and_reports_percentiles() {
     assert!(v["latency_ms"]["p50"].as_f64().unwrap() <= v["latency_ms"]["p99"].as_f64().unwrap());
     assert!(!v["per_second"].as_array().unwrap().is_empty());
 
+    // Ledgers answered once visible (a log's rule), the reference for logs.
+    let text = bench(&cluster, &["--ledgers", "1", "--duration-secs", "1", "--window", "10", "--visible-acks"]);
+    assert!(text.contains("answered once visible"), "{text}");
+    assert!(text.contains("(0 failed)"), "{text}");
+
     let csv = bench(
         &cluster,
         &[
