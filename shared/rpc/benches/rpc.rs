@@ -92,6 +92,60 @@ fn report(name: &str, connections: usize, in_flight: usize, payload_bytes: usize
     );
 }
 
+/// The bulk phase's packets as its connections counted them (client side:
+/// what it sent): packets a second, the path's MTU, and any loss or black
+/// hole (a send the kernel refused counts as lost: a drop here means the
+/// packet size and the transport disagree).
+fn path_report(
+    name: &str,
+    peers: &[PeerClient],
+    before: &[quinn::ConnectionStats],
+    rcvbuf_errors_before: Option<u64>,
+    elapsed: Duration,
+) {
+    let mut sent = 0u64;
+    let mut datagrams = 0u64;
+    let mut lost = 0u64;
+    let mut black_holes = 0u64;
+    let mut mtu = u16::MAX;
+    for (p, b) in peers.iter().zip(before) {
+        let a = p.connection_stats().expect("connected");
+        sent += a.path.sent_packets - b.path.sent_packets;
+        datagrams += a.udp_tx.datagrams - b.udp_tx.datagrams;
+        lost += a.path.lost_packets - b.path.lost_packets;
+        black_holes += a.path.black_holes_detected;
+        mtu = mtu.min(a.path.current_mtu);
+    }
+    let s = elapsed.as_secs_f64();
+    // Datagrams the kernel dropped for a full receive buffer, machine-wide
+    // (the bench is alone on the machine): a loss there is the receiver
+    // falling behind, not the packet size.
+    let rcvbuf = match (rcvbuf_errors_before, rcvbuf_errors()) {
+        (Some(b), Some(a)) => (a - b).to_string(),
+        _ => "unknown".into(),
+    };
+    println!(
+        "PATH phase={name} path_mtu={mtu} packets_per_s={:.0} datagrams_per_s={:.0} lost_packets={lost} black_holes={black_holes} rcvbuf_errors={rcvbuf}",
+        sent as f64 / s,
+        datagrams as f64 / s,
+    );
+    if black_holes > 0 || mtu < quire_rpc::MAX_UDP_PAYLOAD_BYTES {
+        println!(
+            "PATH CHECK FAILED: loopback carries {} bytes, the connections reached {mtu} with {black_holes} black holes",
+            quire_rpc::MAX_UDP_PAYLOAD_BYTES
+        );
+    }
+}
+
+/// `RcvbufErrors` of /proc/net/snmp's Udp line.
+fn rcvbuf_errors() -> Option<u64> {
+    let snmp = std::fs::read_to_string("/proc/net/snmp").ok()?;
+    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
+    let (names, values) = (udp.next()?, udp.next()?);
+    let i = names.split_whitespace().position(|n| n == "RcvbufErrors")?;
+    values.split_whitespace().nth(i)?.parse().ok()
+}
+
 fn main() {
     let secs = env("BENCH_SECS", 5);
     let size = env("BENCH_PAYLOAD", 1024) as usize;
@@ -134,8 +188,11 @@ fn main() {
         let o = drive(peers.clone(), (window / 16).max(1), payload, secs).await;
         report("16conn", 16, (window / 16).max(1) * 16, size, &o);
 
+        let before: Vec<_> = peers[..3].iter().map(|p| p.connection_stats().expect("connected")).collect();
+        let rcvbuf_before = rcvbuf_errors();
         let o = drive(peers[..3].to_vec(), 4, Bytes::from(vec![0x5au8; bulk]), secs).await;
         report("bulk", 3, 12, bulk, &o);
+        path_report("bulk", &peers[..3], &before, rcvbuf_before, o.elapsed);
 
         for c in clients {
             c.close(Duration::from_millis(100)).await;

@@ -275,6 +275,12 @@ impl PeerClient {
         &self.inner.addr
     }
 
+    /// The QUIC statistics of the current connection (packets, losses,
+    /// the path's MTU), if connected.
+    pub fn connection_stats(&self) -> Option<quinn::ConnectionStats> {
+        self.inner.current.lock().expect("current lock").as_ref().map(|c| c.connection.stats())
+    }
+
     /// Calls the peer with the default options.
     pub async fn call<C: Call>(&self, req: C) -> Result<C::Response, RpcError> {
         Ok(self.call_full(req, CallOptions::default()).await?.body)
@@ -635,5 +641,5 @@ pub fn describe(e: &quinn::ConnectionError) -> String {
 fn client_endpoint(addr: SocketAddr) -> std::io::Result<quinn::Endpoint> {
     let socket = crate::socket::bind_udp(addr)?;
     let runtime = quinn::default_runtime().ok_or_else(|| std::io::Error::other("no async runtime"))?;
-    quinn::Endpoint::new(quinn::EndpointConfig::default(), None, socket, runtime)
+    quinn::Endpoint::new(crate::transport::sized(quinn::EndpointConfig::default()), None, socket, runtime)
 }

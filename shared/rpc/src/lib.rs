@@ -31,7 +31,7 @@ pub mod tls;
 pub mod trace;
 mod transport;
 
-pub use transport::MAX_LANES_PER_CONNECTION;
+pub use transport::{MAX_LANES_PER_CONNECTION, MAX_UDP_PAYLOAD_BYTES};
 
 pub use client::{CallOptions, ClientOptions, PeerClient, Reply, RpcClient};
 pub use deny::DenyList;
