@@ -9,19 +9,24 @@ use std::time::Duration;
 /// encryption call, acknowledgement and wake-up: the RPC bench's bulk phase
 /// stopped at about 730 MB/s on 2 cores, 550 000 packets a second. A path
 /// that carries larger datagrams (loopback: 65 536; jumbo frames: 9 000)
-/// now gets them, and discovery still stops at what a path carries
-/// (1 500-byte Ethernet: 1 452), so this is safe on any network.
+/// now gets them, and discovery still stops at what a path carries (a
+/// 1 500-byte IPv4 Ethernet path: about 1 470, after a few probes the
+/// kernel refuses), so this is safe on any network.
 ///
 /// Why 6 550 and not more: quinn sends up to 10 packets per `sendmsg`
 /// with segmentation offload (GSO), and the kernel refuses a send over
-/// 65 507 bytes with EMSGSIZE. quinn-udp 0.5 counts that refusal as a lost
-/// MTU probe and drops the whole batch without a word, so a larger bound
-/// with GSO on ends in black-hole detection and 1 200-byte packets
+/// 65 507 bytes with EMSGSIZE. quinn-udp 0.5 maps that refusal to success
+/// (its `unix.rs`): the batch's packets are dropped without a word, counted
+/// lost later, and repeated losses of full-size packets are taken for a
+/// black hole, so a larger bound with GSO on ends in 1 200-byte packets
 /// (measured: 9 000 here gave 646 MB/s, path MTU 1 200, three black holes).
 pub const MAX_UDP_PAYLOAD_BYTES: u16 = 6_550;
 
-/// Packets quinn hands the kernel in one GSO send (quinn's
-/// `MAX_TRANSMIT_SEGMENTS`), and the largest UDP payload a send may carry.
+/// Packets quinn hands the kernel in one GSO send, and the largest UDP
+/// payload a send may carry. A copy of quinn 0.11's private
+/// `MAX_TRANSMIT_SEGMENTS` (its `connection.rs`): an upgrade that raised
+/// it would pass this assertion, and fail the loopback test in
+/// tests/rpc.rs with a black hole.
 const GSO_SEGMENTS_MAX: usize = 10;
 const UDP_SEND_BYTES_MAX: usize = 65_507;
 const _: () = assert!(MAX_UDP_PAYLOAD_BYTES as usize * GSO_SEGMENTS_MAX <= UDP_SEND_BYTES_MAX);
