@@ -448,6 +448,10 @@ impl quire_rpc::Service for BookieService {
                     return ready(Err(e));
                 }
                 let (l, e) = (entry.ledger_id, entry.entry_id);
+                // Every acknowledged add counts in the add latency, whichever
+                // path it takes (a new ledger's first adds, and any that come
+                // while its check is under way, went uncounted).
+                let (started, hist) = (std::time::Instant::now(), self.add_seconds.clone());
                 if let Some(meta) = self.meta.clone().filter(|_| !a.recovery && self.unvouched(l)) {
                     let store = self.store.clone();
                     let limbo = self.limbo.clone();
@@ -458,6 +462,7 @@ impl quire_rpc::Service for BookieService {
                         tracing::Instrument::instrument(store.add(entry, false), span)
                             .await
                             .map_err(to_service_error)?;
+                        hist.observe_duration(started.elapsed());
                         Ok(v1::AddEntryResponse { ledger_id: l, entry_id: e }.into())
                     });
                 }
@@ -474,12 +479,12 @@ impl quire_rpc::Service for BookieService {
                         tracing::Instrument::instrument(store.add(entry, true), span)
                             .await
                             .map_err(to_service_error)?;
+                        hist.observe_duration(started.elapsed());
                         Ok(v1::AddEntryResponse { ledger_id: l, entry_id: e }.into())
                     });
                 }
                 // Queued to the journal here, in lane order; awaited below.
                 let span = journal_span(l, e);
-                let (started, hist) = (std::time::Instant::now(), self.add_seconds.clone());
                 let added = self.store.add(entry, a.recovery);
                 Box::pin(tracing::Instrument::instrument(
                     async move {

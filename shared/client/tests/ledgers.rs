@@ -420,3 +420,36 @@ async fn a_writer_woken_from_another_runtime_outlives_it() {
     assert_eq!(next.entry_id, 1);
     assert_eq!(w.close().await.unwrap().last_entry_id, 1);
 }
+
+/// Every add a bookie acknowledged counts in its add latency
+/// (`quire_bookie_add_seconds`), also the first adds of a ledger it did not
+/// know yet, which it checks with the metadata service before storing.
+/// Those went uncounted, and so did every add that reached a bookie while
+/// its first check was under way: a Prometheus test that waited for the
+/// metric on every bookie failed once under load, one bookie's check
+/// having outlasted the test's twenty appends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_acknowledged_add_counts_in_the_bookies_add_latency_also_a_new_ledgers_first() {
+    let s = Setup::start_with_metrics(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let w = s.client().create(spec(3, 3, 2)).await.unwrap();
+    w.add(payload(0)).await.unwrap();
+    let bookies: Vec<String> =
+        s.cluster.metrics.lock().unwrap().iter().filter(|(role, _)| role == "bookie").map(|(_, a)| a.clone()).collect();
+    assert_eq!(bookies.len(), 3);
+    let count = |addr: &String| -> u64 {
+        quire_testkit::scrape(addr)
+            .lines()
+            .find_map(|l| l.strip_prefix("quire_bookie_add_seconds_count ").map(|v| v.trim().parse().unwrap()))
+            .unwrap_or_else(|| panic!("quire_bookie_add_seconds_count not in the metrics of {addr}"))
+    };
+    // The third copy may land after the add was answered (at two of three).
+    let counted = quire_testkit::eventually(Duration::from_secs(20), "the add counted on every bookie", || async {
+        bookies.iter().all(|b| count(b) == 1).then_some(())
+    })
+    .await;
+    if let Err(e) = counted {
+        let counts: Vec<u64> = bookies.iter().map(count).collect();
+        panic!("{e}: counts {counts:?}");
+    }
+}
