@@ -134,17 +134,7 @@ impl ChainConfig {
     /// it. 2.1 million states, 11 s (`make test`); two batches each:
     /// 20.1 million, 100 s (`make check-model`).
     pub fn batches() -> ChainConfig {
-        ChainConfig {
-            writers: 2,
-            takeovers: 1,
-            appends: 2,
-            rollover_entries: 2,
-            trims: 1,
-            crashes: 1,
-            deletes: 0,
-            batch: 2,
-            bug: None,
-        }
+        ChainConfig { batch: 2, ..ChainConfig::small() }
     }
 
     /// Short text for reports.
