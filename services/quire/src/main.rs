@@ -33,6 +33,8 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    #[command(flatten)]
+    packets: quire_runtime::PacketArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -96,6 +98,7 @@ fn one_line(e: &anyhow::Error) -> String {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    cli.packets.install()?;
     match cli.cmd {
         Cmd::Certs(c) => certs::run(c),
         Cmd::Ping(a) => probe::ping(a),

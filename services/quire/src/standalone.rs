@@ -92,6 +92,9 @@ fn spawn(cluster: &mut Cluster, bin: &Path, name: &str, args: &[String], run_dir
     if std::env::var_os("QUIRE_WORKER_THREADS").is_none() {
         cmd.env("QUIRE_WORKER_THREADS", worker_threads().to_string());
     }
+    // The packet setting this command was given (flag or environment) is
+    // every service's: both ends of a connection must take the packets.
+    cmd.envs(quire_runtime::PacketArgs::env(quire_rpc::Packets::of_process()));
     let child = cmd
         .args(args)
         .arg("--ready-file")

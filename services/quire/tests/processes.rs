@@ -135,6 +135,60 @@ fn a_service_refuses_a_certificate_of_another_role() {
     assert!(err.contains("names metadata/1, but this is a bookie service"), "{err}");
 }
 
+/// The packet setting (issue #48): a size the kernel would refuse with
+/// segmentation offload on is refused at start, by flag or environment, in
+/// words that say what to do (quinn would otherwise drop those batches
+/// without an error). With offload off, 65 000-byte packets work, and a
+/// process with the default setting still talks to one without offload.
+#[test]
+fn a_packet_size_the_kernel_would_refuse_is_an_error_at_start_and_offload_off_carries_large_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let certs = tmp.path().join("certs");
+    let certs_s = certs.to_str().unwrap();
+    ok(quire(&["certs", "init", "--dir", certs_s, "--bookies", "1", "--metadata", "1"]));
+    let data = tmp.path().join("bookie-1");
+    let data_s = data.to_str().unwrap();
+    let refused = |cmd: &mut Command| {
+        let out = cmd.env("RUST_BACKTRACE", "0").output().unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(err.contains("9000 bytes with segmentation offload on") && err.contains("at most 6550"), "{err}");
+    };
+    refused(
+        Command::new(bin_path("quire-bookie"))
+            .args(["--certs-dir", certs_s, "--data-dir", data_s, "--listen", "127.0.0.1:0"])
+            .args(["--udp-payload-bytes", "9000"]),
+    );
+    refused(
+        Command::new(bin_path("quire-bookie"))
+            .args(["--certs-dir", certs_s, "--data-dir", data_s, "--listen", "127.0.0.1:0"])
+            .env("QUIRE_UDP_PAYLOAD_BYTES", "9000"),
+    );
+    refused(
+        Command::new(bin_path("quire"))
+            .args(["ping", "--addr", "127.0.0.1:9", "--role", "bookie", "--certs-dir", certs_s])
+            .args(["--udp-payload-bytes", "9000"]),
+    );
+    assert!(!data.exists(), "a refused bookie made no data directory");
+
+    let (_bookie, addr) = start(
+        "quire-bookie",
+        "bookie-1",
+        tmp.path(),
+        &["--certs-dir", certs_s, "--data-dir", data_s, "--udp-offload", "off", "--udp-payload-bytes", "65000"],
+    );
+    let ping = |packets: &[&str]| {
+        let mut args = vec!["ping", "--addr", &addr, "--role", "bookie", "--certs-dir", certs_s];
+        args.extend_from_slice(&["--count", "3", "--size", "200000", "--json"]);
+        args.extend_from_slice(packets);
+        let out = ok(quire(&args));
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(v["rtt_us"].as_array().unwrap().len(), 3, "{out}");
+    };
+    ping(&["--udp-offload", "off", "--udp-payload-bytes", "65000"]);
+    ping(&[]);
+}
+
 #[test]
 fn issued_certificates_and_toml_configuration_work_end_to_end() {
     let tmp = tempfile::tempdir().unwrap();

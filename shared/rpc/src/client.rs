@@ -26,6 +26,7 @@ use crate::deny::DenyList;
 use crate::error::RpcError;
 use crate::identity::PeerIdentity;
 use crate::lane::{write_frames, FrameReader, LANE_ERROR_FRAMING, LANE_ERROR_SHUTDOWN};
+use crate::packets::Packets;
 use crate::tls::{Credentials, TlsError};
 use crate::trace;
 
@@ -50,6 +51,9 @@ pub struct ClientOptions {
     pub lane_queue: usize,
     /// A connection with no traffic (keep-alives included) for this long is dropped.
     pub idle_timeout: Duration,
+    /// How the endpoint cuts its traffic into datagrams (default: the
+    /// process's setting, [`Packets::of_process`]).
+    pub packets: Packets,
 }
 
 impl Default for ClientOptions {
@@ -64,6 +68,7 @@ impl Default for ClientOptions {
             max_frame_bytes: MAX_FRAME_BYTES_DEFAULT,
             lane_queue: 4096,
             idle_timeout: Duration::from_secs(30),
+            packets: Packets::default(),
         }
     }
 }
@@ -120,7 +125,7 @@ pub struct RpcClient {
 impl RpcClient {
     /// A client presenting `creds`.
     pub fn new(creds: &Credentials, opts: ClientOptions) -> Result<RpcClient, ClientBuildError> {
-        let config = creds.client_config(opts.idle_timeout)?;
+        let config = creds.client_config(opts.idle_timeout, opts.packets)?;
         let client = Self::with_config(config, opts)?;
         client.config.lock().expect("config lock").1 = creds.deny_list().cloned();
         Ok(client)
@@ -129,8 +134,8 @@ impl RpcClient {
     /// A client with an explicit QUIC config (e.g. `tls::anonymous_client_config`).
     pub fn with_config(config: quinn::ClientConfig, opts: ClientOptions) -> Result<RpcClient, ClientBuildError> {
         // Dual-stack where the host has IPv6, plain IPv4 where it does not (some containers).
-        let endpoint = client_endpoint(SocketAddr::from(([0u16; 8], 0)))
-            .or_else(|_| client_endpoint(SocketAddr::from(([0u8; 4], 0))))
+        let endpoint = client_endpoint(SocketAddr::from(([0u16; 8], 0)), opts.packets)
+            .or_else(|_| client_endpoint(SocketAddr::from(([0u8; 4], 0)), opts.packets))
             .map_err(ClientBuildError::Bind)?;
         let config = Arc::new(Mutex::new((config, None)));
         Ok(RpcClient { endpoint, config, opts: Arc::new(opts), peers: Arc::new(Mutex::new(HashMap::new())) })
@@ -141,7 +146,7 @@ impl RpcClient {
     /// certificate they were made with until they end.
     pub fn set_credentials(&self, creds: &Credentials) -> Result<(), ClientBuildError> {
         creds.check_own_certificate()?;
-        let config = creds.client_config(self.opts.idle_timeout)?;
+        let config = creds.client_config(self.opts.idle_timeout, self.opts.packets)?;
         *self.config.lock().expect("config lock") = (config, creds.deny_list().cloned());
         Ok(())
     }
@@ -638,8 +643,6 @@ pub fn describe(e: &quinn::ConnectionError) -> String {
 
 /// A client-only endpoint on `addr` (what `quinn::Endpoint::client` makes,
 /// on a socket with burst-sized buffers: [`crate::socket`]).
-fn client_endpoint(addr: SocketAddr) -> std::io::Result<quinn::Endpoint> {
-    let socket = crate::socket::bind_udp(addr)?;
-    let runtime = quinn::default_runtime().ok_or_else(|| std::io::Error::other("no async runtime"))?;
-    quinn::Endpoint::new(crate::transport::sized(quinn::EndpointConfig::default()), None, socket, runtime)
+fn client_endpoint(addr: SocketAddr, packets: Packets) -> std::io::Result<quinn::Endpoint> {
+    crate::socket::endpoint(addr, packets, quinn::EndpointConfig::default(), None)
 }

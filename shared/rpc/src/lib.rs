@@ -25,6 +25,7 @@ pub mod deny;
 pub mod error;
 pub mod identity;
 pub mod lane;
+pub mod packets;
 pub mod server;
 pub mod socket;
 pub mod tls;
@@ -37,6 +38,7 @@ pub use client::{CallOptions, ClientOptions, PeerClient, Reply, RpcClient};
 pub use deny::DenyList;
 pub use error::{RpcError, ServiceError};
 pub use identity::PeerIdentity;
+pub use packets::{Packets, PacketsError};
 pub use server::{
     RequestContext, Server, ServerHandle, ServerIdentity, ServerOptions, ServerStats, Service, ServiceFuture,
 };

@@ -38,6 +38,7 @@ use crate::lane::{
     write_frames, FrameReader, LaneError, Outgoing, WriteFailed, LANE_ERROR_FRAMING, LANE_ERROR_SHUTDOWN,
     LANE_ERROR_STALLED,
 };
+use crate::packets::Packets;
 use crate::tls::{Credentials, TlsError};
 use crate::trace;
 use quire_proto::peek::Peeked;
@@ -134,6 +135,9 @@ pub struct ServerOptions {
     /// yet validated is sent a QUIC Retry first: one that spoofs its source
     /// address never answers it and so never takes a slot.
     pub retry_above_handshakes: usize,
+    /// How the endpoint cuts its traffic into datagrams (default: the
+    /// process's setting, [`Packets::of_process`]).
+    pub packets: Packets,
 }
 
 impl Default for ServerOptions {
@@ -151,6 +155,7 @@ impl Default for ServerOptions {
             idle_timeout: Duration::from_secs(30),
             handshake_timeout: Duration::from_secs(5),
             retry_above_handshakes: 64,
+            packets: Packets::default(),
         }
     }
 }
@@ -246,7 +251,7 @@ pub enum ReloadError {
 }
 
 fn server_config(creds: &Credentials, opts: &ServerOptions) -> Result<quinn::ServerConfig, TlsError> {
-    let mut config = creds.server_config(opts.idle_timeout)?;
+    let mut config = creds.server_config(opts.idle_timeout, opts.packets)?;
     // Handshakes waiting to be accepted or refused: bounded like the rest.
     config.max_incoming(opts.max_connections.saturating_mul(2).max(16));
     Ok(config)
@@ -273,10 +278,7 @@ impl Server {
         opts: ServerOptions,
     ) -> Result<ServerHandle, BindError> {
         let config = server_config(creds, &opts)?;
-        let socket = crate::socket::bind_udp(addr).map_err(|source| BindError::Io { addr, source })?;
-        let runtime = quinn::default_runtime()
-            .ok_or_else(|| BindError::Io { addr, source: std::io::Error::other("no async runtime") })?;
-        let endpoint = quinn::Endpoint::new(creds.endpoint_config(), Some(config), socket, runtime)
+        let endpoint = crate::socket::endpoint(addr, opts.packets, creds.endpoint_config(), Some(config))
             .map_err(|source| BindError::Io { addr, source })?;
         let local_addr = endpoint.local_addr().map_err(|source| BindError::Io { addr, source })?;
         let opts_long_polls = opts.max_long_polls;

@@ -14,9 +14,17 @@
 //! kernel caps what is asked at net.core.rmem_max / wmem_max
 //! (deploy/README.md says how to raise them).
 
+use std::fmt;
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
+use quinn::udp::{RecvMeta, Transmit};
 use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::packets::Packets;
 
 /// Receive and send buffer asked for each endpoint's socket.
 pub const SOCKET_BUFFER_BYTES: usize = 16 << 20;
@@ -37,6 +45,106 @@ pub(crate) fn bind_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket>
     Ok(socket.into())
 }
 
+/// A QUIC endpoint on `addr` cutting its traffic as `packets` says, with
+/// `server` when it accepts connections.
+pub(crate) fn endpoint(
+    addr: SocketAddr,
+    packets: Packets,
+    config: quinn::EndpointConfig,
+    server: Option<quinn::ServerConfig>,
+) -> io::Result<quinn::Endpoint> {
+    let socket = bind_udp(addr)?;
+    let runtime = quinn::default_runtime().ok_or_else(|| io::Error::other("no async runtime"))?;
+    let config = crate::transport::sized(config, packets);
+    if packets.offload() {
+        return quinn::Endpoint::new(config, server, socket, runtime);
+    }
+    let socket = unsegmented(socket, &*runtime)?;
+    quinn::Endpoint::new_with_abstract_socket(config, server, socket, runtime)
+}
+
+/// `socket` as quinn's, one packet per datagram each way.
+fn unsegmented(
+    socket: std::net::UdpSocket,
+    runtime: &dyn quinn::Runtime,
+) -> io::Result<Arc<dyn quinn::AsyncUdpSocket>> {
+    // quinn-udp turns receive offload on when it wraps the socket; a second
+    // handle on the same socket turns it off again after.
+    let handle = socket.try_clone()?;
+    let socket = Arc::new(Unsegmented(runtime.wrap_udp_socket(socket)?));
+    receive_offload_off(&handle)?;
+    Ok(socket)
+}
+
+/// Turns UDP_GRO off. With it on, the kernel hands over up to 64 packets
+/// coalesced in one receive, which overflows (and truncates into) a buffer
+/// sized for one packet.
+fn receive_offload_off(socket: &std::net::UdpSocket) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let off: libc::c_int = 0;
+    // SAFETY: a valid socket descriptor, an int option, its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_GRO,
+            (&off as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// quinn's socket with one packet per datagram each way: no segmentation
+/// offload, so packets may be as large as one datagram ([`Packets`]).
+struct Unsegmented(Arc<dyn quinn::AsyncUdpSocket>);
+
+impl fmt::Debug for Unsegmented {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Unsegmented").field(&self.0).finish()
+    }
+}
+
+impl quinn::AsyncUdpSocket for Unsegmented {
+    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn quinn::UdpPoller>> {
+        self.0.clone().create_io_poller()
+    }
+
+    fn try_send(&self, transmit: &Transmit) -> io::Result<()> {
+        debug_assert!(transmit.segment_size.is_none(), "one packet per send was asked for");
+        self.0.try_send(transmit)
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut Context,
+        bufs: &mut [io::IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        self.0.poll_recv(cx, bufs, meta)
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.0.local_addr()
+    }
+
+    fn max_transmit_segments(&self) -> usize {
+        1
+    }
+
+    fn max_receive_segments(&self) -> usize {
+        1
+    }
+
+    fn may_fragment(&self) -> bool {
+        self.0.may_fragment()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,5 +161,40 @@ mod tests {
         // default (208 KiB here) fails this.
         assert_eq!(s.recv_buffer_size().unwrap(), 2 * SOCKET_BUFFER_BYTES.min(cap("rmem_max")));
         assert_eq!(s.send_buffer_size().unwrap(), 2 * SOCKET_BUFFER_BYTES.min(cap("wmem_max")));
+    }
+
+    fn receive_offload(socket: &std::net::UdpSocket) -> libc::c_int {
+        use std::os::fd::AsRawFd;
+        let mut on: libc::c_int = -1;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: a valid socket descriptor, an int and its size.
+        let rc = unsafe {
+            libc::getsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_UDP,
+                libc::UDP_GRO,
+                (&mut on as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+        on
+    }
+
+    /// quinn-udp turns GRO on when it wraps a socket; an unsegmented
+    /// socket must have it off, or the kernel hands a peer's 10-packet send
+    /// to a buffer sized for one packet, truncated.
+    #[tokio::test]
+    async fn an_unsegmented_socket_has_receive_offload_off_where_quinn_turns_it_on() {
+        let runtime = quinn::default_runtime().unwrap();
+        let plain = bind_udp("127.0.0.1:0".parse().unwrap()).unwrap();
+        let plain_handle = plain.try_clone().unwrap();
+        let _quinns = runtime.wrap_udp_socket(plain).unwrap();
+        assert_eq!(receive_offload(&plain_handle), 1, "quinn-udp no longer turns GRO on: revisit unsegmented()");
+        let ours = bind_udp("127.0.0.1:0".parse().unwrap()).unwrap();
+        let ours_handle = ours.try_clone().unwrap();
+        let socket = unsegmented(ours, &*runtime).unwrap();
+        assert_eq!(receive_offload(&ours_handle), 0);
+        assert_eq!((socket.max_transmit_segments(), socket.max_receive_segments()), (1, 1));
     }
 }

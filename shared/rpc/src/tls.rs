@@ -18,6 +18,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::deny::{DenyList, DenyingClientVerifier, DenyingServerVerifier};
 use crate::identity::{IdentityError, PeerIdentity};
+use crate::packets::Packets;
 use crate::transport::transport_config;
 
 /// Why credentials could not be loaded or a config built.
@@ -197,11 +198,22 @@ impl Credentials {
         let mut config =
             quinn::EndpointConfig::new(Arc::new(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, reset.as_ref())));
         config.cid_generator(move || Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key)));
-        crate::transport::sized(config)
+        config
     }
 
     /// The QUIC server config: client certificates from the cluster CA required.
-    pub fn server_config(&self, idle_timeout: Duration) -> Result<quinn::ServerConfig, TlsError> {
+    pub fn server_config(&self, idle_timeout: Duration, packets: Packets) -> Result<quinn::ServerConfig, TlsError> {
+        let cfg = self.tls_server_config()?;
+        let quic = quinn::crypto::rustls::QuicServerConfig::try_from(cfg).map_err(|e| TlsError::Quic(e.to_string()))?;
+        let mut sc = quinn::ServerConfig::with_crypto(Arc::new(quic));
+        sc.transport_config(transport_config(idle_timeout, idle_timeout / 3, true, packets));
+        Ok(sc)
+    }
+
+    /// The TLS server config QUIC runs on (TLS 1.3, the cluster CA's client
+    /// certificates required, quire's cipher order). Public so that a
+    /// benchmark can run the same TLS over TCP as a reference.
+    pub fn tls_server_config(&self) -> Result<rustls::ServerConfig, TlsError> {
         let p = provider();
         let mut verifier = WebPkiClientVerifier::builder_with_provider(self.roots.clone(), p.clone())
             .build()
@@ -214,15 +226,23 @@ impl Credentials {
             .with_client_cert_verifier(verifier)
             .with_single_cert(self.chain.clone(), self.key.clone_key())?;
         cfg.alpn_protocols = vec![ALPN_V1.to_vec()];
-        let quic = quinn::crypto::rustls::QuicServerConfig::try_from(cfg).map_err(|e| TlsError::Quic(e.to_string()))?;
-        let mut sc = quinn::ServerConfig::with_crypto(Arc::new(quic));
-        sc.transport_config(transport_config(idle_timeout, idle_timeout / 3, true));
-        Ok(sc)
+        Ok(cfg)
     }
 
     /// The QUIC client config presenting this service's certificate.
-    pub fn client_config(&self, idle_timeout: Duration) -> Result<quinn::ClientConfig, TlsError> {
-        client_config(&self.roots, Some((self.chain.clone(), self.key.clone_key())), self.deny.as_ref(), idle_timeout)
+    pub fn client_config(&self, idle_timeout: Duration, packets: Packets) -> Result<quinn::ClientConfig, TlsError> {
+        client_config(
+            &self.roots,
+            Some((self.chain.clone(), self.key.clone_key())),
+            self.deny.as_ref(),
+            idle_timeout,
+            packets,
+        )
+    }
+
+    /// The TLS client config QUIC runs on (see [`Self::tls_server_config`]).
+    pub fn tls_client_config(&self) -> Result<rustls::ClientConfig, TlsError> {
+        tls_client_config(&self.roots, Some((self.chain.clone(), self.key.clone_key())), self.deny.as_ref())
     }
 }
 
@@ -231,7 +251,7 @@ impl Credentials {
 /// probe a server's certificate and to test that refusal.
 pub fn anonymous_client_config(ca_pem: &str, idle_timeout: Duration) -> Result<quinn::ClientConfig, TlsError> {
     let roots = roots_from_pem(Path::new("<memory>"), ca_pem.as_bytes())?;
-    client_config(&roots, None, None, idle_timeout)
+    client_config(&roots, None, None, idle_timeout, Packets::default())
 }
 
 fn client_config(
@@ -239,7 +259,20 @@ fn client_config(
     auth: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
     deny: Option<&DenyList>,
     idle_timeout: Duration,
+    packets: Packets,
 ) -> Result<quinn::ClientConfig, TlsError> {
+    let cfg = tls_client_config(roots, auth, deny)?;
+    let quic = quinn::crypto::rustls::QuicClientConfig::try_from(cfg).map_err(|e| TlsError::Quic(e.to_string()))?;
+    let mut cc = quinn::ClientConfig::new(Arc::new(quic));
+    cc.transport_config(transport_config(idle_timeout, idle_timeout / 3, false, packets));
+    Ok(cc)
+}
+
+fn tls_client_config(
+    roots: &RootCertStore,
+    auth: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+    deny: Option<&DenyList>,
+) -> Result<rustls::ClientConfig, TlsError> {
     let versions =
         rustls::ClientConfig::builder_with_provider(provider()).with_protocol_versions(&[&rustls::version::TLS13])?;
     let builder = match deny {
@@ -258,10 +291,7 @@ fn client_config(
         None => builder.with_no_client_auth(),
     };
     cfg.alpn_protocols = vec![ALPN_V1.to_vec()];
-    let quic = quinn::crypto::rustls::QuicClientConfig::try_from(cfg).map_err(|e| TlsError::Quic(e.to_string()))?;
-    let mut cc = quinn::ClientConfig::new(Arc::new(quic));
-    cc.transport_config(transport_config(idle_timeout, idle_timeout / 3, false));
-    Ok(cc)
+    Ok(cfg)
 }
 
 #[cfg(test)]

@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::packets::Packets;
+
 /// The largest UDP payload a quire endpoint sends or takes, and the bound
 /// of its MTU discovery. quinn's defaults (1 472 taken, discovery up to
 /// 1 452) cut a megabyte into some 720 packets, each with its own header,
@@ -13,7 +15,8 @@ use std::time::Duration;
 /// 1 500-byte IPv4 Ethernet path: about 1 470, after a few probes the
 /// kernel refuses), so this is safe on any network.
 ///
-/// Why 6 550 and not more: quinn sends up to 10 packets per `sendmsg`
+/// The default, and the bound with segmentation offload on
+/// ([`crate::packets::Packets`]). Why 6 550 and not more: quinn sends up to 10 packets per `sendmsg`
 /// with segmentation offload (GSO), and the kernel refuses a send over
 /// 65 507 bytes with EMSGSIZE. quinn-udp 0.5 maps that refusal to success
 /// (its `unix.rs`): the batch's packets are dropped without a word, counted
@@ -27,8 +30,8 @@ pub const MAX_UDP_PAYLOAD_BYTES: u16 = 6_550;
 /// `MAX_TRANSMIT_SEGMENTS` (its `connection.rs`): an upgrade that raised
 /// it would pass this assertion, and fail the loopback test in
 /// tests/rpc.rs with a black hole.
-const GSO_SEGMENTS_MAX: usize = 10;
-const UDP_SEND_BYTES_MAX: usize = 65_507;
+pub(crate) const GSO_SEGMENTS_MAX: usize = 10;
+pub(crate) const UDP_SEND_BYTES_MAX: usize = 65_507;
 const _: () = assert!(MAX_UDP_PAYLOAD_BYTES as usize * GSO_SEGMENTS_MAX <= UDP_SEND_BYTES_MAX);
 
 /// Lanes a client may open per connection. Each open lane can hold a partly
@@ -36,11 +39,13 @@ const _: () = assert!(MAX_UDP_PAYLOAD_BYTES as usize * GSO_SEGMENTS_MAX <= UDP_S
 pub const MAX_LANES_PER_CONNECTION: u32 = 16;
 
 /// `accept_lanes`: whether the peer may open lanes to us (servers: yes;
-/// clients: no, they would never be read).
+/// clients: no, they would never be read). MTU discovery searches up to
+/// `packets`' payload.
 pub(crate) fn transport_config(
     idle_timeout: Duration,
     keep_alive: Duration,
     accept_lanes: bool,
+    packets: Packets,
 ) -> Arc<quinn::TransportConfig> {
     let mut t = quinn::TransportConfig::default();
     let lanes = if accept_lanes { MAX_LANES_PER_CONNECTION } else { 0 };
@@ -56,15 +61,17 @@ pub(crate) fn transport_config(
     ));
     t.keep_alive_interval(Some(keep_alive));
     let mut discovery = quinn::MtuDiscoveryConfig::default();
-    discovery.upper_bound(MAX_UDP_PAYLOAD_BYTES);
+    discovery.upper_bound(packets.payload_bytes());
     t.mtu_discovery_config(Some(discovery));
     Arc::new(t)
 }
 
-/// `config` taking datagrams of up to [`MAX_UDP_PAYLOAD_BYTES`] (the
-/// transport parameter a peer sizes its packets by). Both ends need it:
-/// a peer's own bound caps what discovery may reach.
-pub(crate) fn sized(mut config: quinn::EndpointConfig) -> quinn::EndpointConfig {
-    config.max_udp_payload_size(MAX_UDP_PAYLOAD_BYTES).expect("within QUIC's bounds (1 200 to 65 527)");
+/// `config` taking datagrams of up to `packets`' payload (the transport
+/// parameter a peer sizes its packets by). Both ends need it: a peer's own
+/// bound caps what discovery may reach.
+pub(crate) fn sized(mut config: quinn::EndpointConfig, packets: Packets) -> quinn::EndpointConfig {
+    config
+        .max_udp_payload_size(packets.payload_bytes())
+        .expect("Packets::new keeps it within QUIC's bounds (1 200 to 65 527)");
     config
 }

@@ -12,6 +12,7 @@
 pub mod config;
 pub mod logging;
 pub mod metrics;
+pub mod packets;
 pub mod service;
 pub mod slot;
 
@@ -39,4 +40,5 @@ pub fn release_freed_memory() {
     unsafe { mi_collect(true) }
 }
 
+pub use packets::PacketArgs;
 pub use service::{deny_list, new_instance_id, wait_for_shutdown_signal, CommonArgs, RunningService, ShutdownSignals};

@@ -79,6 +79,9 @@ pub struct CommonArgs {
     /// services share a machine's cores, to cut context switches.
     #[arg(long, env = "QUIRE_WORKER_THREADS")]
     pub worker_threads: Option<usize>,
+
+    #[command(flatten)]
+    pub packets: crate::packets::PacketArgs,
 }
 
 impl CommonArgs {
@@ -91,13 +94,16 @@ impl CommonArgs {
         Ok(Some(slot))
     }
 
-    /// The service's async runtime, sized by `--worker-threads`.
-    pub fn runtime(&self) -> std::io::Result<tokio::runtime::Runtime> {
+    /// The service's async runtime, sized by `--worker-threads`, with the
+    /// packet setting checked and in force (every service calls this before
+    /// it makes an endpoint).
+    pub fn runtime(&self) -> anyhow::Result<tokio::runtime::Runtime> {
+        self.packets.install()?;
         let mut b = tokio::runtime::Builder::new_multi_thread();
         if let Some(n) = self.worker_threads {
             b.worker_threads(n.max(1));
         }
-        b.enable_all().build()
+        b.enable_all().build().context("start the async runtime")
     }
 
     /// The TLS files for `role`, from explicit paths or the certificate directory.
