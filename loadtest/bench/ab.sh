@@ -12,13 +12,16 @@
 #   MODE_A and MODE_B per side (one build, ledgers against logs:
 #   MODE_A=write MODE_B=log ab.sh DIR DIR), ARGS_A and ARGS_B: more
 #   `quire bench` flags per side (ARGS_A=--visible-acks: ledgers answered
-#   once visible, a log's rule)
+#   once visible, a log's rule), ENV_A and ENV_B: environment for each
+#   side's cluster and client (ENV_B="QUIRE_UDP_OFFLOAD=off
+#   QUIRE_UDP_PAYLOAD_BYTES=65000": the single-host packet setting)
 # Each folder holds quire, quire-bookie, quire-metadata, quire-gateway,
 # quire-auditor and quire-replication-worker (cp target/release/quire* DIR).
 set -euo pipefail
 A=$1; B=$2
 ROUNDS=${ROUNDS:-3}; SECS=${SECS:-10}; CASES=${CASES:-"4:100 1:100 16:1"}; MODE=${MODE:-write}
 MODE_A=${MODE_A:-$MODE}; MODE_B=${MODE_B:-$MODE}; ARGS_A=${ARGS_A:-}; ARGS_B=${ARGS_B:-}
+ENV_A=${ENV_A:-}; ENV_B=${ENV_B:-}
 WORK=${WORK:-/tmp/quire-ab}; HTTP=127.0.0.1:18280
 META=127.0.0.1:4381,127.0.0.1:4382,127.0.0.1:4383
 PID=
@@ -32,15 +35,18 @@ cluster_cpu() { # jiffies of every process under the standalone supervisor
 printf "%-6s %-8s %-6s %10s %9s %9s %14s\n" round case side adds/s p50_ms p99_ms cpu_ms/1k_adds
 for r in $(seq 1 "$ROUNDS"); do
   for side in before after; do
-    dir=$A; mode=$MODE_A; args=$ARGS_A; [ $side = after ] && { dir=$B; mode=$MODE_B; args=$ARGS_B; }
+    dir=$A; mode=$MODE_A; args=$ARGS_A; envs=$ENV_A
+    [ $side = after ] && { dir=$B; mode=$MODE_B; args=$ARGS_B; envs=$ENV_B; }
     rm -rf "$WORK"; mkdir -p "$WORK"
-    "$dir/quire" standalone --data-dir "$WORK" --http "$HTTP" --port-offset 200 > "$WORK.log" 2>&1 &
+    # shellcheck disable=SC2086 # envs: NAME=value words
+    env $envs "$dir/quire" standalone --data-dir "$WORK" --http "$HTTP" --port-offset 200 > "$WORK.log" 2>&1 &
     PID=$!
     for _ in $(seq 1 120); do curl -sf "http://$HTTP/readyz" 2>/dev/null | grep -q '"bookies":3' && break; sleep 0.5; done
     for c in $CASES; do
       l=${c%%:*}; w=${c##*:}
       c0=$(cluster_cpu)
-      out=$("$dir/quire" bench --metadata "$META" --certs-dir "$WORK/certs" --mode "$mode" --ledgers "$l" --window "$w" \
+      # shellcheck disable=SC2086
+      out=$(env $envs "$dir/quire" bench --metadata "$META" --certs-dir "$WORK/certs" --mode "$mode" --ledgers "$l" --window "$w" \
               --duration-secs "$SECS" --format json $args 2>/dev/null)
       c1=$(cluster_cpu)
       python3 - "$out" "$r" "$c" "$side" "$c0" "$c1" <<'PY'

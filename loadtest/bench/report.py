@@ -106,16 +106,39 @@ for path in glob.glob(f"{OUT}/goose-append-*.json"):
     j = load_json(path)
     if j:
         goose[int(re.search(r"append-(\d+)", path).group(1))] = j
-catchup = {}
+catchup, ranged = {}, {}
 for path in glob.glob(f"{OUT}/catchup-*.json"):
     j = load_json(path)
     if j:
-        catchup[(j["entry_bytes"], j["write_quorum"])] = j
+        if j.get("read_range"):
+            ranged[(j["entry_bytes"], j["write_quorum"])] = j
+        else:
+            catchup[(j["entry_bytes"], j["write_quorum"])] = j
 rerep = {}
 for line in read(f"{OUT}/rereplicate.txt").splitlines():
     if line.startswith("RESULT "):
         d = kv(line)
         rerep[d["phase"]] = {k: num(d.get(k)) for k in ("entries", "mb", "secs", "mb_per_s", "throttle_bytes_per_sec")}
+
+# ---- the crypto floor and the transport ------------------------------------------
+crypto = {}
+for line in read(f"{OUT}/openssl.txt").splitlines():
+    if line.startswith("OPENSSL "):
+        d = kv(line)
+        crypto[(d["cipher"], int(d["bytes"]))] = num(d.get("bytes_per_s")) / 1e6
+transport = {}
+for setting in ("default", "single-host"):
+    t = {}
+    for line in read(f"{OUT}/rpc-{setting}.txt").splitlines():
+        if line.startswith(("RESULT ", "PATH ")):
+            d = kv(line)
+            t[("path-" if line.startswith("PATH") else "") + d["phase"]] = d
+        elif "PATH CHECK FAILED" in line:
+            t["check_failed"] = line
+    if t:
+        transport[setting] = t
+packets = machine.get("packets", "default")
+bulk_here = num(transport.get(packets, {}).get("bulk", {}).get("mb_per_s"))
 
 # ---- the peers -------------------------------------------------------------------
 nats, etcd = {}, {}
@@ -123,8 +146,12 @@ for line in read(f"{OUT}/nats.txt").splitlines():
     if line.startswith("SUMMARY jsbench"):
         d = kv(line)
         lat = kv(line.split("lat_ms", 1)[1])
+        # servers_cpu_pct: the three servers' utime + stime over the case
+        # (its wall time, start-up of the client included), in % of one core.
+        cpu_s = num(d.get("servers_cpu_pct")) / 100
         nats[f"{d['pubs']}x{d['window']}"] = {"rate": num(d.get("rate")), "p50": num(lat.get("p50")),
-                                              "p99": num(lat.get("p99")), "p999": num(lat.get("p999"))}
+                                              "p99": num(lat.get("p99")), "p999": num(lat.get("p999")),
+                                              "us_per_msg": cpu_s * 1e6 / num(d.get("rate")) if num(d.get("rate")) else 0}
 for line in read(f"{OUT}/etcd.txt").splitlines():
     if line.startswith("SUMMARY etcdbench"):
         d = kv(line)
@@ -231,20 +258,26 @@ w("## Pipelined and queue-depth-1 writes: quire next to NATS JetStream and etcd"
 w("")
 w("Command: `make bench` (cases `quire bench --ledgers W --window N`, `nats-jetstream.sh pypi-always` and `etcd.sh`).")
 w("")
-w("| case | quire adds/s | p50 ms | p99 ms | p99.9 ms | cluster CPU µs/add | NATS msg/s | p50 ms | p99 ms | quire / NATS throughput | quire / NATS p99 |")
-w("|---|---|---|---|---|---|---|---|---|---|---|")
+w("| case | quire adds/s | p50 ms | p99 ms | p99.9 ms | cluster CPU µs/add | NATS msg/s | p50 ms | p99 ms | NATS servers' CPU µs/msg | quire / NATS throughput | quire / NATS p99 | quire / NATS CPU per write |")
+w("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for c in CASES:
     q, n = client.get(c), nats.get(c)
     qa = q["adds_per_s"] if q else 0
     ql = q["latency_ms"] if q else {}
     qc = f"{cpu[c]['us_per_add']:.1f}" if c in cpu else "–"
+    qcpu = cpu[c]["us_per_add"] if c in cpu else 0
+    ncpu = n["us_per_msg"] if n else 0
     w(f"| {c} | {fmt_rate(qa)} | {fmt_ms(ql.get('p50'))} | {fmt_ms(ql.get('p99'))} | {fmt_ms(ql.get('p999'))} | {qc} | "
       f"{fmt_rate(n['rate']) if n else '–'} | {fmt_ms(n['p50']) if n else '–'} | {fmt_ms(n['p99']) if n else '–'} | "
-      f"{ratio(qa, n['rate'] if n else 0)} | {ratio(ql.get('p99'), n['p99'] if n else 0)} |")
+      f"{f'{ncpu:.1f}' if ncpu else '–'} | {ratio(qa, n['rate'] if n else 0)} | "
+      f"{ratio(ql.get('p99'), n['p99'] if n else 0)} | {ratio(qcpu, ncpu)} |")
 w("")
 w("Cluster CPU per add: the utime + stime (/proc) of every process of the cluster (3 metadata replicas, 3 bookies, "
   "gateway, auditor, worker; not the benchmark client) over the case, divided by the adds acknowledged. Each add is "
-  "three journal appends, three entry-log writes and three copies received over QUIC.")
+  "three journal appends, three entry-log writes and three copies received over QUIC. NATS servers' CPU per message: "
+  "the three nats-server processes' utime + stime over the case (../shared/bench/nats-jetstream.sh's "
+  "servers_cpu_pct, whose window also holds the client's start, so this slightly understates NATS's cost) divided by "
+  "the messages acknowledged: the comparison that does not depend on how many cores the client takes.")
 w("")
 if rss:
     budget_mib = 64 + 16 + 64
@@ -294,6 +327,38 @@ if peak and gc:
       f"bookie (each of the three bookies journals every entry, Qw=3): **{peak / limit:.2f}x the disk's group-commit "
       f"limit** of {fmt_rate(limit)} 1 KiB entries/s (1 MiB append + fdatasync, one journal).")
     w("")
+
+# the transport
+if transport or crypto:
+    w("## The transport against the crypto floor and TLS over TCP, same run")
+    w("")
+    w("Command: `make bench` (`openssl speed -mr -seconds 2 -bytes B -evp CIPHER`, one core; "
+      "`BENCH_PHASES=qd1,bulk,tls-tcp cargo bench -p quire-rpc --bench rpc`, once with each packet setting: "
+      "`default` is offload on with packets up to 6 550 bytes, `single-host` is `QUIRE_UDP_OFFLOAD=off "
+      "QUIRE_UDP_PAYLOAD_BYTES=65000`). bulk: 3 QUIC connections with mTLS on loopback, 4 requests of 1 MiB in "
+      "flight on each, server and client in one process; TLS over TCP: the same rustls configuration (certificates, "
+      "verification, cipher order) over 3 TCP connections writing 1 MiB records, a thread per end.")
+    w("")
+    if crypto:
+        w("| AES-GCM, one core | 1 452 B | 16 384 B |")
+        w("|---|---|---|")
+        for c in ("aes-128-gcm", "aes-256-gcm"):
+            w(f"| {c} | {crypto.get((c, 1452), 0):.0f} MB/s | {crypto.get((c, 16384), 0):.0f} MB/s |")
+        w("")
+    if transport:
+        w("| packets | bulk MB/s | p99 ms | path MTU | packets/s | lost | black holes | RcvbufErrors | TLS over TCP MB/s | bulk / TCP | 1 KiB queue depth 1 p50 µs | p99.9 µs |")
+        w("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for setting, t in transport.items():
+            b, pth, tcp, q = t.get("bulk", {}), t.get("path-bulk", {}), t.get("tls-tcp", {}), t.get("qd1", {})
+            w(f"| {setting}{' (the cluster below)' if setting == packets else ''} | {num(b.get('mb_per_s')):.0f} | "
+              f"{num(b.get('p99_us')) / 1000:.1f} | {pth.get('path_mtu', '–')} | {fmt_rate(num(pth.get('packets_per_s')))} | "
+              f"{pth.get('lost_packets', '–')} | {pth.get('black_holes', '–')} | {pth.get('rcvbuf_errors', '–')} | "
+              f"{num(tcp.get('mb_per_s')):.0f} | {ratio(num(b.get('mb_per_s')), num(tcp.get('mb_per_s')))} | "
+              f"{q.get('p50_us', '–')} | {q.get('p999_us', '–')} |")
+            if t.get("check_failed"):
+                w("")
+                w(f"**{setting}: {t['check_failed']}**")
+        w("")
 
 # latency-throughput
 w("## Latency against throughput")
@@ -349,14 +414,22 @@ if catchup:
       "(batch reads over the ensemble's stripes, a few batches ahead), every entry's digest checked, the page cache "
       "dropped between writing and reading).")
     w("")
-    w("| entry bytes | E / Qw | entries/s | MB/s | batch p50 ms | p99 ms | / disk read (page cache) | / disk read (O_DIRECT) | striped / unstriped |")
-    w("|---|---|---|---|---|---|---|---|---|")
-    for (b, q), j in sorted(catchup.items(), key=lambda kv_: (kv_[0][0], -kv_[0][1])):
+    w("| entry bytes | E / Qw | read | entries/s | MB/s | batch or call p50 ms | p99 ms | / disk read (page cache) | / disk read (O_DIRECT) | / transport bulk | striped / unstriped | / one scan |")
+    w("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    rows = [(k, j, False) for k, j in catchup.items()] + [(k, j, True) for k, j in ranged.items()]
+    for (b, q), j, by_range in sorted(rows, key=lambda r: (r[0][0], -r[0][1], r[2])):
         whole = catchup.get((b, j["ensemble"]))
-        w(f"| {b} | {j['ensemble']} / {q} | {fmt_rate(j['entries_per_s'])} | {j['mb_per_s']:.1f} | "
+        scan = catchup.get((b, q))
+        how = f"{j['read_range']} per call" if by_range else "one scan"
+        w(f"| {b} | {j['ensemble']} / {q} | {how} | "
+          f"{fmt_rate(j['entries_per_s'])} | {j['mb_per_s']:.1f} | "
           f"{fmt_ms(j['range_latency_ms']['p50'])} | {fmt_ms(j['range_latency_ms']['p99'])} | "
           f"{ratio(j['mb_per_s'], read_bw.get('buffered'))} | {ratio(j['mb_per_s'], read_bw.get('direct'))} | "
-          f"{ratio(j['mb_per_s'], whole['mb_per_s']) if whole and q != j['ensemble'] else '–'} |")
+          f"{ratio(j['mb_per_s'], bulk_here)} | "
+          f"{ratio(j['mb_per_s'], whole['mb_per_s']) if whole and q != j['ensemble'] and not by_range else '–'} | "
+          f"{ratio(j['mb_per_s'], scan['mb_per_s']) if by_range and scan else '–'} |")
+    w("")
+    w(f"/ transport bulk: against the RPC bench's bulk phase with the cluster's packet setting ({packets}).")
     w("")
 
 # re-replication
@@ -425,6 +498,32 @@ ratios = [goose[u]["operations"].get("POST append", {}).get("requests_per_s", 0)
 if ratios:
     w(f"- PERF, HTTP appends against the direct client at the same in-flight count: "
       f"{', '.join(f'{r:.2f}x' for r in ratios)}; the target is 0.9x: **{'met' if min(ratios) >= 0.9 else 'not met'}**.")
+# PERF 2 (issue #48)
+for setting, t in transport.items():
+    b, tcp = num(t.get("bulk", {}).get("mb_per_s")), num(t.get("tls-tcp", {}).get("mb_per_s"))
+    if b and tcp:
+        w(f"- PERF 2, transport ({setting} packets): bulk {b:.0f} MB/s, {b / tcp:.2f}x TLS over TCP ({tcp:.0f} MB/s); "
+          f"the targets are 0.7x and 1 500 MB/s: **{'met' if b / tcp >= 0.7 and b >= 1500 else 'not met'}**.")
+for b, floor_disk, floor_bulk in ((1024, 0.5, 0.8), (65536, 0.8, 0.9)):
+    j, disk_read = catchup.get((b, 3)), read_bw.get("buffered")
+    if j and disk_read and bulk_here:
+        rd, rb = j["mb_per_s"] / disk_read, j["mb_per_s"] / bulk_here
+        w(f"- PERF 2, catch-up of {b} B entries: {rd:.2f}x the disk's cold read (target {floor_disk}x) and {rb:.2f}x "
+          f"the transport's bulk phase (target {floor_bulk}x): **{'met' if rd >= floor_disk and rb >= floor_bulk else 'not met'}**.")
+    s2 = catchup.get((b, 2))
+    if j and s2:
+        r = s2["mb_per_s"] / j["mb_per_s"]
+        w(f"- PERF 2, striped (E=3 Qw=2) against unstriped, {b} B: {r:.2f}x; the target is 0.9x: "
+          f"**{'met' if r >= 0.9 else 'not met'}**.")
+pr, ps = ranged.get((1024, 3)), catchup.get((1024, 3))
+if pr and ps:
+    r = pr["mb_per_s"] / ps["mb_per_s"]
+    w(f"- PERF 2, a reader of {pr['read_range']} entries a call against one scan (1 KiB): {r:.2f}x; the target is 0.7x: "
+      f"**{'met' if r >= 0.7 else 'not met'}**.")
+if "4x100" in cpu and nats.get("4x100", {}).get("us_per_msg"):
+    c4, n4c = cpu["4x100"]["us_per_add"], nats["4x100"]["us_per_msg"]
+    w(f"- PERF 2, CPU per write at 4 x 100: quire's cluster {c4:.1f} µs per add, NATS's servers {n4c:.1f} µs per "
+      f"message: {c4 / n4c:.2f}x.")
 if rss:
     peak_mib = max(r[1] for r in rss) / 1024
     w(f"- PERF, bookie memory under 4 x 100: peak {peak_mib:.0f} MiB against 144 MiB (write cache + read cache + "

@@ -3,14 +3,16 @@
 #
 #   1. the disk's limits (fio, ../shared/bench/disk-limit.sh: 1 KiB, 64 KiB and
 #      1 MiB append + fdatasync, three concurrent journals) and its read
-#      bandwidth (fio, sequential 1 MiB reads from a cold page cache);
+#      bandwidth (fio, sequential 1 MiB reads from a cold page cache); the
+#      crypto floor (openssl speed, AES-GCM); the transport (the RPC bench's
+#      bulk phase at both packet settings, next to the same TLS over TCP);
 #   2. a quire cluster (`quire standalone`: 3 metadata replicas, 3 bookies,
 #      auditor, worker, gateway, every one its own process) and on it:
 #      - the client library (`quire bench`): the NATS cases (writers x window)
 #        and an open-loop sweep of target rates, for latency against throughput;
 #      - the HTTP gateway (goose, loadtest/goose): append-heavy at 1, 16 and 64 users;
 #      - catch-up reads of closed ledgers with a cold page cache, 1 KiB and 64 KiB entries,
-#        unstriped (E=Qw=3) and striped (E=3 Qw=2);
+#        unstriped (E=Qw=3) and striped (E=3 Qw=2), and a reader polling 100 entries a call;
 #      - re-replication of a decommissioned bookie's fragments (cargo bench rereplicate);
 #   3. NATS JetStream R3 with fsync on every write, and etcd, with the
 #      ../shared/bench scripts, on the same cases;
@@ -21,8 +23,12 @@
 # results; DOCS (docs) where the report goes; PEERS (1) 0 skips NATS and
 # etcd; DISK (1) 0 skips fio; RATES (open-loop targets, adds/s); USERS (goose
 # users per case); FILL_MB (256) catch-up data per entry size; DROP_CACHES (1);
-# KEEP (0) 1 keeps the cluster's data; REREPLICATE (1) 0 skips the re-replication bench; SHARED (../shared/bench). Run as root (fio, drop_caches, the peers'
-# packages). Takes about 8 minutes. loadtest/smoke.sh runs it in seconds.
+# KEEP (0) 1 keeps the cluster's data; REREPLICATE (1) 0 skips the re-replication bench; SHARED (../shared/bench);
+# PACKETS (single-host) the cluster's and client's packet setting: `single-host`
+# (QUIRE_UDP_OFFLOAD=off, QUIRE_UDP_PAYLOAD_BYTES=65000: every process is on
+# this machine's loopback) or `default` (offload on, 6 550 bytes: what a
+# network of 1 500-byte frames gets). Run as root (fio, drop_caches, the peers'
+# packages). Takes about 10 minutes. loadtest/smoke.sh runs it in seconds.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 SHARED=${SHARED:-$ROOT/../shared/bench}
@@ -31,6 +37,7 @@ SECS=${SECS:-10}
 RATES=${RATES:-"2000 5000 10000 20000 30000 40000 50000 60000"}
 USERS=${USERS:-"1 16 64"}
 FILL_MB=${FILL_MB:-256}
+PACKETS=${PACKETS:-single-host}
 DROP_CACHES=${DROP_CACHES:-1}
 DOCS=${DOCS:-$ROOT/docs}
 BIN=$ROOT/target/release
@@ -53,6 +60,7 @@ trap cleanup EXIT
   echo "memory=$(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
   echo "disk=$(findmnt -n -o SOURCE,FSTYPE -T /tmp)"
   echo "secs=$SECS"
+  echo "packets=$PACKETS"
 } > "$OUT/machine.txt"
 
 log "building quire (release) and the goose load generator"
@@ -79,7 +87,27 @@ if [ "${DISK:-1}" = 1 ]; then
   rm -rf /tmp/quire-peers/fio-read
 fi
 
+# ---- 1b. the crypto floor and the transport ----------------------------------
+if [ "${TRANSPORT:-1}" = 1 ]; then
+  log "crypto: openssl speed, AES-128-GCM and AES-256-GCM at 1452 and 16384 bytes (one core)"
+  for c in aes-128-gcm aes-256-gcm; do
+    for b in 1452 16384; do
+      openssl speed -mr -seconds 2 -bytes "$b" -evp "$c" 2>/dev/null | awk -v c="$c" -v b="$b" -F: '/^\+F:/{print "OPENSSL cipher=" c " bytes=" b " bytes_per_s=" $4}'
+    done
+  done > "$OUT/openssl.txt" || log "openssl speed failed"
+  for setting in default single-host; do
+    log "transport: RPC bench (qd1, bulk, TLS over TCP), $setting packets"
+    envs=(); [ "$setting" = single-host ] && envs=(BENCH_UDP_OFFLOAD=off BENCH_UDP_PAYLOAD_BYTES=65000)
+    env "${envs[@]}" BENCH_SECS="$SECS" BENCH_PHASES=qd1,bulk,tls-tcp cargo bench -q -p quire-rpc --bench rpc \
+      > "$OUT/rpc-$setting.txt" 2>&1 || log "rpc bench ($setting) failed (see $OUT/rpc-$setting.txt)"
+  done
+fi
+
 # ---- 2. quire ---------------------------------------------------------------
+# The packet setting of every process of the cluster and of the client.
+if [ "$PACKETS" = single-host ]; then
+  export QUIRE_UDP_OFFLOAD=off QUIRE_UDP_PAYLOAD_BYTES=65000
+fi
 start_cluster() {
   rm -rf "$CLUSTER"; mkdir -p "$CLUSTER"
   "$BIN/quire" standalone --data-dir "$CLUSTER" --http "$HTTP" > "$OUT/cluster.log" 2>&1 &
@@ -154,6 +182,10 @@ for qw in 3 2; do
       --window 100 "${drop[@]}" > "$OUT/catchup-$b-qw$qw.json" || log "catch-up at $b B, Qw=$qw failed"
   done
 done
+# A consumer polling 100 entries a call (reads of ranges, not one scan).
+log "quire catch-up read: 1024 B entries, E=Qw=3, 100 entries per call"
+qbench --mode catch-up --ledgers 4 --fill-mb "$FILL_MB" --entry-bytes 1024 --write-quorum 3 --ack-quorum 2 \
+  --window 100 --read-range 100 "${drop[@]}" > "$OUT/catchup-1024-qw3-range100.json" || log "catch-up by ranges failed"
 stop_cluster
 
 # Re-replication: a decommissioned bookie's fragments copied to a fourth
@@ -167,6 +199,7 @@ fi
 # ---- 3. the peers -------------------------------------------------------------
 if [ "${PEERS:-1}" = 1 ]; then
   log "NATS JetStream R3, sync_interval: always"
+  unset QUIRE_UDP_OFFLOAD QUIRE_UDP_PAYLOAD_BYTES
   DUR=${SECS}s CASES="1:1 16:1 1:100 4:100" bash "$SHARED/nats-jetstream.sh" pypi-always 1 > "$OUT/nats.txt" 2>&1 \
     || log "nats-jetstream.sh failed (see $OUT/nats.txt)"
   log "etcd, 3 nodes"
