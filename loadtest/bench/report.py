@@ -130,11 +130,11 @@ transport = {}
 for setting in ("default", "single-host"):
     t = {}
     for line in read(f"{OUT}/rpc-{setting}.txt").splitlines():
-        if line.startswith(("RESULT ", "PATH ")):
+        if line.startswith("PATH CHECK FAILED"):
+            t["check_failed"] = line
+        elif line.startswith(("RESULT phase=", "PATH phase=")):
             d = kv(line)
             t[("path-" if line.startswith("PATH") else "") + d["phase"]] = d
-        elif "PATH CHECK FAILED" in line:
-            t["check_failed"] = line
     if t:
         transport[setting] = t
 packets = machine.get("packets", "default")
@@ -334,8 +334,9 @@ if transport or crypto:
     w("")
     w("Command: `make bench` (`openssl speed -mr -seconds 2 -bytes B -evp CIPHER`, one core; "
       "`BENCH_PHASES=qd1,bulk,tls-tcp cargo bench -p quire-rpc --bench rpc`, once with each packet setting: "
-      "`default` is offload on with packets up to 6 550 bytes, `single-host` is `QUIRE_UDP_OFFLOAD=off "
-      "QUIRE_UDP_PAYLOAD_BYTES=65000`). bulk: 3 QUIC connections with mTLS on loopback, 4 requests of 1 MiB in "
+      "`default` is offload on with packets up to 6 550 bytes, `single-host` is offload off with 65 000 "
+      "(`BENCH_UDP_OFFLOAD=off BENCH_UDP_PAYLOAD_BYTES=65000`; for the cluster, `QUIRE_UDP_OFFLOAD` and "
+      "`QUIRE_UDP_PAYLOAD_BYTES`). bulk: 3 QUIC connections with mTLS on loopback, 4 requests of 1 MiB in "
       "flight on each, server and client in one process; TLS over TCP: the same rustls configuration (certificates, "
       "verification, cipher order) over 3 TCP connections writing 1 MiB records, a thread per end.")
     w("")

@@ -38,6 +38,7 @@ RATES=${RATES:-"2000 5000 10000 20000 30000 40000 50000 60000"}
 USERS=${USERS:-"1 16 64"}
 FILL_MB=${FILL_MB:-256}
 PACKETS=${PACKETS:-single-host}
+case "$PACKETS" in default|single-host) ;; *) echo "PACKETS must be default or single-host, not $PACKETS" >&2; exit 2;; esac
 DROP_CACHES=${DROP_CACHES:-1}
 DOCS=${DOCS:-$ROOT/docs}
 BIN=$ROOT/target/release
@@ -199,7 +200,6 @@ fi
 # ---- 3. the peers -------------------------------------------------------------
 if [ "${PEERS:-1}" = 1 ]; then
   log "NATS JetStream R3, sync_interval: always"
-  unset QUIRE_UDP_OFFLOAD QUIRE_UDP_PAYLOAD_BYTES
   DUR=${SECS}s CASES="1:1 16:1 1:100 4:100" bash "$SHARED/nats-jetstream.sh" pypi-always 1 > "$OUT/nats.txt" 2>&1 \
     || log "nats-jetstream.sh failed (see $OUT/nats.txt)"
   log "etcd, 3 nodes"

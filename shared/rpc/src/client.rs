@@ -132,6 +132,10 @@ impl RpcClient {
     }
 
     /// A client with an explicit QUIC config (e.g. `tls::anonymous_client_config`).
+    /// The config's transport must have been built for `opts.packets` (as
+    /// the `tls` functions do from the same setting): a config discovering
+    /// packets larger than the endpoint's offload allows would have its
+    /// batches dropped by the kernel.
     pub fn with_config(config: quinn::ClientConfig, opts: ClientOptions) -> Result<RpcClient, ClientBuildError> {
         // Dual-stack where the host has IPv6, plain IPv4 where it does not (some containers).
         let endpoint = client_endpoint(SocketAddr::from(([0u16; 8], 0)), opts.packets)

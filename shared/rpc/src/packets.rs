@@ -28,8 +28,9 @@ const OFFLOAD_MAX: u16 = crate::MAX_UDP_PAYLOAD_BYTES;
 ///   bytes carried 1.5 GB/s and 6 550 with offload 1.2 GB/s
 ///   (docs/benchmarks.md). On a 1 500-byte path discovery stops at the
 ///   path's MTU and each packet costs its own system call: keep offload on
-///   there. The endpoint's receive buffer is also 64 times smaller (quinn
-///   sizes it at payload x receive segments x 32).
+///   there. The endpoint's receive buffer is smaller too (quinn sizes it
+///   at payload x receive segments x 32: 2.1 MB at 65 000 bytes without
+///   offload, 13.4 MB at 6 550 with it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Packets {
     payload_bytes: u16,

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use crate::packets::Packets;
 
-/// The largest UDP payload a quire endpoint sends or takes, and the bound
-/// of its MTU discovery. quinn's defaults (1 472 taken, discovery up to
+/// The largest UDP payload a quire endpoint sends or takes with
+/// segmentation offload on (the default), and the bound of its MTU
+/// discovery; [`crate::packets::Packets`] allows more with offload off. quinn's defaults (1 472 taken, discovery up to
 /// 1 452) cut a megabyte into some 720 packets, each with its own header,
 /// encryption call, acknowledgement and wake-up: the RPC bench's bulk phase
 /// stopped at about 730 MB/s on 2 cores, 550 000 packets a second. A path

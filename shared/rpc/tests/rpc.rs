@@ -563,10 +563,12 @@ async fn without_segmentation_offload_packets_reach_sixteen_kibibytes_both_ways_
 
 /// A server with offload off and a client with it on (a rolling change of
 /// the setting): they meet at the smaller bound, and the client's batched
-/// sends reach the server as whole packets. Left on, the server's receive
-/// offload would take the client's 10-packet sends as one and truncate them
-/// into a buffer sized for one packet (without `receive_offload_off` in
-/// socket.rs a third of the client's packets were lost).
+/// sends reach the server as whole packets, the echoes intact. Left on,
+/// the server's receive offload would take the client's 10-packet sends as
+/// one and truncate them into a buffer sized for one packet: a third of the
+/// client's packets were lost without `receive_offload_off`, which
+/// socket.rs's own test pins (a loss count here would also move with the
+/// machine's socket buffer cap, so it is not asserted).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endpoint_without_offload_takes_batched_sends_from_one_with_it_whole() {
     let unsegmented = quire_rpc::Packets::new(16_384, false).unwrap();
@@ -627,11 +629,4 @@ async fn reaches_the_packet_size_both_ways(server_packets: quire_rpc::Packets, c
     let received = after.udp_rx.datagrams - before.udp_rx.datagrams;
     let mean_bytes = (after.udp_rx.bytes - before.udp_rx.bytes) / received.max(1);
     assert!(mean_bytes > u64::from(bound) / 2, "the server's packets averaged {mean_bytes} bytes: {after:?}");
-    // Packets the server did not take whole are lost. Measured over this
-    // window: none with 16 MiB socket buffers, at most 9 % of the client's
-    // datagrams with the kernel's default 208 KiB (overflow); 32 % when the
-    // server left receive offload on with 1-packet buffers (truncation).
-    let lost = after.path.lost_packets - before.path.lost_packets;
-    let sent = after.udp_tx.datagrams - before.udp_tx.datagrams;
-    assert!(lost * 5 < sent, "{lost} of {sent} packets lost: {after:?}");
 }
