@@ -63,15 +63,17 @@ pub fn held_by(q: &Quorums, position: usize) -> u64 {
     (0..q.ensemble).filter(|r| (q.write_mask(*r as u64) >> position) & 1 == 1).fold(0, |m, r| m | 1u64 << r)
 }
 
-/// Plans `first..=last` (one segment, read with quorums `q`), avoiding the
-/// positions set in `avoid`; `rotate` turns which part each position gets
-/// (vary it between ranges so no position is always first). Ids no
-/// position outside `avoid` holds are in no ask.
-pub fn plan(q: &Quorums, first: u64, last: u64, rotate: usize, avoid: u64) -> Vec<Ask> {
+/// Plans `first..=last` (one segment, read with quorums `q`) in at most
+/// `parts` contiguous parts (at most E), avoiding the positions set in
+/// `avoid`; `rotate` turns which part each position gets (vary it between
+/// ranges so no position is always first). Ids no position outside `avoid`
+/// holds are in no ask. Fewer parts mean fewer requests for a small range:
+/// with one, a range no striping splits is one request to one bookie.
+pub fn plan(q: &Quorums, first: u64, last: u64, parts: usize, rotate: usize, avoid: u64) -> Vec<Ask> {
     assert!(first <= last, "plan of an empty range {first}..={last}");
     let e = q.ensemble;
     let span = last - first; // ids - 1, no overflow at u64::MAX
-    let parts = (e as u64).min(span.saturating_add(1)) as usize;
+    let parts = (e as u64).min(parts.max(1) as u64).min(span.saturating_add(1)) as usize;
     let per = span / parts as u64 + 1;
     let mut asks = Vec::new();
     let mut at = first;
@@ -137,7 +139,7 @@ mod tests {
     #[test]
     fn without_striping_each_position_reads_one_part_whole() {
         let q = Quorums::new(3, 3, 2).unwrap();
-        let asks = plan(&q, 0, 299, 0, 0);
+        let asks = plan(&q, 0, 299, 3, 0, 0);
         assert_eq!(
             asks,
             vec![
@@ -149,15 +151,30 @@ mod tests {
     }
 
     #[test]
+    fn a_range_in_one_part_is_one_ask_without_striping_and_a_cover_with_it() {
+        let q = Quorums::new(3, 3, 2).unwrap();
+        assert_eq!(plan(&q, 0, 99, 1, 1, 0), vec![Ask { position: 1, first: 0, last: 99, modulus: 0, residues: 0 }]);
+        // E=3 Qw=2: position 0 lacks ids 1 mod 3, which position 1 holds.
+        let q = Quorums::new(3, 2, 2).unwrap();
+        assert_eq!(
+            plan(&q, 0, 99, 1, 0, 0),
+            vec![
+                Ask { position: 0, first: 0, last: 99, modulus: 0, residues: 0 },
+                Ask { position: 1, first: 0, last: 99, modulus: 3, residues: 0b010 },
+            ]
+        );
+    }
+
+    #[test]
     fn with_striping_what_a_primary_lacks_goes_to_a_holder() {
         // E=3 Qw=2: position 0 holds ids 0 and 2 mod 3; ids 1 mod 3 are on 1 and 2.
         let q = Quorums::new(3, 2, 2).unwrap();
-        let asks = plan(&q, 0, 8, 0, 0);
+        let asks = plan(&q, 0, 8, 3, 0, 0);
         assert_eq!(asks[0], Ask { position: 0, first: 0, last: 2, modulus: 0, residues: 0 });
         assert_eq!(asks[1], Ask { position: 1, first: 0, last: 2, modulus: 3, residues: 0b010 });
         // A failed position is avoided: its part goes to the next, and the stripe
         // it lacks to the other holder.
-        let asks = plan(&q, 0, 8, 0, 0b001);
+        let asks = plan(&q, 0, 8, 3, 0, 0b001);
         assert!(asks.iter().all(|a| a.position != 0));
         let retried = retry(&q, &Ask { position: 0, first: 0, last: 8, modulus: 0, residues: 0 }, 4, 0b001);
         assert!(retried.iter().all(|a| a.position != 0 && a.first == 4));
@@ -172,13 +189,14 @@ mod tests {
             (e, w) in (1usize..=8).prop_flat_map(|e| (Just(e), 1..=e)),
             first in prop_oneof![0u64..1000, (u64::MAX - 1000)..=u64::MAX],
             len in 0u64..200,
+            parts in 1usize..=8,
             rotate in 0usize..16,
             avoid in 0u64..256,
         ) {
             let q = Quorums::new(e, w, 1).unwrap();
             let last = first.saturating_add(len);
             let avoid = avoid & all_residues(e);
-            let asks = plan(&q, first, last, rotate, avoid);
+            let asks = plan(&q, first, last, parts, rotate, avoid);
             for id in (first..=last).take(300) {
                 let holders: Vec<usize> = q.write_set(id).into_iter().filter(|p| (avoid >> p) & 1 == 0).collect();
                 let asked = askers(&q, &asks, id);

@@ -10,7 +10,7 @@
 //! replica could answer fails with an error the caller can act on
 //! ([`unanswered`]): NotEnoughBookies, or Timeout, never a bare RPC error.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -61,6 +61,9 @@ pub struct LedgerReader {
     lac: AtomicI64,
     /// The bookie that answered last: reads stick to it while it can serve them.
     sticky: Mutex<Option<String>>,
+    /// Where the next scan starts turning the parts of its chunks over the
+    /// ensemble ([`LedgerReader::next_rotation`]).
+    rotation: AtomicUsize,
 }
 
 enum Outcome {
@@ -79,6 +82,7 @@ impl LedgerReader {
             meta: Mutex::new(meta),
             lac: AtomicI64::new(lac),
             sticky: Mutex::new(None),
+            rotation: AtomicUsize::new(0),
         }
     }
 
@@ -259,6 +263,11 @@ impl LedgerReader {
         // Nothing new from the bookies: a close (or an ensemble change) shows in the metadata.
         let m = self.refresh().await?;
         Ok(m.closed_lac().map_or(best.unwrap_or(self.known_lac()), |l| self.learn(l)))
+    }
+
+    /// A rotation for a new scan: each scan of this reader gets the next.
+    pub(super) fn next_rotation(&self) -> usize {
+        self.rotation.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Reads one entry at or below the LAC.
