@@ -84,7 +84,7 @@ sim:
 
 # One run that regenerates docs/benchmarks.md and docs/bench/latency-throughput.svg:
 # the disk's limits, quire through the client and HTTP, catch-up reads, NATS
-# JetStream and etcd (../shared/bench), side by side. About 8 minutes, as root.
+# JetStream and etcd (../shared/bench), side by side. About 12 minutes, as root.
 # `make bench SECS=5 PEERS=0` for a quick one without the peers.
 bench: build
 	SECS=$(or $(SECS),10) PEERS=$(or $(PEERS),1) bash loadtest/bench/run.sh

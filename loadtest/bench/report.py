@@ -410,8 +410,8 @@ if goose:
 if catchup:
     w("## Catch-up reads against the disk's read bandwidth")
     w("")
-    w("Command: `make bench` (`quire bench --mode catch-up --ledgers 4 --fill-mb 256 --entry-bytes B --write-quorum Q "
-      "--ack-quorum 2 --drop-caches`: four closed ledgers (E=3) read back from entry 0 at once, each as one scan "
+    w(f"Command: `make bench` (`quire bench --mode catch-up --ledgers 4 --fill-mb {machine.get('fill_mb', '256')} --entry-bytes B --write-quorum Q "
+      "--ack-quorum 2 --drop-caches`, and `--read-range 100` for pages: four closed ledgers (E=3) read back from entry 0 at once, each as one scan "
       "(batch reads over the ensemble's stripes, a few batches ahead), every entry's digest checked, the page cache "
       "dropped between writing and reading).")
     w("")

@@ -22,13 +22,14 @@
 # Env: SECS (10) seconds per measured case; OUT (target/bench-report) raw
 # results; DOCS (docs) where the report goes; PEERS (1) 0 skips NATS and
 # etcd; DISK (1) 0 skips fio; RATES (open-loop targets, adds/s); USERS (goose
-# users per case); FILL_MB (256) catch-up data per entry size; DROP_CACHES (1);
+# users per case); FILL_MB (1024) catch-up data per case (at 256 a read took a
+# quarter to three quarters of a second: start-up weighed on the figure); DROP_CACHES (1);
 # KEEP (0) 1 keeps the cluster's data; REREPLICATE (1) 0 skips the re-replication bench; SHARED (../shared/bench);
 # PACKETS (single-host) the cluster's and client's packet setting: `single-host`
 # (QUIRE_UDP_OFFLOAD=off, QUIRE_UDP_PAYLOAD_BYTES=65000: every process is on
 # this machine's loopback) or `default` (offload on, 6 550 bytes: what a
 # network of 1 500-byte frames gets). Run as root (fio, drop_caches, the peers'
-# packages). Takes about 10 minutes. loadtest/smoke.sh runs it in seconds.
+# packages). Takes about 12 minutes. loadtest/smoke.sh runs it in seconds.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 SHARED=${SHARED:-$ROOT/../shared/bench}
@@ -36,7 +37,7 @@ OUT=${OUT:-$ROOT/target/bench-report}
 SECS=${SECS:-10}
 RATES=${RATES:-"2000 5000 10000 20000 30000 40000 50000 60000"}
 USERS=${USERS:-"1 16 64"}
-FILL_MB=${FILL_MB:-256}
+FILL_MB=${FILL_MB:-1024}
 PACKETS=${PACKETS:-single-host}
 case "$PACKETS" in default|single-host) ;; *) echo "PACKETS must be default or single-host, not $PACKETS" >&2; exit 2;; esac
 DROP_CACHES=${DROP_CACHES:-1}
@@ -62,6 +63,7 @@ trap cleanup EXIT
   echo "disk=$(findmnt -n -o SOURCE,FSTYPE -T /tmp)"
   echo "secs=$SECS"
   echo "packets=$PACKETS"
+  echo "fill_mb=$FILL_MB"
 } > "$OUT/machine.txt"
 
 log "building quire (release) and the goose load generator"
