@@ -5,12 +5,14 @@
 //! is a range plus a set of remainders (a stripe), and a bookie can be asked
 //! for exactly its share of a range in one request (ReadEntries).
 //!
-//! A range is cut into one part per position; each part goes whole to its
-//! own position (the *primary*: it holds that part back to back in its entry
-//! log, one sequential read), and the ids of the part the primary does not
-//! hold (with `E > Qw`) go, a stripe each, to the first position that does.
-//! Every id of the range is then asked of exactly one position of its write
-//! set, and the load is spread over the ensemble. A position that failed is
+//! A range is cut into at most one part per position (fewer for a small
+//! range, whose requests would cost more than they bring); each part goes
+//! whole to its own position (the *primary*: it holds that part back to back
+//! in its entry log, one sequential read), and the ids of the part the
+//! primary does not hold (with `E > Qw`) go, a stripe each, to the first
+//! position that does. Every id of the range is then asked of exactly one
+//! position of its write set, and the load is spread over the ensemble (for
+//! small ranges, over successive ranges by rotation). A position that failed is
 //! avoided: [`cover`] asks the others for what it was asked.
 
 use crate::writer::Quorums;
@@ -74,7 +76,7 @@ pub fn plan(q: &Quorums, first: u64, last: u64, parts: usize, rotate: usize, avo
     let e = q.ensemble;
     let span = last - first; // ids - 1, no overflow at u64::MAX
     let parts = (e as u64).min(parts.max(1) as u64).min(span.saturating_add(1)) as usize;
-    let per = span / parts as u64 + 1;
+    let per = (span / parts as u64).saturating_add(1);
     let mut asks = Vec::new();
     let mut at = first;
     for k in 0..parts {
@@ -197,6 +199,7 @@ mod tests {
             let last = first.saturating_add(len);
             let avoid = avoid & all_residues(e);
             let asks = plan(&q, first, last, parts, rotate, avoid);
+            prop_assert!(asks.iter().filter(|a| a.modulus == 0).count() <= parts.min(e), "more primaries than parts");
             for id in (first..=last).take(300) {
                 let holders: Vec<usize> = q.write_set(id).into_iter().filter(|p| (avoid >> p) & 1 == 0).collect();
                 let asked = askers(&q, &asks, id);

@@ -61,8 +61,9 @@ pub struct LedgerReader {
     lac: AtomicI64,
     /// The bookie that answered last: reads stick to it while it can serve them.
     sticky: Mutex<Option<String>>,
-    /// Where the next scan starts turning the parts of its chunks over the
-    /// ensemble ([`LedgerReader::next_rotation`]).
+    /// Which part of the next chunk a scan reads goes to which position
+    /// ([`LedgerReader::next_rotation`]): a turn per chunk, over every scan
+    /// of this reader.
     rotation: AtomicUsize,
 }
 
@@ -265,7 +266,8 @@ impl LedgerReader {
         Ok(m.closed_lac().map_or(best.unwrap_or(self.known_lac()), |l| self.learn(l)))
     }
 
-    /// A rotation for a new scan: each scan of this reader gets the next.
+    /// The rotation of a scan's next chunk: each chunk of every scan of
+    /// this reader gets the next.
     pub(super) fn next_rotation(&self) -> usize {
         self.rotation.fetch_add(1, Ordering::Relaxed)
     }

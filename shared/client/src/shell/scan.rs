@@ -39,8 +39,15 @@ const WINDOW_CHUNKS: usize = 4;
 /// chunk (a reader's page of 100 entries) goes in fewer parts: one request
 /// where it would have been E, each with its fixed cost on both ends
 /// (measured: pages of 100 1 KiB entries, three requests of 34 each, read
-/// at a third of a scan's rate).
+/// at a third of a scan's rate). Counted as the bookie counts an answer
+/// (payload plus [`ENTRY_OVERHEAD_BYTES`] each), a full chunk (ASK_IDS_MAX
+/// ids a position at least) always reaches it, so whole scans keep E parts
+/// whatever the entries' size.
 const PART_BYTES_MIN: u64 = 256 << 10;
+/// Bytes a bookie counts per entry of an answer beyond its payload
+/// (quire-storage's `ENTRY_OVERHEAD_BYTES`).
+const ENTRY_OVERHEAD_BYTES: u64 = 64;
+const _: () = assert!(ASK_IDS_MAX * ENTRY_OVERHEAD_BYTES >= PART_BYTES_MIN);
 /// Single reads in flight for the ids batches did not bring.
 const FALLBACK_IN_FLIGHT: usize = 16;
 
@@ -55,7 +62,6 @@ pub struct Scan<'a> {
     /// Payload bytes per entry, as far as known (the closed ledger's
     /// length, then the entries read).
     entry_bytes: Option<u64>,
-    chunks: usize,
     inflight: FuturesOrdered<Chunk<'a>>,
 }
 
@@ -66,11 +72,7 @@ impl<'a> Scan<'a> {
             Some(l) if l >= 0 => Some(meta.length / (l as u64 + 1)),
             _ => None,
         };
-        // Each scan starts its rotation where the reader's last one left
-        // it: a reader's small ranges, one part each, go to its bookies in
-        // turn rather than all to the first.
-        let chunks = reader.next_rotation();
-        Scan { reader, next: from, last, entry_bytes, chunks, inflight: FuturesOrdered::new() }
+        Scan { reader, next: from, last, entry_bytes, inflight: FuturesOrdered::new() }
     }
 
     /// The next entries in order, or `None` at the end of the range.
@@ -103,9 +105,15 @@ impl<'a> Scan<'a> {
             };
             let ids = per_position * meta.quorums.ensemble as u64;
             let end = last.min(seg_last).min(self.next.saturating_add(ids - 1));
-            let (first, rotate) = (self.next, self.chunks);
+            // One turn of the reader's rotation per chunk: a scan's chunks,
+            // and the pages of scans one after another, go to the
+            // ensemble's positions in turn.
+            let (first, rotate) = (self.next, self.reader.next_rotation());
             let parts = match self.entry_bytes {
-                Some(b) => ((end - first + 1).saturating_mul(b.max(1)) / PART_BYTES_MIN).max(1) as usize,
+                Some(b) => {
+                    let bytes = (end - first + 1).saturating_mul(b.saturating_add(ENTRY_OVERHEAD_BYTES));
+                    (bytes / PART_BYTES_MIN).max(1).min(meta.quorums.ensemble as u64) as usize
+                }
                 None => meta.quorums.ensemble,
             };
             let reader = self.reader;
@@ -113,7 +121,6 @@ impl<'a> Scan<'a> {
                 let seg = meta.segments[seg_index].clone();
                 read_chunk(reader, &meta, &seg, first, end, parts, rotate).await
             }));
-            self.chunks += 1;
             if end == last {
                 self.last = None;
                 break;
