@@ -312,3 +312,37 @@ async fn a_readers_small_pages_are_one_request_each_to_the_bookies_in_turn() {
     assert_eq!(per_bookie.iter().sum::<u64>(), 12, "twelve pages, one request each: {per_bookie:?}");
     assert!(per_bookie.iter().all(|n| *n == 4), "the pages turn over the three bookies: {per_bookie:?}");
 }
+
+/// The same on an open ledger, where no length in the metadata tells a
+/// scan the entries' size: the reader keeps what its last scan learned, so
+/// only its first page is read in small chunks over every bookie (a poller
+/// of an open log paid that on every page: three chunks of 48 in three parts
+/// each for a page of 100).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_of_an_open_ledger_are_one_request_each_once_the_reader_knows_the_entries_size() {
+    let s = Setup::start_with_metrics(&["r1", "r2", "r3"]);
+    s.wait_for_bookies(3).await;
+    let w = s.client().create(spec()).await.unwrap();
+    let data: Vec<Bytes> = (0..1200u64).map(|i| Bytes::from(format!("entry {i} ").repeat(100))).collect();
+    for chunk in data.chunks(400) {
+        w.add_batch(chunk.to_vec()).await.unwrap();
+    }
+    // Open (this test holds the writer), every entry acknowledged.
+    let rpc = s.rpc(Role::Client);
+    let opts = ClientOptions { batch_speculative_read_after: Duration::from_secs(60), ..ClientOptions::default() };
+    let r = Client::new(rpc.clone(), s.meta(&rpc), opts).open(w.ledger_id()).await.unwrap();
+    r.observe_lac(1199);
+    let before: u64 = bookie_counters(&s, "quire_bookie_range_reads_total").iter().sum();
+    let mut next = 0u64;
+    while next < 1200 {
+        let page = r.read_range(next, next + 99, 100).await.unwrap();
+        assert_eq!(
+            page.iter().map(|e| e.payload.clone()).collect::<Vec<_>>(),
+            data[next as usize..next as usize + 100]
+        );
+        next += 100;
+    }
+    let requests = bookie_counters(&s, "quire_bookie_range_reads_total").iter().sum::<u64>() - before;
+    // The first page: at most three chunks in three parts; then one each.
+    assert!(requests <= 9 + 11, "{requests} range reads for twelve pages");
+}

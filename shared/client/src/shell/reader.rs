@@ -10,7 +10,7 @@
 //! replica could answer fails with an error the caller can act on
 //! ([`unanswered`]): NotEnoughBookies, or Timeout, never a bare RPC error.
 
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -65,6 +65,11 @@ pub struct LedgerReader {
     /// ([`LedgerReader::next_rotation`]): a turn per chunk, over every scan
     /// of this reader.
     rotation: AtomicUsize,
+    /// Payload bytes per entry as last learned by a scan, plus one (zero:
+    /// not yet): a scan of an open ledger starts from it rather than from
+    /// small chunks in E parts, which a reader polling pages paid on every
+    /// page.
+    entry_bytes_plus_one: AtomicU64,
 }
 
 enum Outcome {
@@ -84,6 +89,7 @@ impl LedgerReader {
             lac: AtomicI64::new(lac),
             sticky: Mutex::new(None),
             rotation: AtomicUsize::new(0),
+            entry_bytes_plus_one: AtomicU64::new(0),
         }
     }
 
@@ -264,6 +270,16 @@ impl LedgerReader {
         // Nothing new from the bookies: a close (or an ensemble change) shows in the metadata.
         let m = self.refresh().await?;
         Ok(m.closed_lac().map_or(best.unwrap_or(self.known_lac()), |l| self.learn(l)))
+    }
+
+    /// Payload bytes per entry as a scan of this reader last learned them.
+    pub(super) fn entry_bytes(&self) -> Option<u64> {
+        self.entry_bytes_plus_one.load(Ordering::Relaxed).checked_sub(1)
+    }
+
+    /// Records what a scan learned of the entries' size.
+    pub(super) fn learn_entry_bytes(&self, bytes: u64) {
+        self.entry_bytes_plus_one.store(bytes.saturating_add(1), Ordering::Relaxed);
     }
 
     /// The rotation of a scan's next chunk: each chunk of every scan of

@@ -60,7 +60,8 @@ pub struct Scan<'a> {
     next: u64,
     last: Option<u64>,
     /// Payload bytes per entry, as far as known (the closed ledger's
-    /// length, then the entries read).
+    /// length, or what the reader's last scan learned, then the entries
+    /// read).
     entry_bytes: Option<u64>,
     inflight: FuturesOrdered<Chunk<'a>>,
 }
@@ -70,7 +71,7 @@ impl<'a> Scan<'a> {
         let meta = reader.metadata();
         let entry_bytes = match meta.closed_lac() {
             Some(l) if l >= 0 => Some(meta.length / (l as u64 + 1)),
-            _ => None,
+            _ => reader.entry_bytes(),
         };
         Scan { reader, next: from, last, entry_bytes, inflight: FuturesOrdered::new() }
     }
@@ -84,7 +85,9 @@ impl<'a> Scan<'a> {
         let batch = r?;
         if let Some(e) = batch.last() {
             // Each entry carries the ledger's length up to it.
-            self.entry_bytes = Some(e.ledger_length / (e.entry_id + 1));
+            let b = e.ledger_length / (e.entry_id + 1);
+            self.entry_bytes = Some(b);
+            self.reader.learn_entry_bytes(b);
         }
         self.fill();
         Ok(Some(batch))
