@@ -477,8 +477,8 @@ for b, floor in ((1024, 0.5), (65536, 0.8)):
     s2 = catchup.get((b, 2))
     if j and s2:
         r = s2["mb_per_s"] / j["mb_per_s"]
-        w(f"- READS, striped (E=3 Qw=2) against unstriped, {b} B: {r:.2f}x; the target is 0.8x: "
-          f"**{'met' if r >= 0.8 else 'not met'}**.")
+        w(f"- READS and PERF 2, striped (E=3 Qw=2) against unstriped, {b} B: {r:.2f}x; the targets are 0.8x (READS): "
+          f"**{'met' if r >= 0.8 else 'not met'}**, and 0.9x (PERF 2): **{'met' if r >= 0.9 else 'not met'}**.")
 # PERF (issue #22)
 if "4x100" in cpu:
     c4 = cpu["4x100"]["us_per_add"]
@@ -511,11 +511,6 @@ for b, floor_disk, floor_bulk in ((1024, 0.5, 0.8), (65536, 0.8, 0.9)):
         rd, rb = j["mb_per_s"] / disk_read, j["mb_per_s"] / bulk_here
         w(f"- PERF 2, catch-up of {b} B entries: {rd:.2f}x the disk's cold read (target {floor_disk}x) and {rb:.2f}x "
           f"the transport's bulk phase (target {floor_bulk}x): **{'met' if rd >= floor_disk and rb >= floor_bulk else 'not met'}**.")
-    s2 = catchup.get((b, 2))
-    if j and s2:
-        r = s2["mb_per_s"] / j["mb_per_s"]
-        w(f"- PERF 2, striped (E=3 Qw=2) against unstriped, {b} B: {r:.2f}x; the target is 0.9x: "
-          f"**{'met' if r >= 0.9 else 'not met'}**.")
 pr, ps = ranged.get((1024, 3)), catchup.get((1024, 3))
 if pr and ps:
     r = pr["mb_per_s"] / ps["mb_per_s"]

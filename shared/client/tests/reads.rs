@@ -196,21 +196,26 @@ async fn a_read_over_a_connection_to_a_restarted_bookie_is_answered_and_with_it_
     assert!(matches!(err.code_name(), "NotEnoughBookies" | "Timeout"), "a batch read too: {err:?}");
 }
 
-/// The sum of one counter over every bookie's metrics.
-fn bookie_counter(s: &Setup, name: &str) -> u64 {
+/// One counter of each bookie's metrics.
+fn bookie_counters(s: &Setup, name: &str) -> Vec<u64> {
     let bookies: Vec<String> =
         s.cluster.metrics.lock().unwrap().iter().filter(|(role, _)| role == "bookie").map(|(_, a)| a.clone()).collect();
     bookies
         .iter()
         .map(|addr| {
-            let text = quire_testkit::scrape(addr);
-            text.lines()
+            quire_testkit::scrape(addr)
+                .lines()
                 .find_map(|l| {
                     l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')).map(|v| v.trim().parse::<u64>().unwrap())
                 })
                 .unwrap_or_else(|| panic!("{name} not in the metrics of {addr}"))
         })
-        .sum()
+        .collect()
+}
+
+/// The sum of one counter over every bookie's metrics.
+fn bookie_counter(s: &Setup, name: &str) -> u64 {
+    bookie_counters(s, name).iter().sum()
 }
 
 /// Issue #21 item 1: a range is read in batches (ReadEntries), each bookie
@@ -258,23 +263,6 @@ async fn a_range_is_read_in_batches_over_the_stripes_and_around_a_frozen_or_dead
     s.cluster.kill_bookie(idx).unwrap();
     let all = tokio::time::timeout(Duration::from_secs(20), r.read_range(0, 2999, usize::MAX)).await;
     assert_eq!(payloads(&all.expect("a dead replica stalled the range").unwrap()), data);
-}
-
-/// The range-read counter of each bookie.
-fn bookie_counters(s: &Setup, name: &str) -> Vec<u64> {
-    let bookies: Vec<String> =
-        s.cluster.metrics.lock().unwrap().iter().filter(|(role, _)| role == "bookie").map(|(_, a)| a.clone()).collect();
-    bookies
-        .iter()
-        .map(|addr| {
-            quire_testkit::scrape(addr)
-                .lines()
-                .find_map(|l| {
-                    l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')).map(|v| v.trim().parse::<u64>().unwrap())
-                })
-                .unwrap_or_else(|| panic!("{name} not in the metrics of {addr}"))
-        })
-        .collect()
 }
 
 /// Issue #48: a reader's page (100 small entries of a ledger no striping
@@ -332,7 +320,7 @@ async fn pages_of_an_open_ledger_are_one_request_each_once_the_reader_knows_the_
     let opts = ClientOptions { batch_speculative_read_after: Duration::from_secs(60), ..ClientOptions::default() };
     let r = Client::new(rpc.clone(), s.meta(&rpc), opts).open(w.ledger_id()).await.unwrap();
     r.observe_lac(1199);
-    let before: u64 = bookie_counters(&s, "quire_bookie_range_reads_total").iter().sum();
+    let before = bookie_counter(&s, "quire_bookie_range_reads_total");
     let mut next = 0u64;
     while next < 1200 {
         let page = r.read_range(next, next + 99, 100).await.unwrap();
@@ -342,7 +330,7 @@ async fn pages_of_an_open_ledger_are_one_request_each_once_the_reader_knows_the_
         );
         next += 100;
     }
-    let requests = bookie_counters(&s, "quire_bookie_range_reads_total").iter().sum::<u64>() - before;
+    let requests = bookie_counter(&s, "quire_bookie_range_reads_total") - before;
     // The first page: at most three chunks in three parts; then one each.
     assert!(requests <= 9 + 11, "{requests} range reads for twelve pages");
 }

@@ -36,6 +36,11 @@ pub const ALPN_V1: &[u8] = b"quire/1";
 /// is 5 MB). Larger adds answer ENTRY_TOO_LARGE.
 pub const MAX_ENTRY_BYTES: usize = 5 * 1024 * 1024;
 
+/// What an entry costs in a ReadEntries answer beyond its payload (ids, LAC,
+/// length, digest, field tags), as a bookie counts it against an answer's
+/// bound and a reader sizes what it asks for.
+pub const ENTRY_OVERHEAD_BYTES: usize = 64;
+
 /// Ledger custom-metadata keys that are the service's, not the application's.
 pub mod reserved {
     /// Keys under this prefix: no creator sets them (but a gateway sets

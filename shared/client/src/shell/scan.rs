@@ -44,9 +44,7 @@ const WINDOW_CHUNKS: usize = 4;
 /// ids a position at least) always reaches it, so whole scans keep E parts
 /// whatever the entries' size.
 const PART_BYTES_MIN: u64 = 256 << 10;
-/// Bytes a bookie counts per entry of an answer beyond its payload
-/// (quire-storage's `ENTRY_OVERHEAD_BYTES`).
-const ENTRY_OVERHEAD_BYTES: u64 = 64;
+const ENTRY_OVERHEAD_BYTES: u64 = quire_proto::ENTRY_OVERHEAD_BYTES as u64;
 const _: () = assert!(ASK_IDS_MAX * ENTRY_OVERHEAD_BYTES >= PART_BYTES_MIN);
 /// Single reads in flight for the ids batches did not bring.
 const FALLBACK_IN_FLIGHT: usize = 16;

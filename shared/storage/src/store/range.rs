@@ -23,9 +23,7 @@ pub const RANGE_ENTRIES_MAX: usize = 8192;
 /// Most bytes one range read returns (payload plus [`ENTRY_OVERHEAD_BYTES`]
 /// each), bar its first entry: a response stays within one frame.
 pub const RANGE_BYTES_MAX: usize = 4 << 20;
-/// What an entry costs in a response beyond its payload (ids, LAC, length,
-/// digest, field tags), as a range read counts it.
-pub const ENTRY_OVERHEAD_BYTES: usize = 64;
+pub use quire_proto::ENTRY_OVERHEAD_BYTES;
 /// Records this close together are read in one region: reading a gap (the
 /// other ledgers' entries between two of this one's) is cheaper than another
 /// system call for small gaps.
