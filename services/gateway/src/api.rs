@@ -83,7 +83,7 @@ pub const OPENAPI_PATH: &str = "/openapi.json";
 /// One route: what registers it and what documents it come from the same
 /// line, so the OpenAPI document cannot drift from the router.
 macro_rules! endpoints {
-    ($( $method:ident $path:literal => $handler:ident, $summary:literal, $body:literal, $reply:literal, [$($code:literal),*] ;)*) => {
+    ($( $method:ident $path:literal => $handler:ident as $operation:literal, $summary:literal, $body:literal, $reply:literal, [$($code:literal),*] ;)*) => {
         /// The routes.
         pub fn routes(cfg: &mut web::ServiceConfig) {
             $( cfg.route($path, web::$method().to($handler)); )*
@@ -95,6 +95,7 @@ macro_rules! endpoints {
             $( crate::openapi::Endpoint {
                 method: stringify!($method),
                 path: $path,
+                operation_id: $operation,
                 summary: $summary,
                 request: $body,
                 reply: $reply,
@@ -105,37 +106,37 @@ macro_rules! endpoints {
 }
 
 endpoints! {
-    get "/healthz" => healthz, "Liveness", "", "Status", [200];
-    get "/readyz" => readyz, "Readiness: the metadata service answers", "", "Status", [200, 503];
-    get "/metrics" => metrics, "Prometheus metrics", "", "text", [200];
-    post "/v1/ledgers" => create, "Create a ledger; this gateway holds its writer", "create", "Ledger", [201, 400, 408, 503];
-    get "/v1/ledgers" => list, "List ledger ids (start_after, limit)", "", "LedgerList", [200, 400, 503];
-    get "/v1/ledgers/{id}" => get_ledger, "A ledger's metadata", "", "Ledger", [200, 400, 404];
-    delete "/v1/ledgers/{id}" => delete, "Delete a ledger (space reclaimed by GC)", "", "", [204, 400, 403, 404];
-    post "/v1/ledgers/{id}/entries" => append, "Append one entry (raw body)", "raw", "Appended", [200, 400, 403, 404, 408, 409, 413, 503, 504];
-    post "/v1/ledgers/{id}/entries:batch" => append_batch, "Append several entries (base64)", "batch", "AppendedBatch", [200, 400, 403, 404, 408, 409, 413, 503, 504];
-    get "/v1/ledgers/{id}/entries" => read_range, "Entries from..=to, at most up to the LAC (streamed); with follow=true, entries as the LAC passes them until the ledger closes (NDJSON, or server-sent events by Accept)", "", "EntriesOrFollow", [200, 400, 404, 503];
-    get "/v1/ledgers/{id}/entries/{eid}" => read_one, "One entry, raw bytes", "", "bytes", [200, 400, 404];
-    get "/v1/ledgers/{id}/lac" => lac, "The LAC; with after and timeout_ms, a long poll", "", "Lac", [200, 400, 404];
-    post "/v1/ledgers/{id}/close" => close, "Close a ledger this gateway writes", "", "Ledger", [200, 400, 403, 404, 409];
-    post "/v1/ledgers/{id}/recover" => recover, "Fence, recover to the true tail, close", "", "Recovered", [200, 400, 404, 503];
-    get "/v1/bookies" => bookies, "The bookie registry", "", "BookieList", [200, 503];
-    get "/v1/bookies/{bookie}" => get_bookie, "One bookie, and the ledgers that still name it", "", "BookieDetail", [200, 400, 404, 503];
-    post "/v1/bookies/{bookie}/decommission" => decommission, "Drain a bookie (re-replicated elsewhere), then retire it", "", "BookieDetail", [202, 400, 404, 409, 503];
-    get "/v1/cluster" => cluster, "Metadata leader, bookies, under-replication, auditor", "", "Cluster", [200, 503];
-    post "/v1/logs" => log_create, "Create a log; this gateway owns it", "log_create", "Log", [201, 400, 408, 409, 413, 503];
-    get "/v1/logs" => log_list, "List log names (start_after, limit)", "", "LogList", [200, 400, 503];
-    get "/v1/logs/{name}" => log_get, "A log: its ledgers with offset ranges, owner epoch, trim point", "", "Log", [200, 400, 404];
-    delete "/v1/logs/{name}" => log_delete, "Delete a log and its ledgers", "", "", [204, 400, 403, 404];
-    post "/v1/logs/{name}/records" => log_append, "Append one record (raw body); producer_id and sequence make it idempotent; expected_offset makes it conditional", "raw", "LogAppended", [200, 400, 403, 404, 408, 409, 412, 413, 503, 504];
-    post "/v1/logs/{name}/records:batch" => log_append_batch, "Append several records (base64) atomically: all are written, at consecutive offsets, or none (a reader never sees part of a batch); producer_id and sequence (the first's) make them idempotent; expected_offset makes them conditional", "log_batch", "LogAppendedBatch", [200, 400, 403, 404, 408, 409, 412, 413, 503, 504];
-    get "/v1/logs/{name}/records" => log_read, "Records from an offset across ledgers, up to the committed end; with follow=true a long poll for the next ones, or server-sent events by Accept", "", "LogRecordsOrFollow", [200, 400, 404, 410, 503, 504];
-    put "/v1/logs/{name}/cursors/{cursor}" => cursor_put, "Create a durable cursor (from start or end, or at a position), or seek it; one that holds retention is the log's principal's", "cursor_put", "Cursor", [200, 400, 403, 404, 408, 409, 413, 503];
-    get "/v1/logs/{name}/cursors/{cursor}" => cursor_get, "A cursor's position", "", "Cursor", [200, 400, 404];
-    post "/v1/logs/{name}/cursors/{cursor}" => cursor_ack, "Acknowledge: every record below ack is done (forward only)", "cursor_ack", "Cursor", [200, 400, 403, 404, 408, 409, 413, 503];
-    delete "/v1/logs/{name}/cursors/{cursor}" => cursor_delete, "Delete a cursor", "", "", [204, 400, 403, 404];
-    post "/v1/logs/{name}/takeover" => log_take_over, "Take the log over: this gateway writes it from now on, fencing the earlier owner and taking its lease", "", "Log", [200, 400, 403, 404, 409, 503, 504];
-    post "/v1/logs/{name}/trim" => log_trim, "Move the trim point; ledgers wholly below it are deleted", "log_trim", "Log", [200, 400, 403, 404, 408, 409, 413, 503];
+    get "/healthz" => healthz as "getHealth", "Liveness", "", "Status", [200];
+    get "/readyz" => readyz as "getReadiness", "Readiness: the metadata service answers", "", "Status", [200, 503];
+    get "/metrics" => metrics as "getMetrics", "Prometheus metrics", "", "text", [200];
+    post "/v1/ledgers" => create as "createLedger", "Create a ledger; this gateway holds its writer", "create", "Ledger", [201, 400, 408, 503];
+    get "/v1/ledgers" => list as "listLedgers", "List ledger ids (start_after, limit)", "", "LedgerList", [200, 400, 503];
+    get "/v1/ledgers/{id}" => get_ledger as "getLedger", "A ledger's metadata", "", "Ledger", [200, 400, 404];
+    delete "/v1/ledgers/{id}" => delete as "deleteLedger", "Delete a ledger (space reclaimed by GC); a log's ledger goes with the log's trim or deletion (409 LedgerInLog)", "", "", [204, 400, 403, 404, 409];
+    post "/v1/ledgers/{id}/entries" => append as "appendEntry", "Append one entry (raw body)", "raw", "Appended", [200, 400, 403, 404, 408, 409, 413, 503, 504];
+    post "/v1/ledgers/{id}/entries:batch" => append_batch as "appendEntries", "Append several entries (base64)", "batch", "AppendedBatch", [200, 400, 403, 404, 408, 409, 413, 503, 504];
+    get "/v1/ledgers/{id}/entries" => read_range as "readEntries", "Entries from..=to, at most up to the LAC (streamed); with follow=true, entries as the LAC passes them until the ledger closes (NDJSON, or server-sent events by Accept)", "", "EntriesOrFollow", [200, 400, 404, 503];
+    get "/v1/ledgers/{id}/entries/{eid}" => read_one as "readEntry", "One entry, raw bytes", "", "bytes", [200, 400, 404];
+    get "/v1/ledgers/{id}/lac" => lac as "getLac", "The LAC; with after and timeout_ms, a long poll", "", "Lac", [200, 400, 404];
+    post "/v1/ledgers/{id}/close" => close as "closeLedger", "Close a ledger this gateway writes", "", "Ledger", [200, 400, 403, 404, 409];
+    post "/v1/ledgers/{id}/recover" => recover as "recoverLedger", "Fence, recover to the true tail, close", "", "Recovered", [200, 400, 404, 503];
+    get "/v1/bookies" => bookies as "listBookies", "The bookie registry", "", "BookieList", [200, 503];
+    get "/v1/bookies/{bookie}" => get_bookie as "getBookie", "One bookie, and the ledgers that still name it", "", "BookieDetail", [200, 400, 404, 503];
+    post "/v1/bookies/{bookie}/decommission" => decommission as "decommissionBookie", "Drain a bookie (re-replicated elsewhere), then retire it", "", "BookieDetail", [202, 400, 404, 409, 503];
+    get "/v1/cluster" => cluster as "getCluster", "Metadata leader, bookies, under-replication, auditor", "", "Cluster", [200, 503];
+    post "/v1/logs" => log_create as "createLog", "Create a log; this gateway owns it", "log_create", "Log", [201, 400, 408, 409, 413, 503];
+    get "/v1/logs" => log_list as "listLogs", "List log names (start_after, limit)", "", "LogList", [200, 400, 503];
+    get "/v1/logs/{name}" => log_get as "getLog", "A log: its ledgers with offset ranges, owner epoch, trim point", "", "Log", [200, 400, 404];
+    delete "/v1/logs/{name}" => log_delete as "deleteLog", "Delete a log and its ledgers", "", "", [204, 400, 403, 404];
+    post "/v1/logs/{name}/records" => log_append as "appendRecord", "Append one record (raw body); producer_id and sequence make it idempotent; expected_offset makes it conditional", "raw", "LogAppended", [200, 400, 403, 404, 408, 409, 412, 413, 503, 504];
+    post "/v1/logs/{name}/records:batch" => log_append_batch as "appendRecords", "Append several records (base64) atomically: all are written, at consecutive offsets, or none (a reader never sees part of a batch); producer_id and sequence (the first's) make them idempotent; expected_offset makes them conditional", "log_batch", "LogAppendedBatch", [200, 400, 403, 404, 408, 409, 412, 413, 503, 504];
+    get "/v1/logs/{name}/records" => log_read as "readRecords", "Records from an offset across ledgers, up to the committed end; with follow=true a long poll for the next ones, or server-sent events by Accept", "", "LogRecordsOrFollow", [200, 400, 404, 410, 503, 504];
+    put "/v1/logs/{name}/cursors/{cursor}" => cursor_put as "putCursor", "Create a durable cursor (from start or end, or at a position), or seek it; one that holds retention is the log's principal's", "cursor_put", "Cursor", [200, 400, 403, 404, 408, 409, 413, 503];
+    get "/v1/logs/{name}/cursors/{cursor}" => cursor_get as "getCursor", "A cursor's position", "", "Cursor", [200, 400, 404];
+    post "/v1/logs/{name}/cursors/{cursor}" => cursor_ack as "ackCursor", "Acknowledge: every record below ack is done (forward only)", "cursor_ack", "Cursor", [200, 400, 403, 404, 408, 409, 413, 503];
+    delete "/v1/logs/{name}/cursors/{cursor}" => cursor_delete as "deleteCursor", "Delete a cursor", "", "", [204, 400, 403, 404];
+    post "/v1/logs/{name}/takeover" => log_take_over as "takeOverLog", "Take the log over: this gateway writes it from now on, fencing the earlier owner and taking its lease", "", "Log", [200, 400, 403, 404, 409, 503, 504];
+    post "/v1/logs/{name}/trim" => log_trim as "trimLog", "Move the trim point; ledgers wholly below it are deleted", "log_trim", "Log", [200, 400, 403, 404, 408, 409, 413, 503];
 }
 
 async fn openapi() -> HttpResponse {
@@ -322,12 +323,13 @@ async fn create(state: State, req: HttpRequest, payload: web::Payload) -> Result
 #[serde(deny_unknown_fields)]
 struct ListQuery {
     start_after: Option<u64>,
-    limit: Option<u32>,
+    limit: Option<u64>,
 }
 
 async fn list(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let q: ListQuery = query(&req)?;
-    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    // Out of range is 400, as the document says (it was clamped before).
+    let limit = crate::logs::in_range(q.limit.unwrap_or(100), 1, 1000, "limit")? as u32;
     let s = state.get_ref().clone();
     let (ids, next) = state.run_read(async move { Ok(s.client.list(q.start_after, limit).await?) }).await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({ "ledgers": ids, "next": next })))
@@ -653,7 +655,7 @@ async fn lac(state: State, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     if q.after.is_some_and(|a| a < -1) {
         return Err(ApiError::bad_request("after is -1 or more"));
     }
-    let wait = Duration::from_millis(q.timeout_ms.unwrap_or(0).min(60_000));
+    let wait = Duration::from_millis(crate::logs::in_range(q.timeout_ms.unwrap_or(0), 0, 60_000, "timeout_ms")?);
     let s = state.get_ref().clone();
     let lac = state
         .run_read(async move {

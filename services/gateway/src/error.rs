@@ -82,6 +82,22 @@ impl ApiError {
     pub fn internal(message: impl Into<String>) -> ApiError {
         ApiError { status: StatusCode::INTERNAL_SERVER_ERROR, code: "Internal", message: message.into() }
     }
+
+    /// The message an HTTP caller reads: without internal addresses
+    /// (crate::redact). The whole one goes to the gateway's log.
+    pub fn public_message(&self) -> String {
+        let public = crate::redact::without_addresses(&self.message);
+        if let std::borrow::Cow::Owned(_) = public {
+            tracing::info!(code = self.code, status = self.status.as_u16(), message = %self.message, "error answered without its internal addresses");
+        }
+        public.into_owned()
+    }
+
+    /// The API's error body, `{"error", "message"}`, as every route and
+    /// stream answers it.
+    pub fn body(&self) -> serde_json::Value {
+        serde_json::json!({ "error": self.code, "message": self.public_message() })
+    }
 }
 
 impl std::fmt::Display for ApiError {
@@ -100,7 +116,7 @@ impl ResponseError for ApiError {
         if self.status == StatusCode::UNAUTHORIZED {
             r.insert_header(("WWW-Authenticate", "Bearer"));
         }
-        r.json(serde_json::json!({ "error": self.code, "message": self.message }))
+        r.json(self.body())
     }
 }
 
@@ -120,9 +136,10 @@ impl From<ClientError> for ApiError {
             | ClientError::RecoveryFailed(..) => StatusCode::SERVICE_UNAVAILABLE,
             ClientError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ClientError::NoSuchLog(_) | ClientError::NoSuchCursor { .. } => StatusCode::NOT_FOUND,
-            ClientError::LogExists(_) | ClientError::LogFenced(_) | ClientError::SequenceTooOld { .. } => {
-                StatusCode::CONFLICT
-            }
+            ClientError::LogExists(_)
+            | ClientError::LogFenced(_)
+            | ClientError::SequenceTooOld { .. }
+            | ClientError::LedgerInLog(..) => StatusCode::CONFLICT,
             ClientError::Trimmed { .. } => StatusCode::GONE,
             ClientError::PreconditionFailed { .. } => StatusCode::PRECONDITION_FAILED,
             ClientError::Corrupt(..) | ClientError::InvalidMetadata(_) | ClientError::Rpc(_) => StatusCode::BAD_GATEWAY,

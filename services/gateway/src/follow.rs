@@ -81,7 +81,7 @@ impl Format {
     /// The last line of a follow that failed (the ledger deleted, no
     /// replica answering): the API's error body, as a line or an event.
     fn error(self, e: &ApiError) -> String {
-        let json = serde_json::json!({ "error": e.code, "message": e.message });
+        let json = e.body();
         match self {
             Format::Ndjson => format!("{json}\n"),
             Format::EventStream => format!("event: error\ndata: {json}\n\n"),

@@ -42,7 +42,7 @@ fn record_event(r: &LogEntry) -> String {
 }
 
 fn error_event(e: &ApiError) -> String {
-    format!("event: error\ndata: {}\n\n", serde_json::json!({ "error": e.code, "message": e.message }))
+    format!("event: error\ndata: {}\n\n", e.body())
 }
 
 /// The event stream of log `name` from offset `from`.

@@ -39,7 +39,7 @@ const FOLLOW_WAIT_MAX: Duration = Duration::from_secs(60);
 
 /// A query number within its documented range, or 400 (the schema states
 /// the range; a number outside it is refused, not clamped).
-fn in_range(v: u64, min: u64, max: u64, what: &str) -> Result<u64, ApiError> {
+pub(crate) fn in_range(v: u64, min: u64, max: u64, what: &str) -> Result<u64, ApiError> {
     if v < min || v > max {
         return Err(ApiError::bad_request(format!("{what} is {min} to {max}, not {v}")));
     }
@@ -515,7 +515,7 @@ fn producer_of(producer_id: Option<String>, sequence: Option<u64>) -> Result<Opt
 fn precondition_failed((message, next_offset): (String, u64)) -> HttpResponse {
     HttpResponse::PreconditionFailed().json(serde_json::json!({
         "error": "PreconditionFailed",
-        "message": message,
+        "message": crate::redact::without_addresses(&message),
         "next_offset": next_offset,
     }))
 }

@@ -16,6 +16,7 @@ mod https;
 mod log_follow;
 mod logs;
 mod openapi;
+mod redact;
 mod state;
 
 use std::collections::HashMap;

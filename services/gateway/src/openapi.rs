@@ -10,6 +10,8 @@ pub struct Endpoint {
     pub method: &'static str,
     /// Path with `{param}` segments.
     pub path: &'static str,
+    /// The operation's name (a generated client's function name).
+    pub operation_id: &'static str,
     /// One line.
     pub summary: &'static str,
     /// Request body kind: "" (none), "raw", "batch", "create", "log_create", "log_batch" or "log_trim".
@@ -286,7 +288,57 @@ pub fn schemas() -> Map<String, Value> {
             }),
         ),
     );
+    for (name, example) in response_examples() {
+        m[name]["example"] = example;
+    }
     m
+}
+
+/// An example of each main answer (a test checks each against its schema).
+fn response_examples() -> [(&'static str, Value); 10] {
+    let ledger = json!({
+        "ledger_id": 7, "state": "open", "ensemble": 3, "write_quorum": 3, "ack_quorum": 2,
+        "ensembles": [{ "first_entry_id": 0, "bookies": ["bookie-1", "bookie-2", "bookie-3"] }],
+        "last_entry_id": -1, "length": 0, "version": 1, "created_at_ms": 1_765_000_000_000u64,
+        "metadata": { "app": "orders" },
+    });
+    [
+        ("Error", json!({ "error": "NoSuchLog", "message": "no such log orders" })),
+        ("Ledger", ledger),
+        ("Appended", json!({ "entry_id": 12, "lac": 11 })),
+        ("AppendedBatch", json!({ "first_entry_id": 12, "last_entry_id": 13 })),
+        (
+            "Entries",
+            json!({ "entries": [{ "entry_id": 0, "data": "aGVsbG8=" }, { "entry_id": 1, "data": "d29ybGQ=" }] }),
+        ),
+        ("Lac", json!({ "lac": 11 })),
+        (
+            "Log",
+            json!({
+                "name": "orders", "epoch": 1, "owner": "gateway/1", "trim_before": 0,
+                "ledgers": [{ "ledger_id": 7, "first_offset": 0, "end_offset": null }],
+                "ensemble": 3, "write_quorum": 3, "ack_quorum": 2,
+                "rollover": { "max_entries": 100_000, "max_bytes": 268_435_456, "max_age_ms": 3_600_000 },
+                "retention": { "max_age_ms": 604_800_000, "max_bytes": 0 },
+                "version": 2, "created_at_ms": 1_765_000_000_000u64, "principal": null,
+            }),
+        ),
+        ("LogAppended", json!({ "offset": 42 })),
+        (
+            "LogRecords",
+            json!({
+                "records": [
+                    { "offset": 42, "time_ms": 1_765_000_000_123u64, "data": "aGVsbG8=", "producer_id": "orders-service-1", "sequence": 7 },
+                    { "offset": 43, "time_ms": 1_765_000_000_125u64, "data": "d29ybGQ=" },
+                ],
+                "next": 44,
+            }),
+        ),
+        (
+            "Cursor",
+            json!({ "name": "billing", "position": 44, "holds_retention": true, "version": 3, "updated_at_ms": 1_765_000_000_200u64 }),
+        ),
+    ]
 }
 
 /// A log's name as the API takes it (quire_log::config::validate_name; `.`
@@ -309,6 +361,35 @@ fn producer_id() -> Value {
 }
 
 fn request_body(kind: &str) -> Option<Value> {
+    let mut body = request_schema(kind)?;
+    if let Some(example) = request_example(kind) {
+        body["content"]["application/json"]["example"] = example;
+    }
+    Some(body)
+}
+
+/// An example of each JSON request body (a test checks each against its
+/// schema): what a generated client shows, and what a reader copies.
+fn request_example(kind: &str) -> Option<Value> {
+    Some(match kind {
+        "batch" => json!({ "entries": ["aGVsbG8=", "d29ybGQ="] }),
+        "create" => json!({ "ensemble": 3, "write_quorum": 3, "ack_quorum": 2, "metadata": { "app": "orders" } }),
+        "log_create" => json!({
+            "name": "orders", "ensemble": 3, "write_quorum": 3, "ack_quorum": 2,
+            "rollover": { "max_entries": 100_000, "max_bytes": 268_435_456, "max_age_ms": 3_600_000 },
+            "retention": { "max_age_ms": 604_800_000, "max_bytes": 0 },
+        }),
+        "log_batch" => {
+            json!({ "records": ["aGVsbG8=", "d29ybGQ="], "producer_id": "orders-service-1", "sequence": 42 })
+        }
+        "cursor_put" => json!({ "from": "start", "holds_retention": true }),
+        "cursor_ack" => json!({ "ack": 128 }),
+        "log_trim" => json!({ "before": 1000 }),
+        _ => return None,
+    })
+}
+
+fn request_schema(kind: &str) -> Option<Value> {
     let body = |required: bool, media: &str, schema: Value| json!({ "required": required, "content": { media: { "schema": schema } } });
     match kind {
         // An entry may be empty (as in BookKeeper): no body is an empty entry.
@@ -392,7 +473,9 @@ fn request_body(kind: &str) -> Option<Value> {
                 "type": "object", "additionalProperties": false,
                 "description": "from or position, not both (neither: start; null is absent); holds_retention only at creation",
                 "properties": {
-                    "from": { "type": "string", "enum": ["start", "end", null], "nullable": true },
+                    // (nullable, null not in the enum: a generator makes an enum of the
+                    // two names; null is accepted as absent)
+                    "from": { "type": "string", "enum": ["start", "end"], "nullable": true },
                     "position": { "type": "integer", "format": "uint64", "minimum": 0, "maximum": u64::MAX, "nullable": true },
                     "holds_retention": { "type": "boolean", "nullable": true },
                 },
@@ -459,6 +542,22 @@ fn query_params(method: &str, path: &str) -> Vec<Value> {
             q("from", uint(), "first entry (default 0)"),
             q("to", uint(), "last entry (default: the LAC; with follow, where the stream ends)"),
             q("follow", json!({ "type": "boolean" }), "stream entries as the LAC passes them until the ledger closes"),
+        ],
+        ("get", "/v1/ledgers") => vec![
+            q("start_after", uint(), "ids after this one"),
+            q("limit", json!({ "type": "integer", "minimum": 1, "maximum": 1000 }), "at most this many (default 100)"),
+        ],
+        ("get", "/v1/ledgers/{id}/lac") => vec![
+            q(
+                "after",
+                json!({ "type": "integer", "format": "int64", "minimum": -1 }),
+                "with timeout_ms, a long poll: answer once the LAC is past this",
+            ),
+            q(
+                "timeout_ms",
+                json!({ "type": "integer", "minimum": 0, "maximum": 60_000 }),
+                "how long the long poll waits (default 0: answer at once)",
+            ),
         ],
         ("get", "/v1/logs") => vec![
             q("start_after", log_name(), "names after this one"),
@@ -533,24 +632,85 @@ pub fn document(endpoints: &[Endpoint]) -> Value {
             };
             responses.insert(code.to_string(), r);
         }
-        let mut op = json!({ "summary": e.summary, "parameters": params, "responses": responses });
+        let mut op = json!({
+            "operationId": e.operation_id,
+            "tags": [tag(e.path)],
+            "summary": e.summary,
+            "parameters": params,
+            "responses": responses,
+        });
         if let Some(r) = request_body(e.request) {
             op["requestBody"] = r;
         }
         let item = paths.entry(e.path.to_string()).or_insert_with(|| json!({}));
         item[e.method] = op;
     }
+    let tags: Vec<Value> = TAGS.iter().map(|(name, about)| json!({ "name": name, "description": about })).collect();
     json!({
         "openapi": "3.0.3",
-        "info": { "title": "quire HTTP API", "version": env!("CARGO_PKG_VERSION") },
+        "info": {
+            "title": "quire HTTP API",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Ledgers (BookKeeper's model: striped, replicated, append-only, closed once) and logs \
+                (named, ordered records over a chain of ledgers, with idempotent, conditional and atomic appends, \
+                durable cursors and trimming). Errors are {error, message} with a stable code (docs/api.md).",
+        },
+        "tags": tags,
         "paths": paths,
         "components": { "schemas": schemas() },
     })
 }
 
+/// One tag per resource, in the order a reader meets them.
+const TAGS: &[(&str, &str)] = &[
+    ("logs", "Named logs: records at offsets over a chain of ledgers"),
+    ("cursors", "A log's durable cursors: a consumer's acknowledged position"),
+    ("ledgers", "Ledgers: striped, replicated entries up to the LastAddConfirmed"),
+    ("bookies", "The storage nodes, and draining one"),
+    ("cluster", "The cluster's state at a glance"),
+    ("service", "This gateway: liveness, readiness, metrics"),
+];
+
+/// The resource a path is about: its tag.
+fn tag(path: &str) -> &'static str {
+    if path.contains("/cursors") {
+        "cursors"
+    } else if path.starts_with("/v1/logs") {
+        "logs"
+    } else if path.starts_with("/v1/ledgers") {
+        "ledgers"
+    } else if path.starts_with("/v1/bookies") {
+        "bookies"
+    } else if path.starts_with("/v1/cluster") {
+        "cluster"
+    } else {
+        "service"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The Python client's typed layer is generated from a copy of this
+    /// document (clients/python/openapi.json): the copy is this document,
+    /// or `make python-client` has not been run since a route changed.
+    /// `QUIRE_BLESS=1` writes the copy (the make target does).
+    #[test]
+    fn the_python_clients_copy_of_the_document_is_current() {
+        let want = serde_json::to_string_pretty(&document(crate::api::ENDPOINTS)).unwrap() + "\n";
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../clients/python/openapi.json");
+        if std::env::var_os("QUIRE_BLESS").is_some() {
+            std::fs::write(&path, &want).unwrap();
+            return;
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            have == want,
+            "{} is not the gateway's document: run `make python-client` (it regenerates the client too)",
+            path.display()
+        );
+    }
 
     /// Every `$ref` in the document names a schema it defines.
     #[test]

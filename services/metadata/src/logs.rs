@@ -764,7 +764,7 @@ mod tests {
         assert!(s.ledgers.contains_key(&l2.ledger_id));
         // A ledger a log lists is deleted only with the log (or a trim).
         let o = s.apply(Command::DeleteLedgerAs { ledger_id: l2.ledger_id, caller: gw() }).0;
-        assert!(matches!(o, Outcome::Refused(Refusal::BadRequest(_))), "{o:?}");
+        assert!(matches!(o, Outcome::Refused(Refusal::LedgerInLog(_))), "{o:?}");
         // Deleting the log deletes what it lists.
         assert_eq!(s.apply(Command::DeleteLogAndSweep { name: "orders".into(), caller: gw() }).0, Outcome::Deleted);
         assert!(s.ledgers.is_empty() && s.logs.is_empty(), "{:?}", s.ledgers.ids().collect::<Vec<_>>());

@@ -218,6 +218,7 @@ fn refusal(r: Refusal) -> ServiceError {
         Refusal::PermissionDenied(m) => (ErrorCode::PermissionDenied, m),
         Refusal::NoSuchLog(name) => (ErrorCode::NoSuchLog, format!("no log {name}")),
         Refusal::NotFound(m) => (ErrorCode::NotFound, m),
+        Refusal::LedgerInLog(m) => (ErrorCode::LedgerInLog, m),
     };
     ServiceError::new(code, msg)
 }

@@ -569,6 +569,8 @@ pub enum Refusal {
     NoSuchLog(String),
     /// No such record (a cursor).
     NotFound(String),
+    /// The ledger is a log's: it goes with the log's trim or deletion.
+    LedgerInLog(String),
 }
 
 /// A command's result, returned to the proposer.
@@ -1111,7 +1113,7 @@ impl MetaState {
                 // A log's ledger goes with a trim or the log's deletion:
                 // deleting it alone would lose records the log still lists.
                 if let Some(log) = self.log_listing(ledger_id, "") {
-                    return Err(Refusal::BadRequest(format!(
+                    return Err(Refusal::LedgerInLog(format!(
                         "ledger {ledger_id} is in log {log}: trim the log or delete it instead"
                     )));
                 }

@@ -140,3 +140,29 @@ fn kubernetes_pods_run_unprivileged_with_their_own_roles_secret() {
     }
     assert_eq!(pods, 5, "metadata, bookie, auditor, replication-worker, gateway");
 }
+
+/// The budgets deploy/k8s gives a drain (issue #49): one metadata replica
+/// at most (a Raft majority of three stays), and no more bookies at once
+/// than the default ledger's Qw - Qa (every acknowledged entry keeps a copy
+/// that answers). A change of the defaults must change the budget.
+#[test]
+fn kubernetes_drains_keep_a_raft_majority_and_every_acknowledged_copy() {
+    let text = std::fs::read_to_string(root().join("deploy/k8s/50-disruption.yaml")).unwrap();
+    let budget = |app: &str| -> u64 {
+        let doc = text
+            .split("\n---\n")
+            .find(|d| d.contains("kind: PodDisruptionBudget") && d.contains(&format!("app: {app}}}")))
+            .unwrap_or_else(|| panic!("no PodDisruptionBudget selects {app}"));
+        let line = doc.lines().find(|l| l.trim_start().starts_with("maxUnavailable:")).expect("maxUnavailable");
+        line.split(':').nth(1).unwrap().trim().parse().unwrap()
+    };
+    let d = quire_client::CreateLedger::default();
+    assert_eq!(budget("quire-metadata"), 1, "a majority of 3 replicas survives one down");
+    assert_eq!(budget("quire-bookie"), (d.write_quorum - d.ack_quorum) as u64, "Qw - Qa of the default ledger");
+    let metadata = std::fs::read_to_string(root().join("deploy/k8s/10-metadata.yaml")).unwrap();
+    assert!(
+        metadata.contains("topologyKey: kubernetes.io/hostname")
+            && metadata.contains("whenUnsatisfiable: DoNotSchedule"),
+        "metadata replicas are spread over nodes"
+    );
+}

@@ -88,6 +88,18 @@ impl RpcError {
             _ => None,
         }
     }
+
+    /// What the server said, without who said it: for a caller that asked
+    /// a service (not a replica) and passes the answer on, where the
+    /// answering replica's address is noise, or more than the reader may
+    /// see (an HTTP client of the gateway). The whole error, this and the
+    /// rest, otherwise.
+    pub fn answer(&self) -> String {
+        match self {
+            RpcError::Remote { message, .. } => message.clone(),
+            other => other.to_string(),
+        }
+    }
 }
 
 /// A handler's failure, sent to the caller as a code and a message.

@@ -110,6 +110,10 @@ pub enum ClientError {
         /// The offset the next record gets.
         next_offset: u64,
     },
+    /// The ledger is one of a log's records' ledgers: it goes with a trim
+    /// of the log or the log's deletion, never alone.
+    #[error("{1}")]
+    LedgerInLog(u64, String),
     /// Any other RPC failure.
     #[error(transparent)]
     Rpc(RpcError),
@@ -120,8 +124,11 @@ impl ClientError {
     pub fn from_metadata(e: RpcError, ledger_id: Option<u64>) -> ClientError {
         match (e.code(), ledger_id) {
             (Some(ErrorCode::NoSuchLedger | ErrorCode::NotFound), Some(l)) => ClientError::NoSuchLedger(l),
-            (Some(ErrorCode::BadRequest), _) => ClientError::BadRequest(e.to_string()),
-            (Some(ErrorCode::PermissionDenied), _) => ClientError::PermissionDenied(e.to_string()),
+            // The metadata service's words alone: which replica said them
+            // is no help to the caller.
+            (Some(ErrorCode::BadRequest), _) => ClientError::BadRequest(e.answer()),
+            (Some(ErrorCode::PermissionDenied), _) => ClientError::PermissionDenied(e.answer()),
+            (Some(ErrorCode::LedgerInLog), Some(l)) => ClientError::LedgerInLog(l, e.answer()),
             (Some(ErrorCode::MetadataUnavailable | ErrorCode::NotLeader | ErrorCode::ShuttingDown), _) => {
                 ClientError::MetadataUnavailable(e.to_string())
             }
@@ -157,6 +164,7 @@ impl ClientError {
             ClientError::Trimmed { .. } => "Trimmed",
             ClientError::SequenceTooOld { .. } => "SequenceTooOld",
             ClientError::PreconditionFailed { .. } => "PreconditionFailed",
+            ClientError::LedgerInLog(..) => "LedgerInLog",
             ClientError::Rpc(_) => "Internal",
         }
     }

@@ -1,0 +1,203 @@
+"""Ledgers: entries striped over bookies, read up to the LastAddConfirmed."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from . import errors
+from ._api.api.ledgers import (
+    append_entries,
+    append_entry,
+    close_ledger,
+    delete_ledger,
+    get_lac,
+    get_ledger,
+    read_entries,
+    read_entry,
+    recover_ledger,
+)
+from ._api.models import AppendEntriesBody, Recovered
+from ._api.models import Ledger as LedgerInfo
+from ._api.types import File
+from ._call import expect, transport
+
+if TYPE_CHECKING:
+    from .client import Client
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One entry of a ledger."""
+
+    entry_id: int
+    data: bytes
+
+
+class Ledger:
+    """A ledger, by id. Get one from :meth:`Client.create_ledger` or :meth:`Client.ledger`.
+
+    Only the gateway that created a ledger holds its writer: appends go
+    there. A ledger append has no producer id, so one whose answer was lost
+    is not retried (it may have been written); a log's appends are.
+    """
+
+    def __init__(self, client: Client, ledger_id: int):
+        self._client = client
+        self.ledger_id = ledger_id
+
+    def info(self) -> LedgerInfo:
+        """The ledger's metadata: state, quorums, ensembles, last entry."""
+        api = self._client.api
+        return self._client.retry.run(
+            lambda: transport(lambda: expect(get_ledger.sync_detailed(self.ledger_id, client=api), 200))
+        )
+
+    # -- writing --------------------------------------------------------
+
+    def append(self, data: bytes) -> int:
+        """Appends one entry; answers its id once Qa bookies have it durably."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"an entry is bytes, not {type(data).__name__}")
+        body = File(payload=io.BytesIO(bytes(data)), mime_type="application/octet-stream")
+        return transport(
+            lambda: expect(append_entry.sync_detailed(self.ledger_id, client=self._client.api, body=body), 200)
+        ).entry_id
+
+    def append_batch(self, entries: Iterable[bytes]) -> range:
+        """Appends several entries in order; answers their ids."""
+        encoded = [base64.b64encode(bytes(e)).decode("ascii") for e in entries]
+        if not encoded:
+            return range(0)
+        body = AppendEntriesBody(entries=encoded)
+        got = transport(
+            lambda: expect(append_entries.sync_detailed(self.ledger_id, client=self._client.api, body=body), 200)
+        )
+        return range(got.first_entry_id, got.last_entry_id + 1)
+
+    def close(self) -> LedgerInfo:
+        """Closes the ledger (only its writer's gateway may); closing a closed ledger is a no-op."""
+        api = self._client.api
+        return self._client.retry.run(
+            lambda: transport(lambda: expect(close_ledger.sync_detailed(self.ledger_id, client=api), 200))
+        )
+
+    def recover(self) -> Recovered:
+        """Fences the ledger, recovers it to its true tail and closes it:
+        what a reader does when the writer is gone."""
+        api = self._client.api
+        return self._client.retry.run(
+            lambda: transport(lambda: expect(recover_ledger.sync_detailed(self.ledger_id, client=api), 200))
+        )
+
+    def delete(self) -> None:
+        """Deletes the ledger. A log's ledger is refused
+        (:class:`~quire.errors.LedgerInLog`): trim or delete the log."""
+        transport(lambda: expect(delete_ledger.sync_detailed(self.ledger_id, client=self._client.api), 204))
+
+    # -- reading --------------------------------------------------------
+
+    def lac(self) -> int:
+        """The LastAddConfirmed: entries up to it may be read (-1: none)."""
+        api = self._client.api
+        return self._client.retry.run(
+            lambda: transport(lambda: expect(get_lac.sync_detailed(self.ledger_id, client=api), 200))
+        ).lac
+
+    def wait_lac(self, after: int, *, timeout_ms: int = 30_000) -> int:
+        """The LAC once it is past ``after``, or as it is after ``timeout_ms``."""
+        api = self._client.poll_api
+        return self._client.retry.run(
+            lambda: transport(
+                lambda: expect(
+                    get_lac.sync_detailed(self.ledger_id, client=api, after=after, timeout_ms=timeout_ms), 200
+                )
+            )
+        ).lac
+
+    def read(self, from_entry: int = 0, to_entry: int | None = None) -> list[Entry]:
+        """Entries ``from_entry..=to_entry`` (default: to the LAC)."""
+        kwargs: dict[str, Any] = {"from_": from_entry}
+        if to_entry is not None:
+            kwargs["to"] = to_entry
+        api = self._client.api
+
+        def once() -> list[Entry]:
+            got = expect(read_entries.sync_detailed(self.ledger_id, client=api, **kwargs), 200)
+            return [Entry(e.entry_id, base64.b64decode(e.data)) for e in got.entries]
+
+        return self._client.retry.run(lambda: transport(once))
+
+    def read_entry(self, entry_id: int) -> bytes:
+        """One entry's bytes."""
+        api = self._client.api
+        got = self._client.retry.run(
+            lambda: transport(lambda: expect(read_entry.sync_detailed(self.ledger_id, entry_id, client=api), 200))
+        )
+        return got.payload.read()
+
+    def follow(self, from_entry: int = 0, *, to_entry: int | None = None) -> Iterator[Entry]:
+        """Every entry from ``from_entry`` as the LAC passes it, until the
+        ledger closes (or ``to_entry`` is reached): then the iteration ends.
+
+        One stream (NDJSON) from the gateway; a dropped stream, a restarted
+        gateway or a busy cluster is resumed from the entry after the last
+        one yielded, so none is skipped or yielded twice.
+        """
+        http = self._client.poll_api.get_httpx_client()
+        next_entry = from_entry
+        while to_entry is None or next_entry <= to_entry:
+            params: dict[str, Any] = {"from": next_entry, "follow": "true"}
+            if to_entry is not None:
+                params["to"] = to_entry
+
+            def open_stream(params: dict[str, Any] = params) -> httpx.Response:
+                request = http.build_request(
+                    "GET",
+                    f"/v1/ledgers/{self.ledger_id}/entries",
+                    params=params,
+                    headers={"Accept": "application/x-ndjson"},
+                )
+                response = http.send(request, stream=True)
+                if response.status_code != 200:
+                    content = response.read()
+                    response.close()
+                    raise errors.error_from(response.status_code, content)
+                return response
+
+            response = self._client.retry.run(lambda: transport(open_stream))
+            try:
+                for line in response.iter_lines():
+                    if not line.strip():
+                        continue
+                    msg = json.loads(line)
+                    if "entry_id" in msg:
+                        entry = Entry(int(msg["entry_id"]), base64.b64decode(msg["data"]))
+                        if entry.entry_id < next_entry:
+                            continue
+                        next_entry = entry.entry_id + 1
+                        yield entry
+                    elif msg.get("closed") or msg.get("end"):
+                        return
+                    elif "error" in msg:
+                        e = errors.error_from(500, line.encode())
+                        if not e.retryable:
+                            raise e
+                        break
+                    # A heartbeat: the stream is alive.
+            except httpx.TransportError:
+                # Cut mid-stream: open it again from the next entry.
+                pass
+            finally:
+                response.close()
+            time.sleep(self._client.retry.first_backoff_s)
+
+    def __repr__(self) -> str:
+        return f"Ledger({self.ledger_id})"
