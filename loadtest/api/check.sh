@@ -15,7 +15,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 VERSION=4.32.5
 VENV=${VENV:-$ROOT/target/schemathesis-venv}
 EXAMPLES=${EXAMPLES:-50}
-SEED=${SEED:-20261203}
+SEED=${SEED:-20261207}
 WORK=$(mktemp -d /tmp/quire-api-check.XXXXXX)
 HTTP=127.0.0.1:18480
 fail() { echo "api check: $*" >&2; exit 1; }
@@ -44,8 +44,10 @@ cd "$WORK"
 # 412 and its body are tested in services/gateway/tests/http.rs. Every
 # other route, and every other check on these two, runs as before.
 RECORDS='^/v1/logs/\{name\}/records(:batch)?$'
+# hooks.py adds a check of quire's own to every phase: no error answer
+# names an internal address (issue #49).
 run_st() {
-  "$VENV/bin/schemathesis" --no-color --config-file "$ROOT/loadtest/api/schemathesis.toml" \
+  PYTHONPATH="$ROOT/loadtest/api" SCHEMATHESIS_HOOKS=hooks "$VENV/bin/schemathesis" --no-color --config-file "$ROOT/loadtest/api/schemathesis.toml" \
     run "http://$HTTP/openapi.json" --checks all --workers 1 --max-examples "$EXAMPLES" "${seed[@]}" "$@" \
     >> "$WORK/schemathesis.txt" 2>&1
 }

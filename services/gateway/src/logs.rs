@@ -735,11 +735,20 @@ fn cursor_param(req: &HttpRequest) -> Result<String, ApiError> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PutCursorBody {
-    /// "start" or "end" (absent with no position: start).
-    from: Option<String>,
+    /// "start" or "end" (absent with no position: start). Not null: the
+    /// document states it as an enum of the two names (what a generator
+    /// makes a clean enum of), and an enum admits no null. (Kept as the
+    /// JSON value, null included, so a null is told from an absence.)
+    #[serde(default, deserialize_with = "present")]
+    from: Option<serde_json::Value>,
     /// An offset.
     position: Option<u64>,
     holds_retention: Option<bool>,
+}
+
+/// A field that is present, whatever its value (null too).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<serde_json::Value>, D::Error> {
+    <serde_json::Value as serde::Deserialize>::deserialize(d).map(Some)
 }
 
 /// PUT: create the cursor (at `from` or `position`), or seek it there.
@@ -752,8 +761,13 @@ pub async fn cursor_put(state: State, req: HttpRequest, payload: web::Payload) -
     } else {
         json_body(&raw)?
     };
-    let moves = b.from.is_some() || b.position.is_some();
-    let start = match (b.from.as_deref(), b.position) {
+    let from = match &b.from {
+        None => None,
+        Some(serde_json::Value::String(f)) => Some(f.as_str()),
+        Some(other) => return Err(ApiError::bad_request(format!("from is \"start\" or \"end\", not {other}"))),
+    };
+    let moves = from.is_some() || b.position.is_some();
+    let start = match (from, b.position) {
         (Some(_), Some(_)) => return Err(ApiError::bad_request("a cursor starts at from or at position, not both")),
         (None, Some(p)) => quire_client::CursorStart::At(p),
         (None | Some("start"), None) => quire_client::CursorStart::Start,

@@ -471,11 +471,11 @@ fn request_schema(kind: &str) -> Option<Value> {
             "application/json",
             json!({
                 "type": "object", "additionalProperties": false,
-                "description": "from or position, not both (neither: start; null is absent); holds_retention only at creation",
+                "description": "from or position, not both (neither: start; a null position or holds_retention is absent); holds_retention only at creation",
                 "properties": {
-                    // (nullable, null not in the enum: a generator makes an enum of the
-                    // two names; null is accepted as absent)
-                    "from": { "type": "string", "enum": ["start", "end"], "nullable": true },
+                    // An enum of the two names, not nullable: what a generator
+                    // makes a plain enum of (null is 400, as any other value).
+                    "from": { "type": "string", "enum": ["start", "end"] },
                     "position": { "type": "integer", "format": "uint64", "minimum": 0, "maximum": u64::MAX, "nullable": true },
                     "holds_retention": { "type": "boolean", "nullable": true },
                 },

@@ -1230,6 +1230,9 @@ fn a_log_is_appended_read_followed_trimmed_and_deleted_over_http() {
         ("POST", "/v1/logs/orders/cursors/billing", r#"{"ack":99}"#, 400),
         ("PUT", "/v1/logs/orders/cursors/billing", r#"{"position":99}"#, 400),
         ("PUT", "/v1/logs/orders/cursors/ahead", r#"{"position":99}"#, 400),
+        // from is "start" or "end" (an enum: not null, issue #49).
+        ("PUT", "/v1/logs/orders/cursors/ahead", r#"{"from":null}"#, 400),
+        ("PUT", "/v1/logs/orders/cursors/ahead", r#"{"from":3}"#, 400),
         ("POST", "/v1/logs", r#"{"name":"q","ensemble":2,"write_quorum":3}"#, 400),
         // Record 1 would carry sequence 2^64 (it wrapped to 0, and was written).
         (

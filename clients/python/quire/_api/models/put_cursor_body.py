@@ -13,12 +13,13 @@ T = TypeVar("T", bound="PutCursorBody")
 
 @_attrs_define
 class PutCursorBody:
-    """from or position, not both (neither: start; null is absent); holds_retention only at creation
+    """from or position, not both (neither: start; a null position or holds_retention is absent); holds_retention only at
+    creation
 
-    Attributes:
-        from_ (PutCursorBodyFrom | Unset):
-        holds_retention (bool | None | Unset):
-        position (int | None | Unset):
+        Attributes:
+            from_ (PutCursorBodyFrom | Unset):
+            holds_retention (bool | None | Unset):
+            position (int | None | Unset):
     """
 
     from_: PutCursorBodyFrom | Unset = UNSET

@@ -110,8 +110,8 @@ def sync_detailed(
     Args:
         name (str):
         cursor (str):
-        body (PutCursorBody | Unset): from or position, not both (neither: start; null is absent);
-            holds_retention only at creation
+        body (PutCursorBody | Unset): from or position, not both (neither: start; a null position
+            or holds_retention is absent); holds_retention only at creation
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -147,8 +147,8 @@ def sync(
     Args:
         name (str):
         cursor (str):
-        body (PutCursorBody | Unset): from or position, not both (neither: start; null is absent);
-            holds_retention only at creation
+        body (PutCursorBody | Unset): from or position, not both (neither: start; a null position
+            or holds_retention is absent); holds_retention only at creation
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -179,8 +179,8 @@ async def asyncio_detailed(
     Args:
         name (str):
         cursor (str):
-        body (PutCursorBody | Unset): from or position, not both (neither: start; null is absent);
-            holds_retention only at creation
+        body (PutCursorBody | Unset): from or position, not both (neither: start; a null position
+            or holds_retention is absent); holds_retention only at creation
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -214,8 +214,8 @@ async def asyncio(
     Args:
         name (str):
         cursor (str):
-        body (PutCursorBody | Unset): from or position, not both (neither: start; null is absent);
-            holds_retention only at creation
+        body (PutCursorBody | Unset): from or position, not both (neither: start; a null position
+            or holds_retention is absent); holds_retention only at creation
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
