@@ -18,9 +18,14 @@ build:
 # multi-process tests. nextest where installed (per-test processes, parallel);
 # cargo test otherwise. Then the load tooling (loadtest/, its own workspace)
 # against a real cluster: its unit tests, every goose scenario briefly, and
-# `make bench`'s pipeline at toy scale (loadtest/smoke.sh); README's command
-# lines as written against make run's cluster (deploy/local/readme-check.sh). Last, the fault
-# suite on a bounded schedule (needs root: network namespaces; docs/faults.md).
+# `make bench`'s pipeline at toy scale (loadtest/smoke.sh); schemathesis
+# (loadtest/api/check.sh); the Python client: its drift check and pytest
+# against a real cluster (clients/python/test.sh); deploy/k8s against
+# Kubernetes' schemas (deploy/k8s/validate.sh); README's command lines and
+# Python quickstart as written against make run's cluster
+# (deploy/local/readme-check.sh). Last, the fault suite on a bounded
+# schedule (needs root: network namespaces; docs/faults.md). First,
+# test-deps installs what these need (as root) or says what is missing.
 test: test-deps build loadtest-build
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 		$(CARGO) nextest run --release --workspace --no-fail-fast; \

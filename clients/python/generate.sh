@@ -33,7 +33,7 @@ if grep -v -e "^Generating " -e '^$' "$WORK/generator.txt" | grep -q .; then
 fi
 
 if [ "${1:-}" = --check ]; then
-  if ! diff -r -u "$HERE/quire/_api" "$WORK/_api" > "$WORK/diff.txt"; then
+  if ! diff -r -u -x __pycache__ "$HERE/quire/_api" "$WORK/_api" > "$WORK/diff.txt"; then
     head -60 "$WORK/diff.txt" >&2
     echo "generate.sh: clients/python/quire/_api is not what openapi.json generates: run make python-client" >&2
     exit 1

@@ -21,10 +21,16 @@ bash "$HERE/generate.sh" --check
 RUFF_NO_CACHE=true "$VENV/bin/ruff" check --quiet "$HERE/quire" "$HERE/tests"
 RUFF_NO_CACHE=true "$VENV/bin/ruff" format --check --quiet "$HERE/quire" "$HERE/tests"
 
-"$VENV/bin/pip" install -q --force-reinstall --no-deps "$HERE"
-"$VENV/bin/pip" check > /dev/null || { "$VENV/bin/pip" check >&2; exit 1; }
 WORK=$(mktemp -d /tmp/quire-pyclient-test.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
+# From a copy: setuptools builds in the folder it installs from (build/,
+# *.egg-info), and a stale build/ in the checkout could ship a module
+# deleted since.
+mkdir "$WORK/src"
+(cd "$HERE" && cp -r pyproject.toml README.md quire "$WORK/src/")
+find "$WORK/src" -name __pycache__ -prune -exec rm -rf {} +
+"$VENV/bin/pip" install -q --force-reinstall --no-deps "$WORK/src"
+"$VENV/bin/pip" check > /dev/null || { "$VENV/bin/pip" check >&2; exit 1; }
 cp -r "$HERE/tests" "$WORK/tests"
 cd "$WORK"
 where=$("$VENV/bin/python" -c 'import quire; print(quire.__file__)')

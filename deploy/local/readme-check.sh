@@ -94,3 +94,25 @@ while IFS= read -r line; do
   esac
 done < lines.sh
 echo "readme-check: [$SECONDS s] README's $(grep -c . lines.sh) lines against make run's cluster ran as written"
+
+# The Python quickstart, as written: its install line (pip, the one of the
+# Python client's virtualenv first on PATH), then its program against the
+# same cluster, whose printed lines are what its comments say.
+. "$ROOT/clients/python/tools.sh"
+PYVENV=${PYVENV:-$ROOT/target/pyclient-venv}
+ensure_tools "$PYVENV"
+# A copy, not a link: pip builds in the folder it installs from.
+mkdir -p "$WORK/clients/python"
+(cd "$ROOT/clients/python" && cp -r pyproject.toml README.md quire "$WORK/clients/python/")
+awk '/^From Python/ { f = 1 } f && /^```sh/ { g = 1; next } g && /^```/ { exit } g' "$ROOT/README.md" > py-install.sh
+awk '/^From Python/ { f = 1 } f && /^```python/ { g = 1; next } g && /^```/ { exit } g' "$ROOT/README.md" > quickstart.py
+[ "$(cat py-install.sh)" = "pip install ./clients/python" ] || { echo "readme-check: the Python install line is '$(cat py-install.sh)'" >&2; exit 1; }
+[ "$(grep -c . quickstart.py)" -ge 10 ] || { echo "readme-check: README's Python quickstart not found" >&2; exit 1; }
+echo "readme-check: [$SECONDS s] $(cat py-install.sh)"
+PATH="$PYVENV/bin:$PATH" bash py-install.sh > out.txt 2>&1 || { cat out.txt >&2; echo "readme-check: the Python client did not install" >&2; exit 1; }
+echo "readme-check: [$SECONDS s] the Python quickstart"
+"$PYVENV/bin/python" quickstart.py > out.txt 2>&1 || { cat out.txt >&2; echo "readme-check: the Python quickstart failed" >&2; exit 1; }
+sed 's/^/    /' out.txt
+want=$'0\n[1, 2]\nnext offset is 3\n1 b\'second\'\n2 b\'third\'\n[b\'hello\']'
+[ "$(cat out.txt)" = "$want" ] || { echo "readme-check: the Python quickstart printed the above, not what its comments say" >&2; exit 1; }
+echo "readme-check: [$SECONDS s] the Python quickstart ran as written"

@@ -5,8 +5,8 @@
 # kernel modules; PyPI tools (schemathesis, the Python client's generator,
 # pytest, kubernetes-validate) are pinned and installed by the scripts that
 # use them, each in a virtualenv under target/. Not as root, it installs
-# nothing and says what is missing and which tests need it (the fault
-# suite and the power-loss tests need root anyway).
+# nothing: it names what is missing and which tests need it, and stops;
+# with nothing missing it goes on, and says which stages need root.
 #
 # Usage: deploy/local/test-deps.sh   (quiet when everything is there)
 set -euo pipefail
@@ -65,6 +65,5 @@ if [ "$root" = 1 ]; then
       || echo "test-deps: note: could not raise net.core.rmem_max/wmem_max"
   fi
 else
-  echo "test-deps: not root: the fault suite, its negative control and the power-loss tests need root (network namespaces, mounts)" >&2
-  exit 1
+  echo "test-deps: note: not root: the fault suite, its negative control and the ext4 power cut need root (network namespaces, mounts) and will fail" >&2
 fi

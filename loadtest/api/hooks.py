@@ -11,7 +11,7 @@ import re
 
 import schemathesis
 
-ADDRESS = re.compile(rb"\b\d{1,3}(?:\.\d{1,3}){3}:\d{1,5}\b|\[[0-9A-Fa-f:.%]+\](?::\d{1,5})?|\blocalhost:\d{1,5}\b")
+ADDRESS = re.compile(rb"\b\d{1,3}(?:\.\d{1,3}){3}:\d{1,5}\b|\[[0-9A-Fa-f.%]*:[0-9A-Fa-f:.%]*\](?::\d{1,5})?|\blocalhost:\d{1,5}\b")
 
 
 @schemathesis.check

@@ -7,22 +7,42 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, TypeVar
 
 import httpx
 
 from . import errors
-from ._api.types import Response
 
 T = TypeVar("T")
 
 
-def expect(response: Response[Any], *statuses: int) -> Any:
-    """The parsed body of an answer with one of `statuses`; else the error
-    it is, raised."""
-    if int(response.status_code) in statuses:
-        return response.parsed
-    raise errors.error_from(int(response.status_code), response.content)
+def invoke(operation: ModuleType, *args: Any, client: Any, ok: int, **kwargs: Any) -> Any:
+    """One call of a generated operation (``quire._api.api.<tag>.<operation>``):
+    its request as the typed layer builds it, and its answer parsed by the
+    typed layer when the status is ``ok``. Any other status is the error it
+    is, raised from the status and the body as they came: an error page
+    that is not the API's JSON (a proxy's 503) keeps its status and stays
+    retryable. The connection failing is :class:`errors.Unavailable`.
+
+    (The typed layer's own ``sync_detailed`` parses every documented
+    status as the API's JSON first, and would fail on such a page.)
+    """
+    request = operation._get_kwargs(*args, **kwargs)
+    try:
+        response = client.get_httpx_client().request(**request)
+    except httpx.TransportError as e:
+        raise errors.Unavailable(f"no answer from the gateway: {type(e).__name__}: {e}") from e
+    if response.status_code != ok:
+        raise errors.error_from(response.status_code, response.content)
+    try:
+        return operation._build_response(client=client, response=response).parsed
+    except (ValueError, KeyError, TypeError) as e:
+        # A success whose body is not what the document says.
+        raise errors.ServerError(
+            f"a {response.status_code} answer that is not the API's: {type(e).__name__}: {e}",
+            status=response.status_code,
+        ) from e
 
 
 @dataclass(frozen=True)
@@ -54,17 +74,3 @@ class RetryPolicy:
                     raise
             sleep(backoff * (0.5 + random.random() / 2))
             backoff = min(backoff * 2, self.max_backoff_s)
-
-
-def transport(call: Callable[[], T]) -> T:
-    """`call()`, with a failed or cut connection raised as
-    :class:`errors.Unavailable` (retryable: the request may or may not have
-    been carried out)."""
-    try:
-        return call()
-    except httpx.TransportError as e:
-        raise errors.Unavailable(f"no answer from the gateway: {type(e).__name__}: {e}") from e
-    except (ValueError, KeyError) as e:
-        # The typed layer could not read the answer as the API's JSON (a
-        # proxy's error page, say).
-        raise errors.ServerError(f"an answer that is not the API's: {type(e).__name__}: {e}") from e

@@ -26,7 +26,7 @@ from ._api.models import (
     LogList,
     Status,
 )
-from ._call import RetryPolicy, expect, transport
+from ._call import RetryPolicy, invoke
 from .ledger import Ledger
 from .log import Log
 
@@ -38,9 +38,10 @@ class Client:
     """A quire cluster, through one of its HTTP gateways.
 
     ``Client("http://127.0.0.1:8080")``, or with ``token=`` when the gateway
-    wants a bearer token. Thread-safe: one connection pool, shared by the
-    :class:`Log` and :class:`Ledger` objects it hands out. Use it as a
-    context manager, or call :meth:`close`.
+    wants a bearer token. Thread-safe: two connection pools (one for calls,
+    one for long polls and follow streams), shared by the :class:`Log` and
+    :class:`Ledger` objects it hands out. Use it as a context manager, or
+    call :meth:`close`.
 
     Args:
         url: the gateway's base URL.
@@ -72,6 +73,10 @@ class Client:
         # Long polls and follow streams wait at the gateway up to a minute
         # (its longest wait): a pool of their own, with that on top.
         self.poll_api = typed(timeout_s + LONGEST_WAIT_S)
+        # Made now, not on first use: two threads' first calls would each
+        # make one (the typed layer makes them lazily, without a lock).
+        self.api.get_httpx_client()
+        self.poll_api.get_httpx_client()
         self.timeout_s = timeout_s
         self.retry = retry or RetryPolicy()
 
@@ -103,7 +108,7 @@ class Client:
         if retention is not None:
             body.retention = CreateLogBodyRetentionType0.from_dict(dict(retention))
         # Not retried: a create whose answer was lost is LogExists on a retry.
-        transport(lambda: expect(create_log.sync_detailed(client=self.api, body=body), 201))
+        invoke(create_log, client=self.api, ok=201, body=body)
         return Log(self, name)
 
     def log(self, name: str) -> Log:
@@ -120,7 +125,7 @@ class Client:
                 kwargs: dict[str, Any] = {"limit": page_size}
                 if after is not None:
                     kwargs["start_after"] = after
-                return transport(lambda: expect(list_logs.sync_detailed(client=self.api, **kwargs), 200))
+                return invoke(list_logs, client=self.api, ok=200, **kwargs)
 
             got = self.retry.run(page)
             yield from got.logs
@@ -149,7 +154,7 @@ class Client:
             body.ack_quorum = ack_quorum
         if metadata is not None:
             body.metadata = CreateLedgerBodyMetadataType0.from_dict(dict(metadata))
-        created = transport(lambda: expect(create_ledger.sync_detailed(client=self.api, body=body), 201))
+        created = invoke(create_ledger, client=self.api, ok=201, body=body)
         return Ledger(self, created.ledger_id)
 
     def ledger(self, ledger_id: int) -> Ledger:
@@ -165,7 +170,7 @@ class Client:
                 kwargs: dict[str, Any] = {"limit": page_size}
                 if after is not None:
                     kwargs["start_after"] = after
-                return transport(lambda: expect(list_ledgers.sync_detailed(client=self.api, **kwargs), 200))
+                return invoke(list_ledgers, client=self.api, ok=200, **kwargs)
 
             got = self.retry.run(page)
             yield from got.ledgers
@@ -177,15 +182,15 @@ class Client:
 
     def ready(self) -> Status:
         """The gateway's readiness: the metadata service answers."""
-        return transport(lambda: expect(get_readiness.sync_detailed(client=self.api), 200))
+        return invoke(get_readiness, client=self.api, ok=200)
 
     def bookies(self) -> BookieList:
         """The bookie registry."""
-        return self.retry.run(lambda: transport(lambda: expect(list_bookies.sync_detailed(client=self.api), 200)))
+        return self.retry.run(lambda: invoke(list_bookies, client=self.api, ok=200))
 
     def cluster(self) -> Cluster:
         """The metadata leader, the bookies, under-replication and the auditor."""
-        return self.retry.run(lambda: transport(lambda: expect(get_cluster.sync_detailed(client=self.api), 200)))
+        return self.retry.run(lambda: invoke(get_cluster, client=self.api, ok=200))
 
     # -- lifetime --------------------------------------------------------
 

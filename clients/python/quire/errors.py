@@ -2,7 +2,7 @@
 
 Every error the gateway answers is ``{"error": "<Code>", "message": "..."}``
 with an HTTP status; each code is a class here, so a caller catches what it
-can act on (``except quire.Trimmed``) and lets the rest rise. A code this
+can act on (``except quire.errors.Trimmed``) and lets the rest rise. A code this
 version does not know is a plain :class:`QuireError` with its code and
 status, never a crash.
 """

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import random
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from ._api.api.ledgers import (
 from ._api.models import AppendEntriesBody, Recovered
 from ._api.models import Ledger as LedgerInfo
 from ._api.types import File
-from ._call import expect, transport
+from ._call import invoke
 
 if TYPE_CHECKING:
     from .client import Client
@@ -53,12 +54,13 @@ class Ledger:
         self._client = client
         self.ledger_id = ledger_id
 
+    def _retried(self, operation: Any, *args: Any, ok: int = 200, api: Any = None, **kwargs: Any) -> Any:
+        api = api or self._client.api
+        return self._client.retry.run(lambda: invoke(operation, self.ledger_id, *args, client=api, ok=ok, **kwargs))
+
     def info(self) -> LedgerInfo:
         """The ledger's metadata: state, quorums, ensembles, last entry."""
-        api = self._client.api
-        return self._client.retry.run(
-            lambda: transport(lambda: expect(get_ledger.sync_detailed(self.ledger_id, client=api), 200))
-        )
+        return self._retried(get_ledger)
 
     # -- writing --------------------------------------------------------
 
@@ -67,9 +69,7 @@ class Ledger:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"an entry is bytes, not {type(data).__name__}")
         body = File(payload=io.BytesIO(bytes(data)), mime_type="application/octet-stream")
-        return transport(
-            lambda: expect(append_entry.sync_detailed(self.ledger_id, client=self._client.api, body=body), 200)
-        ).entry_id
+        return invoke(append_entry, self.ledger_id, client=self._client.api, ok=200, body=body).entry_id
 
     def append_batch(self, entries: Iterable[bytes]) -> range:
         """Appends several entries in order; answers their ids."""
@@ -77,82 +77,60 @@ class Ledger:
         if not encoded:
             return range(0)
         body = AppendEntriesBody(entries=encoded)
-        got = transport(
-            lambda: expect(append_entries.sync_detailed(self.ledger_id, client=self._client.api, body=body), 200)
-        )
+        got = invoke(append_entries, self.ledger_id, client=self._client.api, ok=200, body=body)
         return range(got.first_entry_id, got.last_entry_id + 1)
 
     def close(self) -> LedgerInfo:
         """Closes the ledger (only its writer's gateway may); closing a closed ledger is a no-op."""
-        api = self._client.api
-        return self._client.retry.run(
-            lambda: transport(lambda: expect(close_ledger.sync_detailed(self.ledger_id, client=api), 200))
-        )
+        return self._retried(close_ledger)
 
     def recover(self) -> Recovered:
         """Fences the ledger, recovers it to its true tail and closes it:
         what a reader does when the writer is gone."""
-        api = self._client.api
-        return self._client.retry.run(
-            lambda: transport(lambda: expect(recover_ledger.sync_detailed(self.ledger_id, client=api), 200))
-        )
+        return self._retried(recover_ledger)
 
     def delete(self) -> None:
         """Deletes the ledger. A log's ledger is refused
         (:class:`~quire.errors.LedgerInLog`): trim or delete the log."""
-        transport(lambda: expect(delete_ledger.sync_detailed(self.ledger_id, client=self._client.api), 204))
+        invoke(delete_ledger, self.ledger_id, client=self._client.api, ok=204)
 
     # -- reading --------------------------------------------------------
 
     def lac(self) -> int:
         """The LastAddConfirmed: entries up to it may be read (-1: none)."""
-        api = self._client.api
-        return self._client.retry.run(
-            lambda: transport(lambda: expect(get_lac.sync_detailed(self.ledger_id, client=api), 200))
-        ).lac
+        return self._retried(get_lac).lac
 
     def wait_lac(self, after: int, *, timeout_ms: int = 30_000) -> int:
         """The LAC once it is past ``after``, or as it is after ``timeout_ms``."""
-        api = self._client.poll_api
-        return self._client.retry.run(
-            lambda: transport(
-                lambda: expect(
-                    get_lac.sync_detailed(self.ledger_id, client=api, after=after, timeout_ms=timeout_ms), 200
-                )
-            )
-        ).lac
+        return self._retried(get_lac, api=self._client.poll_api, after=after, timeout_ms=timeout_ms).lac
 
     def read(self, from_entry: int = 0, to_entry: int | None = None) -> list[Entry]:
         """Entries ``from_entry..=to_entry`` (default: to the LAC)."""
         kwargs: dict[str, Any] = {"from_": from_entry}
         if to_entry is not None:
             kwargs["to"] = to_entry
-        api = self._client.api
-
-        def once() -> list[Entry]:
-            got = expect(read_entries.sync_detailed(self.ledger_id, client=api, **kwargs), 200)
-            return [Entry(e.entry_id, base64.b64decode(e.data)) for e in got.entries]
-
-        return self._client.retry.run(lambda: transport(once))
+        got = self._retried(read_entries, **kwargs)
+        return [Entry(e.entry_id, base64.b64decode(e.data)) for e in got.entries]
 
     def read_entry(self, entry_id: int) -> bytes:
         """One entry's bytes."""
-        api = self._client.api
-        got = self._client.retry.run(
-            lambda: transport(lambda: expect(read_entry.sync_detailed(self.ledger_id, entry_id, client=api), 200))
-        )
-        return got.payload.read()
+        return self._retried(read_entry, entry_id).payload.read()
 
     def follow(self, from_entry: int = 0, *, to_entry: int | None = None) -> Iterator[Entry]:
         """Every entry from ``from_entry`` as the LAC passes it, until the
         ledger closes (or ``to_entry`` is reached): then the iteration ends.
 
-        One stream (NDJSON) from the gateway; a dropped stream, a restarted
+        One stream (NDJSON) from the gateway. A dropped stream, a restarted
         gateway or a busy cluster is resumed from the entry after the last
-        one yielded, so none is skipped or yielded twice.
+        one yielded, so none is skipped or yielded twice. Reopening backs
+        off (as the client's :class:`~quire.RetryPolicy` says, reset by an
+        entry or a heartbeat), and gives up, raising its error, when the
+        stream cannot be opened again within the policy's deadline.
         """
+        policy = self._client.retry
         http = self._client.poll_api.get_httpx_client()
         next_entry = from_entry
+        backoff = policy.first_backoff_s
         while to_entry is None or next_entry <= to_entry:
             params: dict[str, Any] = {"from": next_entry, "follow": "true"}
             if to_entry is not None:
@@ -165,14 +143,17 @@ class Ledger:
                     params=params,
                     headers={"Accept": "application/x-ndjson"},
                 )
-                response = http.send(request, stream=True)
+                try:
+                    response = http.send(request, stream=True)
+                except httpx.TransportError as e:
+                    raise errors.Unavailable(f"no answer from the gateway: {type(e).__name__}: {e}") from e
                 if response.status_code != 200:
                     content = response.read()
                     response.close()
                     raise errors.error_from(response.status_code, content)
                 return response
 
-            response = self._client.retry.run(lambda: transport(open_stream))
+            response = policy.run(open_stream)
             try:
                 for line in response.iter_lines():
                     if not line.strip():
@@ -183,21 +164,28 @@ class Ledger:
                         if entry.entry_id < next_entry:
                             continue
                         next_entry = entry.entry_id + 1
+                        backoff = policy.first_backoff_s
                         yield entry
                     elif msg.get("closed") or msg.get("end"):
                         return
                     elif "error" in msg:
-                        e = errors.error_from(500, line.encode())
-                        if not e.retryable:
-                            raise e
+                        # The follow failed at the gateway: the error line is
+                        # the API's error body.
+                        failure = errors.error_from(0, line.encode())
+                        if not failure.retryable:
+                            raise failure
                         break
-                    # A heartbeat: the stream is alive.
-            except httpx.TransportError:
-                # Cut mid-stream: open it again from the next entry.
+                    else:
+                        # A heartbeat: the stream is alive.
+                        backoff = policy.first_backoff_s
+            except (httpx.TransportError, ValueError):
+                # Cut mid-stream (a partial last line, too): open it again
+                # from the next entry.
                 pass
             finally:
                 response.close()
-            time.sleep(self._client.retry.first_backoff_s)
+            time.sleep(backoff * (0.5 + random.random() / 2))
+            backoff = min(backoff * 2, policy.max_backoff_s)
 
     def __repr__(self) -> str:
         return f"Ledger({self.ledger_id})"

@@ -18,7 +18,7 @@ from ._api.models import AckCursorBody, AppendRecordsBody, LogRecords, PutCursor
 from ._api.models import Cursor as CursorInfo
 from ._api.models import Log as LogInfo
 from ._api.types import File
-from ._call import expect, transport
+from ._call import invoke
 
 if TYPE_CHECKING:
     from .client import Client
@@ -92,8 +92,10 @@ class Log:
         self._next_sequence = next_sequence
         self._lock = threading.Lock()
 
-    def with_producer(self, producer_id: str, next_sequence: int = 0) -> Log:
-        """This log with another producer id and sequence to start from."""
+    def with_producer(self, producer_id: str, *, next_sequence: int) -> Log:
+        """This log with another producer id and the sequence to start from:
+        above every sequence that producer has used (a sequence at or below
+        its last is answered as a duplicate, or refused as too old)."""
         return Log(self._client, self.name, producer_id=producer_id, next_sequence=next_sequence)
 
     @property
@@ -106,9 +108,7 @@ class Log:
     def info(self) -> LogInfo:
         """The log's record: its ledgers with offset ranges, owner epoch, trim point, settings."""
         api = self._client.api
-        return self._client.retry.run(
-            lambda: transport(lambda: expect(get_log.sync_detailed(self.name, client=api), 200))
-        )
+        return self._client.retry.run(lambda: invoke(get_log, self.name, client=api, ok=200))
 
     def exists(self) -> bool:
         try:
@@ -136,19 +136,23 @@ class Log:
 
         def send(kwargs: dict[str, Any]) -> int:
             body = File(payload=io.BytesIO(payload), mime_type="application/octet-stream")
-            r = append_record.sync_detailed(self.name, client=api, body=body, **kwargs)
-            return expect(r, 200).offset
+            return invoke(append_record, self.name, client=api, ok=200, body=body, **kwargs).offset
 
         kwargs: dict[str, Any] = {}
         if expected_offset is not None:
             kwargs["expected_offset"] = expected_offset
         if not idempotent:
-            return transport(lambda: send(kwargs))
+            return send(kwargs)
         with self._lock:
             kwargs.update(producer_id=self.producer_id, sequence=self._next_sequence)
-            offset = self._client.retry.run(lambda: transport(lambda: send(kwargs)))
-            self._next_sequence += 1
-            return offset
+            try:
+                return self._client.retry.run(lambda: send(kwargs))
+            finally:
+                # Spent whatever came of it. An append that failed with its
+                # outcome unknown may have been written: the next append
+                # reusing its sequence would be answered as its duplicate
+                # and not written. The gateway takes gaps.
+                self._next_sequence += 1
 
     def append_batch(
         self, records: Iterable[bytes], *, expected_offset: int | None = None, idempotent: bool = True
@@ -163,19 +167,21 @@ class Log:
         api = self._client.api
 
         def send(body: AppendRecordsBody) -> list[int]:
-            return list(expect(append_records.sync_detailed(self.name, client=api, body=body), 200).offsets)
+            return list(invoke(append_records, self.name, client=api, ok=200, body=body).offsets)
 
         body = AppendRecordsBody(records=encoded)
         if expected_offset is not None:
             body.expected_offset = expected_offset
         if not idempotent:
-            return transport(lambda: send(body))
+            return send(body)
         with self._lock:
             body.producer_id = self.producer_id
             body.sequence = self._next_sequence
-            offsets = self._client.retry.run(lambda: transport(lambda: send(body)))
-            self._next_sequence += len(payloads)
-            return offsets
+            try:
+                return self._client.retry.run(lambda: send(body))
+            finally:
+                # Record i carries sequence + i: all of them are spent (see append).
+                self._next_sequence += len(payloads)
 
     # -- reading --------------------------------------------------------
 
@@ -190,11 +196,7 @@ class Log:
 
     def _read(self, **kwargs: Any) -> Page:
         api = self._client.api
-        return self._client.retry.run(
-            lambda: transport(
-                lambda: _records(expect(read_records.sync_detailed(self.name, client=api, **kwargs), 200))
-            )
-        )
+        return self._client.retry.run(lambda: _records(invoke(read_records, self.name, client=api, ok=200, **kwargs)))
 
     def follow(self, from_offset: int = 0, *, limit: int = 1000, wait_ms: int = FOLLOW_WAIT_MS) -> Iterator[Record]:
         """Every record from ``from_offset`` on, as they are committed, for
@@ -217,12 +219,12 @@ class Log:
         while True:
 
             def poll(where: dict[str, Any] = where) -> Page:
-                r = read_records.sync_detailed(
-                    self.name, client=api, limit=limit, follow=True, wait_ms=wait_ms, **where
+                got = invoke(
+                    read_records, self.name, client=api, ok=200, limit=limit, follow=True, wait_ms=wait_ms, **where
                 )
-                return _records(expect(r, 200))
+                return _records(got)
 
-            page = self._client.retry.run(lambda: transport(poll))
+            page = self._client.retry.run(poll)
             for record in page.records:
                 yield record
                 # Resume after this one, whatever the next poll meets.
@@ -237,19 +239,17 @@ class Log:
         read, and ledgers wholly below it are deleted."""
         api = self._client.api
         body = TrimLogBody(before=before)
-        return self._client.retry.run(
-            lambda: transport(lambda: expect(trim_log.sync_detailed(self.name, client=api, body=body), 200))
-        )
+        return self._client.retry.run(lambda: invoke(trim_log, self.name, client=api, ok=200, body=body))
 
     def take_over(self) -> LogInfo:
         """This gateway writes the log from now on, fencing the earlier owner."""
         api = self._client.api
-        return transport(lambda: expect(take_over_log.sync_detailed(self.name, client=api), 200))
+        return invoke(take_over_log, self.name, client=api, ok=200)
 
     def delete(self) -> None:
         """Deletes the log and its ledgers."""
         api = self._client.api
-        transport(lambda: expect(delete_log.sync_detailed(self.name, client=api), 204))
+        invoke(delete_log, self.name, client=api, ok=204)
 
     # -- cursors --------------------------------------------------------
 
@@ -285,16 +285,12 @@ class Cursor:
     def _put(self, body: PutCursorBody) -> CursorInfo:
         api = self.log._client.api
         return self.log._client.retry.run(
-            lambda: transport(
-                lambda: expect(put_cursor.sync_detailed(self.log.name, self.name, client=api, body=body), 200)
-            )
+            lambda: invoke(put_cursor, self.log.name, self.name, client=api, ok=200, body=body)
         )
 
     def info(self) -> CursorInfo:
         api = self.log._client.api
-        return self.log._client.retry.run(
-            lambda: transport(lambda: expect(get_cursor.sync_detailed(self.log.name, self.name, client=api), 200))
-        )
+        return self.log._client.retry.run(lambda: invoke(get_cursor, self.log.name, self.name, client=api, ok=200))
 
     @property
     def position(self) -> int:
@@ -316,9 +312,7 @@ class Cursor:
         api = self.log._client.api
         body = AckCursorBody(ack=offset)
         return self.log._client.retry.run(
-            lambda: transport(
-                lambda: expect(ack_cursor.sync_detailed(self.log.name, self.name, client=api, body=body), 200)
-            )
+            lambda: invoke(ack_cursor, self.log.name, self.name, client=api, ok=200, body=body)
         )
 
     def seek(self, position: int) -> CursorInfo:
@@ -327,7 +321,7 @@ class Cursor:
 
     def delete(self) -> None:
         api = self.log._client.api
-        transport(lambda: expect(delete_cursor.sync_detailed(self.log.name, self.name, client=api), 204))
+        invoke(delete_cursor, self.log.name, self.name, client=api, ok=204)
 
     def __repr__(self) -> str:
         return f"Cursor({self.log.name!r}, {self.name!r})"

@@ -40,11 +40,27 @@ def test_an_append_whose_answer_is_lost_is_retried_and_written_once(quire_url: s
         proxy.lose_next_answers(1)
         assert log.append(b"once") == 0
         assert proxy.connections >= 2, "the first answer was lost, so the append was sent again"
+        before = proxy.connections
         proxy.lose_next_answers(1)
         assert log.append_batch([b"two", b"three"]) == [1, 2]
+        assert proxy.connections > before, "the batch's first answer was lost too"
         assert log.append(b"four") == 3
         records = log.read(0).records
     assert [r.data for r in records] == [b"once", b"two", b"three", b"four"], "each written once"
+
+
+def test_an_append_that_failed_unknown_spends_its_sequence(quire_url: str, proxy: Proxy, name: str) -> None:
+    """An append whose outcome is unknown when its retries run out may have
+    been written: the next append must not reuse its sequence (it would be
+    answered as that one's duplicate, and not written)."""
+    quire.Client(quire_url).create_log(name)
+    with quire.Client(proxy.url, retry=quire.RetryPolicy(deadline_s=0)) as c:
+        log = c.log(name)
+        proxy.lose_next_answers(1)
+        with pytest.raises(errors.Unavailable):
+            log.append(b"unknown")
+        assert log.append(b"next") == 1
+        assert [r.data for r in log.read(0).records] == [b"unknown", b"next"]
 
 
 def test_an_append_without_a_producer_is_not_retried(quire_url: str, proxy: Proxy, name: str) -> None:
@@ -142,6 +158,7 @@ def test_follow_resumes_where_it_stopped_after_a_dropped_connection(
     got: list[quire.Record] = []
     three, done = threading.Event(), threading.Event()
     failed: list[BaseException] = []
+    polls: list[int] = []
 
     def follow() -> None:
         try:
@@ -149,6 +166,7 @@ def test_follow_resumes_where_it_stopped_after_a_dropped_connection(
                 for record in c.log(name).follow(from_offset=0, wait_ms=10_000):
                     got.append(record)
                     if len(got) == 3:
+                        polls.append(proxy.requests)
                         three.set()
                     if len(got) == 6:
                         break
@@ -158,10 +176,11 @@ def test_follow_resumes_where_it_stopped_after_a_dropped_connection(
             done.set()
 
     threading.Thread(target=follow, daemon=True).start()
+    # Cut while it waits at the tail in its next long poll: once that poll
+    # has passed through the proxy.
     assert three.wait(30), f"the follower read {len(got)} of 3: {failed}"
-    # Cut while it waits at the tail in its next long poll.
-    assert proxy.wait_open(10), "the follower's next poll never opened"
-    proxy.cut()
+    assert proxy.wait_requests(polls[0], 10), "the follower's next poll never came"
+    assert proxy.cut() >= 1
     for i in range(3, 6):
         log.append(b"r%d" % i)
     assert done.wait(60), f"the follower read {len(got)} of 6"

@@ -653,7 +653,7 @@ pub fn document(endpoints: &[Endpoint]) -> Value {
             "version": env!("CARGO_PKG_VERSION"),
             "description": "Ledgers (BookKeeper's model: striped, replicated, append-only, closed once) and logs \
                 (named, ordered records over a chain of ledgers, with idempotent, conditional and atomic appends, \
-                durable cursors and trimming). Errors are {error, message} with a stable code (docs/api.md).",
+                durable cursors and trimming). Errors are {error, message} with a stable code (README.md, docs/logs.md).",
         },
         "tags": tags,
         "paths": paths,

@@ -19,7 +19,8 @@ pub const HIDDEN: &str = "(an internal address)";
 /// `host:port` (a name or an IPv4 address) and `[v6]` with or without a
 /// port, as the services print a socket address. A dotted name without a
 /// port is left: a log may be called `10.0.0.1`, and its name in an error
-/// is the caller's own.
+/// is the caller's own. A producer id shaped like `name:123` (producer ids
+/// are any bytes) is hidden as an address: nothing tells the two apart.
 pub fn without_addresses(message: &str) -> Cow<'_, str> {
     let spans = address_spans(message);
     if spans.is_empty() {
