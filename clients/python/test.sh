@@ -4,7 +4,9 @@
 #     generator warns about nothing (generate.sh --check; the document
 #     itself is checked against the routes by a gateway unit test).
 #  2. The hand-written layer passes ruff (lint and format).
-#  3. `pip install ./clients/python` into a virtualenv, then its pytest
+#  3. `pip install ./clients/python` into a virtualenv, offline (no
+#     index: the checkout and the environment's httpx, attrs and
+#     setuptools are all it takes), then its pytest
 #     suite from a copy of the tests outside the checkout, so what is
 #     tested is what pip installed, against a real `quire standalone`
 #     the suite starts (QUIRE_URL: against a running one instead).
@@ -29,7 +31,9 @@ trap 'rm -rf "$WORK"' EXIT
 mkdir "$WORK/src"
 (cd "$HERE" && cp -r pyproject.toml README.md quire "$WORK/src/")
 find "$WORK/src" -name __pycache__ -prune -exec rm -rf {} +
-"$VENV/bin/pip" install -q --force-reinstall --no-deps "$WORK/src"
+# Offline: from the checkout alone, nothing fetched (no index, the
+# build backend the environment has), as on a machine without PyPI.
+"$VENV/bin/pip" install -q --no-index --no-build-isolation --force-reinstall --no-deps "$WORK/src"
 "$VENV/bin/pip" check > /dev/null || { "$VENV/bin/pip" check >&2; exit 1; }
 cp -r "$HERE/tests" "$WORK/tests"
 cd "$WORK"
