@@ -42,4 +42,13 @@ case "$where" in
   "$VENV"/*) ;;
   *) echo "clients/python/test.sh: quire was imported from $where, not the installed package" >&2; exit 1 ;;
 esac
+# Every module of both layers imports with warnings as errors.
+"$VENV/bin/python" -W error -c '
+import importlib, pkgutil, quire
+names = [m.name for m in pkgutil.walk_packages(quire.__path__, "quire.")]
+for name in names:
+    importlib.import_module(name)
+assert len(names) > 60, names
+print(f"clients/python/test.sh: {len(names)} modules import with warnings as errors")
+'
 QUIRE_BIN=${QUIRE_BIN:-$ROOT/target/release/quire} "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests
