@@ -8,7 +8,7 @@
 # nothing: it names what is missing and which tests need it, and stops;
 # with nothing missing it goes on, and says which stages need root.
 #
-# Usage: deploy/local/test-deps.sh   (quiet when everything is there)
+# Usage: deploy/local/test-deps.sh   (quiet as root when everything is there)
 set -euo pipefail
 
 # command -> the Debian package that brings it, and what needs it.

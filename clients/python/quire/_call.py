@@ -33,7 +33,15 @@ def invoke(operation: ModuleType, *args: Any, client: Any, ok: int, **kwargs: An
         response = client.get_httpx_client().request(**request)
     except httpx.TransportError as e:
         raise errors.Unavailable(f"no answer from the gateway: {type(e).__name__}: {e}") from e
+    except httpx.HTTPError as e:
+        # Not the connection: an answer httpx could not take (a body it
+        # could not decode, redirects without end).
+        raise errors.ServerError(f"an answer that could not be read: {type(e).__name__}: {e}") from e
     if response.status_code != ok:
+        if 200 <= response.status_code < 300:
+            raise errors.ServerError(
+                f"answered {response.status_code}, where the API answers {ok}", status=response.status_code
+            )
         raise errors.error_from(response.status_code, response.content)
     try:
         return operation._build_response(client=client, response=response).parsed

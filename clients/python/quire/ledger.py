@@ -123,14 +123,16 @@ class Ledger:
         One stream (NDJSON) from the gateway. A dropped stream, a restarted
         gateway or a busy cluster is resumed from the entry after the last
         one yielded, so none is skipped or yielded twice. Reopening backs
-        off (as the client's :class:`~quire.RetryPolicy` says, reset by an
-        entry or a heartbeat), and gives up, raising its error, when the
-        stream cannot be opened again within the policy's deadline.
+        off as the client's :class:`~quire.RetryPolicy` says; when neither
+        an entry nor a heartbeat has come for the policy's deadline (the
+        stream cannot be opened, or each one opened fails), the last
+        failure is raised.
         """
         policy = self._client.retry
         http = self._client.poll_api.get_httpx_client()
         next_entry = from_entry
         backoff = policy.first_backoff_s
+        alive_at = time.monotonic()
         while to_entry is None or next_entry <= to_entry:
             params: dict[str, Any] = {"from": next_entry, "follow": "true"}
             if to_entry is not None:
@@ -148,12 +150,17 @@ class Ledger:
                 except httpx.TransportError as e:
                     raise errors.Unavailable(f"no answer from the gateway: {type(e).__name__}: {e}") from e
                 if response.status_code != 200:
-                    content = response.read()
-                    response.close()
+                    try:
+                        content = response.read()
+                    except httpx.TransportError as e:
+                        raise errors.Unavailable(f"the answer was cut: {type(e).__name__}: {e}") from e
+                    finally:
+                        response.close()
                     raise errors.error_from(response.status_code, content)
                 return response
 
             response = policy.run(open_stream)
+            failure: errors.QuireError = errors.Unavailable("the follow stream ended before the ledger closed")
             try:
                 for line in response.iter_lines():
                     if not line.strip():
@@ -164,7 +171,7 @@ class Ledger:
                         if entry.entry_id < next_entry:
                             continue
                         next_entry = entry.entry_id + 1
-                        backoff = policy.first_backoff_s
+                        backoff, alive_at = policy.first_backoff_s, time.monotonic()
                         yield entry
                     elif msg.get("closed") or msg.get("end"):
                         return
@@ -177,13 +184,15 @@ class Ledger:
                         break
                     else:
                         # A heartbeat: the stream is alive.
-                        backoff = policy.first_backoff_s
-            except (httpx.TransportError, ValueError):
+                        backoff, alive_at = policy.first_backoff_s, time.monotonic()
+            except (httpx.TransportError, ValueError) as e:
                 # Cut mid-stream (a partial last line, too): open it again
                 # from the next entry.
-                pass
+                failure = errors.Unavailable(f"the follow stream was cut: {type(e).__name__}: {e}")
             finally:
                 response.close()
+            if time.monotonic() - alive_at + backoff > policy.deadline_s:
+                raise failure
             time.sleep(backoff * (0.5 + random.random() / 2))
             backoff = min(backoff * 2, policy.max_backoff_s)
 

@@ -35,6 +35,11 @@ def _checked_name(name: str, what: str) -> str:
     return name
 
 
+#: Sequences a producer's window holds at the gateway (docs/logs.md): a
+#: retry is recognised by its first record's sequence while the window
+#: holds it, so an idempotent batch is at most this long.
+PRODUCER_WINDOW = 16
+
 #: Longest a follower's long poll waits at the gateway (its maximum is 60 s).
 FOLLOW_WAIT_MS = 20_000
 
@@ -159,10 +164,24 @@ class Log:
     ) -> list[int]:
         """Appends several records atomically: all are written, at
         consecutive offsets, or none; a reader never sees part of a batch.
-        Answers their offsets."""
+        Answers their offsets.
+
+        An idempotent batch (the default) is at most
+        :data:`PRODUCER_WINDOW` (16) records: the gateway recognises a
+        retry of a batch by its first record's sequence, which a longer
+        batch pushes out of the producer's window, so its retry would be
+        refused as too old after all of it was written. A longer batch
+        needs ``idempotent=False`` (not retried) or several calls.
+        """
         payloads = [bytes(r) for r in records]
         if not payloads:
             return []
+        if idempotent and len(payloads) > PRODUCER_WINDOW:
+            raise errors.BadRequest(
+                f"an idempotent batch is at most {PRODUCER_WINDOW} records (the producer's window), not "
+                f"{len(payloads)}: split it, or pass idempotent=False (then it is not retried)",
+                code="BadRequest",
+            )
         encoded = [base64.b64encode(p).decode("ascii") for p in payloads]
         api = self._client.api
 

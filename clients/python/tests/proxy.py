@@ -96,5 +96,6 @@ class Proxy:
                 s.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+            s.close()
         with self._lock:
             self._open = [s for s in self._open if s not in (src, dst)]

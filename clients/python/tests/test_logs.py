@@ -63,6 +63,20 @@ def test_an_append_that_failed_unknown_spends_its_sequence(quire_url: str, proxy
         assert [r.data for r in log.read(0).records] == [b"unknown", b"next"]
 
 
+def test_an_idempotent_batch_is_at_most_the_producer_window(client: quire.Client, name: str) -> None:
+    """The gateway recognises a retry by its first record's sequence while
+    the producer's window (16 sequences) holds it: a longer batch, once
+    written, would be refused as too old on a retry. Refused before it is
+    sent; without a producer it may be as long as the gateway takes."""
+    log = client.create_log(name)
+    with pytest.raises(errors.BadRequest) as e:
+        log.append_batch([b"r"] * (quire.log.PRODUCER_WINDOW + 1))
+    assert "idempotent=False" in e.value.message
+    assert log.next_sequence == 0, "nothing was sent, nothing spent"
+    assert len(log.append_batch([b"r"] * quire.log.PRODUCER_WINDOW)) == 16
+    assert len(log.append_batch([b"s"] * 100, idempotent=False)) == 100
+
+
 def test_an_append_without_a_producer_is_not_retried(quire_url: str, proxy: Proxy, name: str) -> None:
     quire.Client(quire_url).create_log(name)
     with quire.Client(proxy.url) as c:
