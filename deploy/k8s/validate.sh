@@ -11,11 +11,8 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 VENV=${VENV:-$ROOT/target/k8s-venv}
 PIN="kubernetes-validate==1.37.0"
 VERSIONS="1.28.0 1.37.0"
-if [ "$(cat "$VENV/.pins" 2>/dev/null)" != "$PIN" ]; then
-  python3 -m venv "$VENV" || { echo "k8s validate: python3 -m venv failed (Debian: apt-get install python3-venv)" >&2; exit 1; }
-  "$VENV/bin/pip" install -q "$PIN" || { echo "k8s validate: pip install $PIN failed" >&2; exit 1; }
-  echo "$PIN" > "$VENV/.pins"
-fi
+. "$ROOT/deploy/local/venv.sh"
+ensure_venv "$VENV" "$PIN" || exit 1
 WORK=$(mktemp -d /tmp/quire-k8s.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 

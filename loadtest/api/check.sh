@@ -21,10 +21,8 @@ HTTP=127.0.0.1:18480
 fail() { echo "api check: $*" >&2; exit 1; }
 . "$ROOT/loadtest/standalone.sh"
 
-if ! "$VENV/bin/schemathesis" --version 2>/dev/null | grep -qF "$VERSION"; then
-  python3 -m venv "$VENV" || fail "python3 -m venv failed (Debian: apt-get install python3-venv)"
-  "$VENV/bin/pip" install -q "schemathesis==$VERSION" || fail "pip install schemathesis==$VERSION failed"
-fi
+. "$ROOT/deploy/local/venv.sh"
+ensure_venv "$VENV" "schemathesis==$VERSION" || fail "no schemathesis $VERSION (above)"
 
 start_standalone "$WORK/cluster" "$HTTP" 400
 

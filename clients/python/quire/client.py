@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from types import ModuleType
 from typing import Any, Self
 
 import httpx
@@ -22,10 +23,9 @@ from ._api.models import (
     CreateLogBody,
     CreateLogBodyRetentionType0,
     CreateLogBodyRolloverType0,
-    LedgerList,
-    LogList,
     Status,
 )
+from ._api.types import Unset
 from ._call import RetryPolicy, invoke
 from .ledger import Ledger
 from .log import Log
@@ -118,20 +118,8 @@ class Client:
 
     def logs(self, *, page_size: int = 100) -> Iterator[str]:
         """Every log's name, in order, a page at a time."""
-        after: str | None = None
-        while True:
-
-            def page(after: str | None = after) -> LogList:
-                kwargs: dict[str, Any] = {"limit": page_size}
-                if after is not None:
-                    kwargs["start_after"] = after
-                return invoke(list_logs, client=self.api, ok=200, **kwargs)
-
-            got = self.retry.run(page)
-            yield from got.logs
-            if not isinstance(got.next_, str):
-                return
-            after = got.next_
+        for page in self._pages(list_logs, page_size):
+            yield from page.logs
 
     # -- ledgers ---------------------------------------------------------
 
@@ -163,20 +151,18 @@ class Client:
 
     def ledgers(self, *, page_size: int = 100) -> Iterator[int]:
         """Every ledger's id, in order, a page at a time."""
-        after: int | None = None
+        for page in self._pages(list_ledgers, page_size):
+            yield from page.ledgers
+
+    def _pages(self, operation: ModuleType, page_size: int) -> Iterator[Any]:
+        """The pages of a list operation, each from where the last said the next starts."""
+        kwargs: dict[str, Any] = {"limit": page_size}
         while True:
-
-            def page(after: int | None = after) -> LedgerList:
-                kwargs: dict[str, Any] = {"limit": page_size}
-                if after is not None:
-                    kwargs["start_after"] = after
-                return invoke(list_ledgers, client=self.api, ok=200, **kwargs)
-
-            got = self.retry.run(page)
-            yield from got.ledgers
-            if not isinstance(got.next_, int):
+            got = self.retry.run(lambda kwargs=dict(kwargs): invoke(operation, client=self.api, ok=200, **kwargs))
+            yield got
+            if got.next_ is None or isinstance(got.next_, Unset):
                 return
-            after = got.next_
+            kwargs["start_after"] = got.next_
 
     # -- the cluster -----------------------------------------------------
 

@@ -228,18 +228,15 @@ class Log:
         read raises :class:`~quire.errors.Trimmed`; a deleted log,
         :class:`~quire.errors.NoSuchLog`.
         """
-        yield from self._follow({"from_": from_offset}, limit, wait_ms)
-
-    def _follow(self, start: dict[str, Any], limit: int, wait_ms: int) -> Iterator[Record]:
         # The long poll waits at the gateway: its own pool, whose timeout
         # covers the longest wait (the client's timeout for other calls).
         api = self._client.poll_api
-        where = dict(start)
+        next_offset = from_offset
         while True:
 
-            def poll(where: dict[str, Any] = where) -> Page:
+            def poll(at: int = next_offset) -> Page:
                 got = invoke(
-                    read_records, self.name, client=api, ok=200, limit=limit, follow=True, wait_ms=wait_ms, **where
+                    read_records, self.name, client=api, ok=200, from_=at, limit=limit, follow=True, wait_ms=wait_ms
                 )
                 return _records(got)
 
@@ -247,9 +244,9 @@ class Log:
             for record in page.records:
                 yield record
                 # Resume after this one, whatever the next poll meets.
-                where = {"from_": record.offset + 1}
+                next_offset = record.offset + 1
             if not page.records:
-                where = {"from_": page.next_offset}
+                next_offset = page.next_offset
 
     # -- changing the log -----------------------------------------------
 
